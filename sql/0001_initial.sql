@@ -39,7 +39,9 @@ CREATE TABLE job_runs (
     status           text NOT NULL DEFAULT 'queued'
                      CHECK (status IN ('queued', 'running', 'succeeded', 'failed', 'dead', 'cancelled')),
     attempts         integer NOT NULL DEFAULT 0 CHECK (attempts >= 0),
-    max_attempts     integer NOT NULL DEFAULT 5 CHECK (max_attempts >= 1),
+    -- NULL until first claimed: then the handler's default is written in, so an
+    -- enqueue from a shell that has no handlers loaded still gets the handler's budget.
+    max_attempts     integer CHECK (max_attempts >= 1),
     priority         integer NOT NULL DEFAULT 0,
     idempotency_key  text UNIQUE,
     locked_by        text,
@@ -88,3 +90,11 @@ CREATE TABLE job_attempts (
 );
 
 CREATE INDEX job_attempts_run ON job_attempts (run_id, attempt);
+
+-- The effects ledger: a business key recorded in the handler's own transaction,
+-- so a side effect in the database happens once however often its run is retried.
+CREATE TABLE job_effects (
+    key         text PRIMARY KEY,
+    run_id      bigint,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);

@@ -1,0 +1,22 @@
+"""jobrunner: scheduled and deferred background jobs on PostgreSQL, woken by cron."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from cronjob.handlers import Backoff, Fail, Retry, handler
+
+if TYPE_CHECKING:
+    from cronjob.api import enqueue
+
+__all__ = ["Backoff", "Fail", "Retry", "enqueue", "handler"]
+
+
+def __getattr__(name: str) -> Any:
+    # enqueue pulls in the database layer; handler modules that only declare
+    # handlers should not pay for it at import.
+    if name == "enqueue":
+        from cronjob.api import enqueue
+
+        return enqueue
+    raise AttributeError(f"module 'cronjob' has no attribute {name!r}")

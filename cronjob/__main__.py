@@ -1,0 +1,3 @@
+from cronjob.cli import main
+
+main()

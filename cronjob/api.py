@@ -1,0 +1,74 @@
+"""The Python API for applications: enqueue work inside your own transaction."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from cronjob.errors import BadInput
+from cronjob.inputs import check_payload, check_text, parse_duration, parse_int, parse_positive_int
+from cronjob.store import NewRun, runs_insert_many
+
+
+def new_run(
+    job_type: str,
+    payload: Any = None,
+    *,
+    run_at: datetime | None = None,
+    delay: str | float | None = None,
+    idempotency_key: str | None = None,
+    max_attempts: int | None = None,
+    priority: int | None = None,
+    tenant_id: str | None = None,
+) -> NewRun:
+    """Validate one run's fields; raises BadInput naming the first problem."""
+    check_text(job_type, what="job type", max_length=200)
+    if run_at is not None and delay is not None:
+        raise BadInput("give either run_at or delay, not both")
+    if run_at is not None and (not isinstance(run_at, datetime) or run_at.tzinfo is None):
+        raise BadInput("run_at must be a timezone-aware datetime")
+    return NewRun(
+        job_type=job_type,
+        payload=check_payload({} if payload is None else payload),
+        run_at=run_at,
+        delay=None if delay is None else parse_duration(delay, what="delay"),
+        idempotency_key=None
+        if idempotency_key is None
+        else check_text(idempotency_key, what="idempotency key", max_length=1000),
+        max_attempts=None
+        if max_attempts is None
+        else parse_positive_int(max_attempts, what="max attempts", maximum=1000),
+        priority=None if priority is None else parse_int(priority, what="priority"),
+        tenant_id=None if tenant_id is None else check_text(str(tenant_id), what="tenant id"),
+    )
+
+
+def enqueue(
+    conn: Any,
+    job_type: str,
+    payload: Any = None,
+    *,
+    run_at: datetime | None = None,
+    delay: str | float | None = None,
+    idempotency_key: str | None = None,
+    max_attempts: int | None = None,
+    priority: int | None = None,
+    tenant_id: str | None = None,
+) -> int:
+    """Enqueue a run on `conn` and return its id.
+
+    Runs in the caller's transaction: the job exists only if that transaction
+    commits. With an `idempotency_key` that already exists, nothing is inserted
+    and the existing run's id is returned.
+    """
+    run = new_run(
+        job_type,
+        payload,
+        run_at=run_at,
+        delay=delay,
+        idempotency_key=idempotency_key,
+        max_attempts=max_attempts,
+        priority=priority,
+        tenant_id=tenant_id,
+    )
+    return runs_insert_many(conn, [run])[0].id

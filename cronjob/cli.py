@@ -1,0 +1,104 @@
+"""The command line: options and environment → settings → one library call → render → exit code.
+
+Subcommands live in cronjob.commands and are imported only when invoked, so an
+idle `jobrunner tick` pays for nothing it does not use.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from cronjob.errors import JobrunnerError
+
+COMMANDS = {
+    "migrate": "cronjob.commands.migrate:migrate",
+    "tick": "cronjob.commands.tick:tick",
+    "enqueue": "cronjob.commands.runs:enqueue",
+    "retry": "cronjob.commands.runs:retry",
+    "cancel": "cronjob.commands.runs:cancel",
+    "list": "cronjob.commands.runs:list_runs",
+    "show": "cronjob.commands.runs:show",
+    "demo": "cronjob.commands.demo:demo",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module, _, attr = target.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="pg-jobrunner", prog_name="jobrunner")
+def cli() -> None:
+    """Background jobs on the PostgreSQL you already run, woken by cron.
+
+    Cron runs `jobrunner tick` every minute on each host; the database decides
+    what is due and hands each run to exactly one tick.
+    """
+
+
+def database_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--database-url and --handlers, shared by every command that reaches the database."""
+    func = click.option(
+        "--handlers",
+        envvar="JOBRUNNER_HANDLERS",
+        metavar="MODULES",
+        help="Comma-separated handler modules to import [env: JOBRUNNER_HANDLERS]. "
+        "Modules of the `jobrunner.handlers` entry-point group load too.",
+    )(func)
+    return click.option(
+        "--database-url",
+        metavar="URL",
+        help="PostgreSQL URL [env: JOBRUNNER_DATABASE_URL, then DATABASE_URL]. "
+        "With none, the embedded server in the user's data directory.",
+    )(func)
+
+
+def json_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--json", "as_json", is_flag=True, help="Machine output on stdout.")(func)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: library errors become one line on stderr and an exit code."""
+    try:
+        code = cli.main(args=argv, prog_name="jobrunner", standalone_mode=False)
+    except click.Abort:
+        click.echo("jobrunner: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except JobrunnerError as exc:
+        click.echo(f"jobrunner: error: {_one_line(exc)}", err=True)
+        sys.exit(exc.exit_code)
+    except Exception as exc:
+        from cronjob.db import describe
+
+        if _is_database_error(exc):
+            click.echo(f"jobrunner: error: database: {describe(exc)}", err=True)
+            sys.exit(1)
+        raise
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _is_database_error(exc: BaseException) -> bool:
+    module = type(exc).__module__
+    return module.startswith("psycopg")
+
+
+def _one_line(exc: BaseException) -> str:
+    from cronjob.db import redact
+
+    return redact(" ".join(str(exc).split()))

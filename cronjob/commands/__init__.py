@@ -1,0 +1,54 @@
+"""Subcommands, and what they share: turning settings into a ready connection."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cronjob.settings import Settings
+
+
+class Database:
+    """A resolved database: where it is, and how to open more connections to it."""
+
+    def __init__(self, url: str, source: str) -> None:
+        self.url = url
+        self.source = source
+
+    def connect(self, *, autocommit: bool = True) -> Any:
+        from cronjob.db import connect
+
+        return connect(self.url, autocommit=autocommit)
+
+
+def open_database(settings: Settings, *, require_schema: bool = True) -> tuple[Database, Any]:
+    """Resolve the URL, connect, and check the schema (migrating the embedded server)."""
+    from cronjob import db
+
+    url, source = db.resolve_url(settings.database_url)
+    database = Database(url, source)
+    conn = database.connect()
+    if source == "embedded":
+        from cronjob import migrate
+        from cronjob.log import get_logger
+
+        applied = migrate.apply(conn)
+        get_logger().info(
+            "using the embedded PostgreSQL server",
+            data_dir=str(_embedded_dir()),
+            **({"migrated": [m.version for m in applied]} if applied else {}),
+        )
+    elif require_schema:
+        db.require_schema(conn)
+    return database, conn
+
+
+def _embedded_dir() -> Any:
+    from cronjob.embedded import data_dir
+
+    return data_dir()
+
+
+def load_handlers(settings: Settings) -> None:
+    from cronjob.handlers import load_handler_modules
+
+    load_handler_modules(list(settings.handler_modules))

@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+import click
+
+from cronjob.cli import database_options
+from cronjob.settings import Settings
+
+
+@click.command()
+@database_options
+def migrate(database_url: str | None, handlers: str | None) -> None:
+    """Apply pending schema migrations.
+
+    Safe to run from several hosts at once: they queue on an advisory lock and
+    the later ones find the work done.
+    """
+    from cronjob import db
+    from cronjob import migrate as migrations
+    from cronjob.log import get_logger
+
+    url, source = db.resolve_url(Settings.build(database_url).database_url)
+    conn = db.connect(url)
+    try:
+        applied = migrations.apply(conn)
+    finally:
+        conn.close()
+    log = get_logger()
+    if applied:
+        log.info(
+            "migrated", applied=[f"{m.version:04d}_{m.name}" for m in applied], database=source
+        )
+    else:
+        log.info("schema up to date", version=migrations.latest_shipped_version(), database=source)

@@ -1,0 +1,120 @@
+"""Connections: where the database is, how to reach it, and whether its schema is ready.
+
+Driver errors are translated here, once, into the project's own errors, with any
+password removed from the message.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from cronjob.errors import DatabaseUnavailable, SchemaNotReady
+
+URL_ENV_VARS = ("JOBRUNNER_DATABASE_URL", "DATABASE_URL")
+
+# The runner's own statements must never hang a tick behind a stuck lock.
+RUNNER_OPTIONS = (
+    "-c statement_timeout=30000 -c lock_timeout=5000 -c idle_in_transaction_session_timeout=600000"
+)
+
+_PASSWORD_IN_URL = re.compile(r"(://[^:/@\s]*:)([^@\s]*)(@)")
+_PASSWORD_PARAM = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+
+
+def redact(text: str) -> str:
+    """Remove passwords from URLs and key=value connection strings in `text`."""
+    text = _PASSWORD_IN_URL.sub(r"\1***\3", text)
+    return _PASSWORD_PARAM.sub(r"\1***", text)
+
+
+def resolve_url(explicit: str | None) -> tuple[str, str]:
+    """The database URL and where it came from (a flag, a variable, or the embedded server)."""
+    if explicit:
+        return explicit, "--database-url"
+    for name in URL_ENV_VARS:
+        value = os.environ.get(name)
+        if value:
+            return value, name
+    from cronjob import embedded
+
+    return embedded.url(), "embedded"
+
+
+def connect(
+    url: str,
+    *,
+    autocommit: bool = True,
+    attempts: int = 3,
+    retry_delay: float = 0.5,
+    application_name: str = "jobrunner",
+) -> Any:
+    """Open a connection, retrying briefly: a restarting server gets a few seconds."""
+    import psycopg
+
+    last: Exception | None = None
+    for attempt in range(attempts):
+        try:
+            return psycopg.connect(
+                url,
+                autocommit=autocommit,
+                connect_timeout=5,
+                application_name=application_name,
+                options=RUNNER_OPTIONS,
+                # Prepared statements are off: they break behind PgBouncer in
+                # transaction mode, and our statements are cheap to plan.
+                prepare_threshold=None,
+            )
+        except psycopg.OperationalError as exc:
+            last = exc
+            if attempt + 1 < attempts:
+                time.sleep(retry_delay * (attempt + 1))
+        except psycopg.ProgrammingError as exc:
+            raise DatabaseUnavailable(f"invalid database URL: {describe(exc)}") from None
+    assert last is not None
+    raise DatabaseUnavailable(f"cannot connect to the database: {describe(last)}") from None
+
+
+def describe(exc: BaseException) -> str:
+    """One line, no password."""
+    message = " ".join(str(exc).split()) or type(exc).__name__
+    return redact(message)
+
+
+LATEST_VERSION_SQL = "SELECT coalesce(max(version), 0) FROM jobrunner_migrations"
+
+
+def require_schema(conn: Any) -> None:
+    """Refuse to work on a missing or outdated schema."""
+    import psycopg
+
+    from cronjob.migrate import latest_shipped_version
+
+    try:
+        row = conn.execute(LATEST_VERSION_SQL).fetchone()
+    except psycopg.errors.UndefinedTable:
+        if not conn.autocommit:
+            conn.rollback()
+        raise SchemaNotReady(
+            "the jobrunner schema is missing from this database: run `jobrunner migrate`"
+        ) from None
+    current, latest = row[0], latest_shipped_version()
+    if current < latest:
+        raise SchemaNotReady(
+            f"the jobrunner schema is at version {current}, this jobrunner needs {latest}: "
+            "run `jobrunner migrate`"
+        )
+    if current > latest:
+        raise SchemaNotReady(
+            f"the jobrunner schema is at version {current}, newer than this jobrunner "
+            f"understands ({latest}): upgrade jobrunner"
+        )
+
+
+def migrations_dir() -> Path:
+    here = Path(__file__).resolve().parent
+    shipped = here / "sql"
+    return shipped if shipped.is_dir() else here.parent / "sql"

@@ -1,0 +1,29 @@
+"""Built-in example handlers for `jobrunner demo`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cronjob.handlers import Backoff, Fail, handler
+
+# No backoff, so the demo's retry happens within the same tick.
+_IMMEDIATE = Backoff(base=0, cap=0)
+
+
+@handler("demo.greet", max_attempts=3, backoff=_IMMEDIATE)
+def greet(ctx: Any, payload: dict[str, Any]) -> None:
+    ctx.log.info("hello", name=payload.get("name", "world"))
+
+
+@handler("demo.flaky", max_attempts=3, backoff=_IMMEDIATE)
+def flaky(ctx: Any, payload: dict[str, Any]) -> None:
+    if ctx.attempt == 1:
+        raise ConnectionError("the mail server hung up (it will work next time)")
+    ctx.log.info("sent on a later attempt", attempt=ctx.attempt)
+
+
+@handler("demo.broken", max_attempts=2, backoff=_IMMEDIATE)
+def broken(ctx: Any, payload: dict[str, Any]) -> None:
+    if payload.get("permanent"):
+        raise Fail("the account was deleted: nothing to retry")
+    raise ValueError(f"cannot parse invoice {payload.get('invoice')!r}")

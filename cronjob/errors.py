@@ -1,0 +1,35 @@
+"""The error hierarchy. Each error carries the exit code the command line uses for it."""
+
+from __future__ import annotations
+
+
+class JobrunnerError(Exception):
+    """Base class: a command could not do its work (exit 1)."""
+
+    exit_code = 1
+
+
+class BadInput(JobrunnerError):
+    """Bad usage or bad input; nothing was written (exit 2)."""
+
+    exit_code = 2
+
+
+class HandlerImportError(BadInput):
+    """A handler module could not be imported."""
+
+
+class DatabaseUnavailable(JobrunnerError):
+    """The database could not be reached."""
+
+
+class SchemaNotReady(JobrunnerError):
+    """The schema is missing or older than this version of jobrunner."""
+
+
+class RunNotFound(JobrunnerError):
+    """No run has the given id."""
+
+
+class InvalidTransition(JobrunnerError):
+    """The run is in a state that does not allow the requested change."""

@@ -1,0 +1,143 @@
+"""The handler registry, the @handler decorator, and loading handler modules."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from cronjob.errors import BadInput, HandlerImportError
+from cronjob.inputs import parse_duration
+
+DEFAULT_MAX_ATTEMPTS = 5
+DEFAULT_LEASE = 120.0
+DEFAULT_BACKOFF_BASE = 15.0
+DEFAULT_BACKOFF_CAP = 3600.0
+ENTRY_POINT_GROUP = "jobrunner.handlers"
+
+
+class Retry(Exception):
+    """Raise from a handler to retry after `delay` (a duration or seconds)."""
+
+    def __init__(self, delay: str | float = 0, reason: str = "retry requested") -> None:
+        self.delay = parse_duration(delay, what="retry delay")
+        super().__init__(reason)
+
+
+class Fail(Exception):
+    """Raise from a handler to give up at once: the run goes straight to `dead`."""
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Exponential backoff with full jitter: uniform(0, min(cap, base * 2**(attempt-1)))."""
+
+    base: float = DEFAULT_BACKOFF_BASE
+    cap: float = DEFAULT_BACKOFF_CAP
+
+    @classmethod
+    def of(cls, value: Backoff | tuple[Any, Any] | str | float | None) -> Backoff:
+        if value is None:
+            return cls()
+        if isinstance(value, Backoff):
+            return value
+        if isinstance(value, tuple):
+            base, cap = value
+            return cls(
+                parse_duration(base, what="backoff base"), parse_duration(cap, what="backoff cap")
+            )
+        return cls(base=parse_duration(value, what="backoff base"))
+
+
+@dataclass(frozen=True)
+class HandlerSpec:
+    job_type: str
+    func: Callable[..., Any]
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    backoff: Backoff = Backoff()
+    lease: float = DEFAULT_LEASE
+    timeout: float | None = None
+
+
+_registry: dict[str, HandlerSpec] = {}
+
+
+def handler(
+    job_type: str,
+    *,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    backoff: Backoff | tuple[Any, Any] | str | float | None = None,
+    lease: str | float = DEFAULT_LEASE,
+    timeout: str | float | None = None,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register `func(ctx, payload)` as the handler for `job_type`."""
+    if not isinstance(job_type, str) or not job_type.strip():
+        raise ValueError("job type must be a non-empty string")
+    if not isinstance(max_attempts, int) or max_attempts < 1:
+        raise ValueError(f"max_attempts for {job_type!r} must be a positive integer")
+    spec_backoff = Backoff.of(backoff)
+    spec_lease = parse_duration(lease, what="lease")
+    if spec_lease < 1:
+        raise ValueError(f"lease for {job_type!r} must be at least 1s")
+    spec_timeout = None if timeout is None else parse_duration(timeout, what="timeout")
+
+    def register(func: Callable[..., Any]) -> Callable[..., Any]:
+        _registry[job_type] = HandlerSpec(
+            job_type, func, max_attempts, spec_backoff, spec_lease, spec_timeout
+        )
+        return func
+
+    return register
+
+
+def registry() -> dict[str, HandlerSpec]:
+    return _registry
+
+
+def load_handler_modules(names: list[str], *, entry_points: bool = True) -> None:
+    """Import handler modules; their @handler decorators fill the registry."""
+    for name in names:
+        name = name.strip()
+        if not name:
+            continue
+        try:
+            importlib.import_module(name)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:
+            raise HandlerImportError(
+                f"cannot import handler module {name!r}: {type(exc).__name__}: {_one_line(exc)}"
+            ) from None
+    if entry_points:
+        _load_entry_points()
+
+
+def _load_entry_points() -> None:
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            ep.load()
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:
+            raise HandlerImportError(
+                f"cannot import handler module {ep.value!r} (entry point {ep.name!r}): "
+                f"{type(exc).__name__}: {_one_line(exc)}"
+            ) from None
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or "(no message)"
+
+
+def require_types(types: list[str] | None) -> dict[str, HandlerSpec]:
+    """The handlers this tick may claim for, optionally narrowed by `--types`."""
+    available = registry()
+    if not types:
+        return dict(available)
+    missing = [t for t in types if t not in available]
+    if missing:
+        raise BadInput(f"no handler registered for job type(s): {', '.join(missing)}")
+    return {t: available[t] for t in types}

@@ -1,0 +1,138 @@
+"""Values that flow through a tick: runs, outcomes, decisions, reports."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+
+class Status(str, enum.Enum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL = frozenset({Status.SUCCEEDED, Status.DEAD, Status.CANCELLED})
+
+
+@dataclass(frozen=True)
+class ClaimedRun:
+    """A run this tick holds the lease on."""
+
+    id: int
+    job_type: str
+    payload: Any
+    tenant_id: str | None
+    scheduled_for: datetime | None
+    attempt: int
+    max_attempts: int
+    lease_token: UUID
+    locked_until: datetime
+
+
+@dataclass(frozen=True)
+class Run:
+    """A row of job_runs as shown to users."""
+
+    id: int
+    definition_id: int | None
+    job_type: str
+    payload: Any
+    tenant_id: str | None
+    scheduled_for: datetime | None
+    run_at: datetime
+    status: Status
+    attempts: int
+    max_attempts: int
+    priority: int
+    idempotency_key: str | None
+    locked_by: str | None
+    locked_until: datetime | None
+    last_error: str | None
+    error_type: str | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """A failed attempt, kept so `show` can explain a dead run."""
+
+    attempt: int
+    worker: str | None
+    error_type: str
+    message: str | None
+    traceback: str | None
+    started_at: datetime | None
+    finished_at: datetime
+
+
+# What a handler did: exactly one of these comes back from running it.
+@dataclass(frozen=True)
+class Succeeded:
+    pass
+
+
+@dataclass(frozen=True)
+class Errored:
+    error_type: str
+    message: str
+    traceback: str | None = None
+    retry_delay: float | None = None  # set by Retry(delay=...)
+    permanent: bool = False  # set by Fail(...)
+
+
+Outcome = Succeeded | Errored
+
+
+# What the runner will write: built only by the constructors in transitions.py.
+@dataclass(frozen=True)
+class Decision:
+    run: ClaimedRun
+    status: Status
+    retry_delay: float | None = None
+    error: Errored | None = None
+    duration: float = 0.0
+
+
+@dataclass
+class TickReport:
+    """What one tick did, for the summary line and for tests."""
+
+    materialized: int = 0
+    rescued: int = 0
+    claimed: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    dead: int = 0
+    lost: int = 0  # outcome discarded: lease lost, run cancelled or re-claimed
+    handed_back: int = 0
+    stopped_by: str | None = None
+    elapsed: float = 0.0
+    by_type: dict[str, int] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "materialized": self.materialized,
+            "rescued": self.rescued,
+            "claimed": self.claimed,
+            "succeeded": self.succeeded,
+            "failed": self.failed,
+            "dead": self.dead,
+            "lost": self.lost,
+            "handed_back": self.handed_back,
+            "elapsed_s": round(self.elapsed, 3),
+            **({"stopped_by": self.stopped_by} if self.stopped_by else {}),
+        }

@@ -1,0 +1,225 @@
+"""Every runtime SQL statement, named entity-verb-qualifier, in one place.
+
+Time-dependent statements take an optional `now` parameter so tests can drive the
+clock; in production it is NULL and the database clock decides.
+"""
+
+from __future__ import annotations
+
+_NOW = "coalesce(%(now)s::timestamptz, now())"
+
+RUN_COLUMNS = (
+    "id, definition_id, job_type, payload, tenant_id, scheduled_for, run_at, status, attempts,"
+    " max_attempts, priority, idempotency_key, locked_by, locked_until, last_error, error_type,"
+    " started_at, finished_at, created_at, updated_at"
+)
+
+# Ids are drawn from the sequence up front so each input row can be matched to
+# the id it got, whether it was inserted now or already existed under its key.
+RUN_INSERT_MANY = f"""
+WITH input AS (
+    SELECT nextval('job_runs_id_seq') AS new_id, i.*
+    FROM unnest(
+        %(job_types)s::text[], %(payloads)s::text[], %(run_ats)s::timestamptz[],
+        %(delays)s::float8[], %(keys)s::text[], %(max_attempts)s::int[],
+        %(priorities)s::int[], %(tenants)s::text[]
+    ) WITH ORDINALITY AS i(job_type, payload, run_at, delay, idempotency_key, max_attempts,
+                           priority, tenant_id, ord)
+),
+inserted AS (
+    INSERT INTO job_runs (id, job_type, payload, run_at, idempotency_key, max_attempts,
+                          priority, tenant_id, created_at, updated_at)
+    SELECT new_id, job_type, payload::jsonb,
+           coalesce(run_at, {_NOW} + make_interval(secs => coalesce(delay, 0))),
+           idempotency_key, max_attempts, coalesce(priority, 0), tenant_id, {_NOW}, {_NOW}
+    FROM input ORDER BY ord
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id, idempotency_key
+)
+SELECT i.ord, i.idempotency_key,
+       coalesce(mine.id, same_key.id, existing.id) AS id,
+       mine.id IS NOT NULL AS created
+FROM input i
+LEFT JOIN inserted mine ON mine.id = i.new_id
+LEFT JOIN inserted same_key ON mine.id IS NULL AND same_key.idempotency_key = i.idempotency_key
+LEFT JOIN job_runs existing ON mine.id IS NULL AND same_key.id IS NULL
+                           AND existing.idempotency_key = i.idempotency_key
+ORDER BY i.ord
+"""
+
+RUN_GET_IDS_BY_KEY = (
+    "SELECT idempotency_key, id FROM job_runs WHERE idempotency_key = ANY(%(keys)s)"
+)
+
+# The locking subquery is a MATERIALIZED CTE: as `WHERE id IN (SELECT ... LIMIT n)`
+# the planner may re-run it and claim more than n rows.
+RUN_CLAIM_MANY = f"""
+WITH c AS MATERIALIZED (
+    SELECT id FROM job_runs
+    WHERE status IN ('queued', 'failed') AND run_at <= {_NOW}
+      AND job_type = ANY(%(job_types)s)
+    ORDER BY priority, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+spec AS (
+    SELECT * FROM unnest(%(job_types)s::text[], %(leases)s::float8[], %(max_attempts)s::int[])
+        AS s(job_type, lease, max_attempts)
+)
+UPDATE job_runs r
+SET status = 'running',
+    attempts = r.attempts + 1,
+    max_attempts = coalesce(r.max_attempts, spec.max_attempts),
+    locked_by = %(worker)s,
+    locked_until = {_NOW} + make_interval(secs => spec.lease),
+    lease_token = gen_random_uuid(),
+    started_at = {_NOW},
+    updated_at = {_NOW}
+FROM c, spec
+WHERE r.id = c.id AND spec.job_type = r.job_type
+RETURNING r.id, r.job_type, r.payload, r.tenant_id, r.scheduled_for, r.attempts,
+          r.max_attempts, r.lease_token, r.locked_until
+"""
+
+# One guarded write for a batch of mixed outcomes: a row changes only while its
+# caller still holds the lease token, so a worker that lost its lease (stalled,
+# cancelled, re-claimed) can never overwrite a newer outcome. Failed attempts are
+# recorded in the same statement.
+RUN_FINALIZE_MANY = f"""
+WITH o AS (
+    SELECT * FROM unnest(
+        %(ids)s::bigint[], %(tokens)s::uuid[], %(statuses)s::text[], %(delays)s::float8[],
+        %(error_types)s::text[], %(messages)s::text[], %(tracebacks)s::text[]
+    ) AS o(id, lease_token, status, delay, error_type, message, traceback)
+),
+done AS (
+    UPDATE job_runs r
+    SET status = o.status,
+        run_at = CASE WHEN o.status = 'failed'
+                      THEN {_NOW} + make_interval(secs => o.delay) ELSE r.run_at END,
+        finished_at = CASE WHEN o.status IN ('succeeded', 'dead') THEN {_NOW} END,
+        last_error = coalesce(o.message, r.last_error),
+        error_type = coalesce(o.error_type, r.error_type),
+        locked_by = NULL, locked_until = NULL, lease_token = NULL,
+        updated_at = {_NOW}
+    FROM o
+    WHERE r.id = o.id AND r.lease_token = o.lease_token AND r.status = 'running'
+    RETURNING r.id, r.attempts, r.started_at, o.status,
+              o.error_type, o.message, o.traceback
+),
+history AS (
+    INSERT INTO job_attempts (run_id, attempt, worker, error_type, message, traceback,
+                              started_at, finished_at)
+    SELECT id, attempts, %(worker)s, error_type, message, traceback, started_at, {_NOW}
+    FROM done WHERE status IN ('failed', 'dead')
+)
+SELECT id FROM done
+"""
+
+# Renew every lease this tick holds in one statement; runs missing from the
+# result were cancelled or re-claimed, and their handlers must be told.
+RUN_HEARTBEAT_MANY = f"""
+UPDATE job_runs r
+SET locked_until = {_NOW} + make_interval(secs => o.lease), updated_at = {_NOW}
+FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(leases)s::float8[])
+    AS o(id, lease_token, lease)
+WHERE r.id = o.id AND r.lease_token = o.lease_token AND r.status = 'running'
+RETURNING r.id, r.locked_until
+"""
+
+# Unfinished work goes back as if never claimed: due now, the attempt not counted.
+RUN_HAND_BACK_MANY = f"""
+UPDATE job_runs r
+SET status = CASE WHEN r.attempts > 1 THEN 'failed' ELSE 'queued' END,
+    attempts = r.attempts - 1,
+    run_at = {_NOW},
+    locked_by = NULL, locked_until = NULL, lease_token = NULL,
+    started_at = NULL,
+    updated_at = {_NOW}
+FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS o(id, lease_token)
+WHERE r.id = o.id AND r.lease_token = o.lease_token AND r.status = 'running'
+RETURNING r.id
+"""
+
+# Crash recovery: a running run whose lease expired lost its worker. The lost
+# attempt is recorded, and the run is due again or, out of attempts, dead.
+RUN_RESCUE_MANY = f"""
+WITH expired AS (
+    SELECT id, locked_by FROM job_runs
+    WHERE status = 'running' AND locked_until < {_NOW}
+    ORDER BY locked_until
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+rescued AS (
+    UPDATE job_runs r
+    SET status = CASE WHEN r.attempts >= coalesce(r.max_attempts, 1) THEN 'dead' ELSE 'failed' END,
+        run_at = {_NOW},
+        finished_at = CASE WHEN r.attempts >= coalesce(r.max_attempts, 1) THEN {_NOW} END,
+        last_error = 'lease expired: the worker ' || coalesce(r.locked_by, '?')
+                     || ' stopped heartbeating (crashed, killed or stalled)',
+        error_type = 'lease_expired',
+        locked_by = NULL, locked_until = NULL, lease_token = NULL,
+        updated_at = {_NOW}
+    FROM expired e
+    WHERE r.id = e.id
+    RETURNING r.id, r.attempts, e.locked_by, r.started_at, r.last_error, r.status
+)
+INSERT INTO job_attempts (run_id, attempt, worker, error_type, message, started_at, finished_at)
+SELECT id, attempts, locked_by, 'lease_expired', last_error, started_at, {_NOW} FROM rescued
+RETURNING run_id
+"""
+
+RUN_GET = f"SELECT {RUN_COLUMNS} FROM job_runs WHERE id = %(id)s"
+
+RUN_ATTEMPTS_GET = """
+SELECT attempt, worker, error_type, message, traceback, started_at, finished_at
+FROM job_attempts WHERE run_id = %(id)s ORDER BY attempt, id
+"""
+
+# retry: due now, lock cleared; dead and cancelled runs get a fresh attempt budget.
+RUN_RETRY_MANY = f"""
+WITH target AS (
+    SELECT id, status FROM job_runs WHERE id = ANY(%(ids)s) ORDER BY id FOR UPDATE
+),
+changed AS (
+    UPDATE job_runs r
+    SET status = CASE WHEN t.status IN ('dead', 'cancelled') OR r.attempts = 0
+                      THEN 'queued' ELSE 'failed' END,
+        attempts = CASE WHEN t.status IN ('dead', 'cancelled') THEN 0 ELSE r.attempts END,
+        run_at = {_NOW},
+        finished_at = NULL,
+        locked_by = NULL, locked_until = NULL, lease_token = NULL,
+        updated_at = {_NOW}
+    FROM target t
+    WHERE r.id = t.id AND t.status <> 'succeeded'
+    RETURNING r.id
+)
+SELECT t.id, t.status, c.id IS NOT NULL AS changed
+FROM target t LEFT JOIN changed c USING (id)
+"""
+
+RUN_CANCEL_MANY = f"""
+WITH target AS (
+    SELECT id, status FROM job_runs WHERE id = ANY(%(ids)s) ORDER BY id FOR UPDATE
+),
+changed AS (
+    UPDATE job_runs r
+    SET status = 'cancelled', finished_at = {_NOW},
+        locked_by = NULL, locked_until = NULL, lease_token = NULL,
+        updated_at = {_NOW}
+    FROM target t
+    WHERE r.id = t.id AND t.status IN ('queued', 'failed', 'running')
+    RETURNING r.id
+)
+SELECT t.id, t.status, c.id IS NOT NULL AS changed
+FROM target t LEFT JOIN changed c USING (id)
+"""
+
+RUN_LIST = f"""
+SELECT {RUN_COLUMNS} FROM job_runs
+WHERE (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s))
+  AND (%(job_types)s::text[] IS NULL OR job_type = ANY(%(job_types)s))
+ORDER BY id DESC
+LIMIT %(limit)s
+"""

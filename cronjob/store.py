@@ -1,0 +1,195 @@
+"""One function per query: takes a connection, returns models, never commits on its own."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from cronjob import queries
+from cronjob.models import Attempt, ClaimedRun, Decision, Run, Status
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """A run to enqueue, already validated."""
+
+    job_type: str
+    payload: Any = None
+    run_at: datetime | None = None
+    delay: float | None = None
+    idempotency_key: str | None = None
+    max_attempts: int | None = None
+    priority: int | None = None
+    tenant_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    id: int
+    created: bool
+
+
+@dataclass(frozen=True)
+class Change:
+    """The result of retry/cancel for one id: its status before, and whether it changed."""
+
+    id: int
+    previous: Status | None  # None: no such run
+    changed: bool
+
+
+def runs_insert_many(
+    conn: Any, runs: Sequence[NewRun], *, now: datetime | None = None
+) -> list[Enqueued]:
+    if not runs:
+        return []
+    params = {
+        "job_types": [r.job_type for r in runs],
+        "payloads": [json.dumps({} if r.payload is None else r.payload) for r in runs],
+        "run_ats": [r.run_at for r in runs],
+        "delays": [r.delay for r in runs],
+        "keys": [r.idempotency_key for r in runs],
+        "max_attempts": [r.max_attempts for r in runs],
+        "priorities": [r.priority for r in runs],
+        "tenants": [r.tenant_id for r in runs],
+        "now": now,
+    }
+    rows = conn.execute(queries.RUN_INSERT_MANY, params).fetchall()
+    ids: list[int | None] = [row[2] for row in rows]
+    missing = [rows[i][1] for i, run_id in enumerate(ids) if run_id is None]
+    if missing:
+        # Another transaction inserted these keys while ours waited on them; they
+        # are visible now, in a statement with a fresh snapshot.
+        found = dict(conn.execute(queries.RUN_GET_IDS_BY_KEY, {"keys": missing}).fetchall())
+        ids = [found[rows[i][1]] if run_id is None else run_id for i, run_id in enumerate(ids)]
+    return [Enqueued(int(run_id), bool(row[3])) for run_id, row in zip(ids, rows, strict=False)]  # type: ignore[arg-type]
+
+
+def runs_claim_many(
+    conn: Any,
+    *,
+    job_types: Sequence[str],
+    leases: Sequence[float],
+    max_attempts: Sequence[int],
+    limit: int,
+    worker: str,
+    now: datetime | None = None,
+) -> list[ClaimedRun]:
+    rows = conn.execute(
+        queries.RUN_CLAIM_MANY,
+        {
+            "job_types": list(job_types),
+            "leases": list(leases),
+            "max_attempts": list(max_attempts),
+            "limit": limit,
+            "worker": worker,
+            "now": now,
+        },
+    ).fetchall()
+    return [ClaimedRun(*row) for row in rows]
+
+
+def runs_finalize_many(
+    conn: Any, decisions: Sequence[Decision], *, worker: str, now: datetime | None = None
+) -> set[int]:
+    """Apply decisions; returns the ids whose lease was still held (the others are lost)."""
+    if not decisions:
+        return set()
+    params: dict[str, Any] = {
+        "ids": [], "tokens": [], "statuses": [], "delays": [],
+        "error_types": [], "messages": [], "tracebacks": [], "worker": worker, "now": now,
+    }  # fmt: skip
+    for d in decisions:
+        params["ids"].append(d.run.id)
+        params["tokens"].append(d.run.lease_token)
+        params["statuses"].append(d.status.value)
+        params["delays"].append(d.retry_delay)
+        params["error_types"].append(d.error.error_type if d.error else None)
+        params["messages"].append(d.error.message if d.error else None)
+        params["tracebacks"].append(d.error.traceback if d.error else None)
+    return {row[0] for row in conn.execute(queries.RUN_FINALIZE_MANY, params).fetchall()}
+
+
+def runs_heartbeat_many(
+    conn: Any, runs: Sequence[ClaimedRun], leases: Sequence[float], *, now: datetime | None = None
+) -> dict[int, datetime]:
+    """Renew leases; returns the new lease expiry of each run still held."""
+    rows = conn.execute(
+        queries.RUN_HEARTBEAT_MANY,
+        {
+            "ids": [r.id for r in runs],
+            "tokens": [r.lease_token for r in runs],
+            "leases": list(leases),
+            "now": now,
+        },
+    ).fetchall()
+    return dict(rows)
+
+
+def runs_hand_back_many(
+    conn: Any, runs: Sequence[ClaimedRun], *, now: datetime | None = None
+) -> set[int]:
+    if not runs:
+        return set()
+    rows = conn.execute(
+        queries.RUN_HAND_BACK_MANY,
+        {"ids": [r.id for r in runs], "tokens": [r.lease_token for r in runs], "now": now},
+    ).fetchall()
+    return {row[0] for row in rows}
+
+
+def runs_rescue_many(conn: Any, *, limit: int = 1000, now: datetime | None = None) -> list[int]:
+    rows = conn.execute(queries.RUN_RESCUE_MANY, {"limit": limit, "now": now}).fetchall()
+    return [row[0] for row in rows]
+
+
+def run_get(conn: Any, run_id: int) -> Run | None:
+    row = conn.execute(queries.RUN_GET, {"id": run_id}).fetchone()
+    return _run(row) if row else None
+
+
+def run_attempts_get(conn: Any, run_id: int) -> list[Attempt]:
+    return [Attempt(*row) for row in conn.execute(queries.RUN_ATTEMPTS_GET, {"id": run_id})]
+
+
+def runs_list(
+    conn: Any,
+    *,
+    statuses: Sequence[str] | None = None,
+    job_types: Sequence[str] | None = None,
+    limit: int = 50,
+) -> list[Run]:
+    rows = conn.execute(
+        queries.RUN_LIST,
+        {
+            "statuses": list(statuses) if statuses else None,
+            "job_types": list(job_types) if job_types else None,
+            "limit": limit,
+        },
+    ).fetchall()
+    return [_run(row) for row in rows]
+
+
+def runs_retry_many(conn: Any, ids: Sequence[int], *, now: datetime | None = None) -> list[Change]:
+    return _changes(conn, queries.RUN_RETRY_MANY, ids, now)
+
+
+def runs_cancel_many(conn: Any, ids: Sequence[int], *, now: datetime | None = None) -> list[Change]:
+    return _changes(conn, queries.RUN_CANCEL_MANY, ids, now)
+
+
+def _changes(conn: Any, sql: str, ids: Sequence[int], now: datetime | None) -> list[Change]:
+    found = {
+        row[0]: Change(row[0], Status(row[1]), row[2])
+        for row in conn.execute(sql, {"ids": list(ids), "now": now}).fetchall()
+    }
+    return [found.get(i, Change(i, None, False)) for i in ids]
+
+
+def _run(row: Sequence[Any]) -> Run:
+    values = list(row)
+    values[7] = Status(values[7])
+    return Run(*values)

@@ -1,0 +1,140 @@
+"""Fixtures: a real PostgreSQL server, a migrated database per test session,
+tables emptied between tests, and helpers to run the command line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import conninfo
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _server_url() -> str:
+    explicit = os.environ.get("JOBRUNNER_TEST_DATABASE_URL")
+    if explicit:
+        return explicit
+    from cronjob import embedded
+
+    return embedded.url()
+
+
+def _with_dbname(url: str, dbname: str) -> str:
+    params = conninfo.conninfo_to_dict(url)
+    params["dbname"] = dbname
+    return conninfo.make_conninfo(**params)
+
+
+@pytest.fixture(scope="session")
+def server_url() -> str:
+    return _server_url()
+
+
+@pytest.fixture(scope="session")
+def database_url(server_url: str) -> Iterator[str]:
+    """A freshly migrated database of this test session's own."""
+    from cronjob import migrate
+
+    name = f"jobrunner_test_{os.getpid()}"
+    with psycopg.connect(server_url, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    url = _with_dbname(server_url, name)
+    with psycopg.connect(url, autocommit=True) as conn:
+        migrate.apply(conn)
+    yield url
+    with psycopg.connect(server_url, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def db_url(database_url: str) -> str:
+    """The session database with every jobrunner table emptied."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT quote_ident(tablename) FROM pg_tables WHERE schemaname = 'public'"
+                " AND tablename <> 'jobrunner_migrations'"
+            )
+        ]
+        if tables:
+            conn.execute(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE")
+    return database_url
+
+
+@pytest.fixture
+def conn(db_url: str) -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(db_url, autocommit=True) as c:
+        yield c
+
+
+@pytest.fixture(autouse=True)
+def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("JOBRUNNER_DATABASE_URL", "DATABASE_URL", "JOBRUNNER_HANDLERS",
+                 "JOBRUNNER_TENANTS_SQL"):  # fmt: skip
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def fresh_registry() -> Iterator[dict[str, Any]]:
+    """The handler registry, restored after the test."""
+    from cronjob.handlers import registry
+
+    saved = dict(registry())
+    registry().clear()
+    yield registry()
+    registry().clear()
+    registry().update(saved)
+
+
+@dataclass
+class Result:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+def run_cli(*args: str, input: str | None = None, env: dict[str, str] | None = None) -> Result:
+    """Run the command line in this process, as `jobrunner ARGS` would."""
+    from click.testing import CliRunner
+
+    from cronjob.cli import main
+
+    runner = CliRunner()
+    with runner.isolation(input=input, env=env) as (out, err, _):
+        try:
+            main(list(args))
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        return Result(code, out.getvalue().decode(), err.getvalue().decode())
+
+
+def jobrunner_process(
+    *args: str, env: dict[str, str] | None = None, **popen: Any
+) -> subprocess.Popen[str]:
+    """Start `jobrunner ARGS` as a real process, with the tests' handler modules importable."""
+    full_env = {**os.environ, **(env or {})}
+    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), full_env.get("PYTHONPATH")]))
+    return subprocess.Popen(
+        [sys.executable, "-m", "cronjob", *args],
+        env=full_env,
+        cwd=ROOT,
+        text=True,
+        stdout=popen.pop("stdout", subprocess.PIPE),
+        stderr=popen.pop("stderr", subprocess.PIPE),
+        **popen,
+    )
+
+
+def count(conn: psycopg.Connection[Any], sql: str, *params: Any) -> int:
+    return conn.execute(sql, params or None).fetchone()[0]

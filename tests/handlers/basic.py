@@ -1,0 +1,56 @@
+"""Handlers used by the tests' real `jobrunner tick` processes.
+
+Each execution appends "<run id> <attempt> <pid>" to the file named by
+JOBRUNNER_TEST_EXEC_LOG: a record kept outside the database, so tests can count
+executions independently of what the database says.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from cronjob import Fail, Retry, handler
+
+
+def record(ctx: Any) -> None:
+    path = os.environ.get("JOBRUNNER_TEST_EXEC_LOG")
+    if path:
+        line = f"{ctx.run_id} {ctx.attempt} {os.getpid()}\n".encode()
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)  # one write with O_APPEND: lines never interleave
+        finally:
+            os.close(fd)
+
+
+@handler("test.ok")
+def ok(ctx: Any, payload: Any) -> None:
+    record(ctx)
+
+
+@handler("test.sleep", lease="30s")
+def sleep(ctx: Any, payload: Any) -> None:
+    record(ctx)
+    deadline = time.monotonic() + float(payload.get("seconds", 1))
+    while time.monotonic() < deadline and not ctx.cancelled.is_set():
+        time.sleep(0.02)
+
+
+@handler("test.fail", max_attempts=3)
+def fail(ctx: Any, payload: Any) -> None:
+    record(ctx)
+    raise RuntimeError(payload.get("message", "boom"))
+
+
+@handler("test.retry_in")
+def retry_in(ctx: Any, payload: Any) -> None:
+    record(ctx)
+    raise Retry(delay=payload.get("delay", "10m"))
+
+
+@handler("test.give_up")
+def give_up(ctx: Any, payload: Any) -> None:
+    record(ctx)
+    raise Fail("permanently broken")

@@ -1,0 +1,1 @@
+raise ImportError("this handler module needs a package that is not installed")

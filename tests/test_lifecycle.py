@@ -1,0 +1,310 @@
+"""Every lifecycle transition, driven through the library on a real database.
+
+Time is driven through the database: ticks are given a `now` instead of sleeping.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+import tests.handlers.basic  # noqa: F401 - registers the test handlers
+from cronjob import store
+from cronjob.api import enqueue
+from cronjob.db import connect
+from cronjob.handlers import registry
+from cronjob.models import TickReport
+from cronjob.tick import Tick, TickOptions
+from tests.conftest import count
+
+
+def tick(db_url: str, *types: str, now: datetime | None = None, **options: Any) -> TickReport:
+    specs = {t: registry()[t] for t in (types or ["test.ok"])}
+    conn = connect(db_url)
+    try:
+        return Tick(
+            conn,
+            specs,
+            connect=lambda autocommit=True: connect(db_url, autocommit=autocommit),
+            options=TickOptions(now=now, handle_signals=False, **options),
+        ).run()
+    finally:
+        conn.close()
+
+
+def db_now(conn: psycopg.Connection[Any]) -> datetime:
+    return conn.execute("SELECT now()").fetchone()[0]
+
+
+def run_row(conn: psycopg.Connection[Any], run_id: int) -> Any:
+    run = store.run_get(conn, run_id)
+    assert run is not None
+    return run
+
+
+def test_a_queued_run_is_claimed_run_and_succeeds(db_url, conn):
+    run_id = enqueue(conn, "test.ok", {"n": 1})
+    assert run_row(conn, run_id).status == "queued"
+
+    report = tick(db_url, "test.ok")
+
+    run = run_row(conn, run_id)
+    assert (report.claimed, report.succeeded) == (1, 1)
+    assert run.status == "succeeded"
+    assert run.attempts == 1
+    assert run.finished_at is not None and run.started_at is not None
+    assert run.locked_by is None and run.locked_until is None
+
+
+def test_a_failing_run_is_retried_later_with_backoff_then_goes_dead(db_url, conn):
+    run_id = enqueue(conn, "test.fail", {"message": "smtp down"})
+
+    tick(db_url, "test.fail")
+    run = run_row(conn, run_id)
+    assert run.status == "failed"
+    assert run.attempts == 1
+    assert run.last_error == "smtp down" and run.error_type == "RuntimeError"
+    assert run.run_at > run.started_at  # backoff puts it in the future
+
+    # Not due yet: a tick now leaves it alone.
+    assert tick(db_url, "test.fail").claimed == 0
+
+    later = db_now(conn) + timedelta(days=1)
+    tick(db_url, "test.fail", now=later)
+    tick(db_url, "test.fail", now=later + timedelta(days=1))
+    run = run_row(conn, run_id)
+    assert run.status == "dead"
+    assert run.attempts == 3 == run.max_attempts
+    history = store.run_attempts_get(conn, run_id)
+    assert [a.attempt for a in history] == [1, 2, 3]
+    assert {a.error_type for a in history} == {"RuntimeError"}
+    assert all(a.traceback and "RuntimeError: smtp down" in a.traceback for a in history)
+
+
+def test_fail_sends_a_run_straight_to_dead(db_url, conn):
+    run_id = enqueue(conn, "test.give_up")
+    report = tick(db_url, "test.give_up")
+    run = run_row(conn, run_id)
+    assert report.dead == 1
+    assert (run.status, run.attempts, run.error_type) == ("dead", 1, "Fail")
+    assert run.last_error == "permanently broken"
+
+
+def test_retry_with_a_delay_makes_the_run_due_after_that_delay(db_url, conn):
+    run_id = enqueue(conn, "test.retry_in", {"delay": "10m"})
+    tick(db_url, "test.retry_in")
+    run = run_row(conn, run_id)
+    assert run.status == "failed"
+    assert timedelta(minutes=10) <= run.run_at - run.started_at < timedelta(minutes=10, seconds=5)
+
+
+def test_the_handler_max_attempts_is_written_at_first_claim(db_url, conn):
+    run_id = enqueue(conn, "test.fail")
+    assert run_row(conn, run_id).max_attempts is None
+    tick(db_url, "test.fail")
+    assert run_row(conn, run_id).max_attempts == 3
+
+
+def test_max_attempts_given_at_enqueue_wins_over_the_handler_default(db_url, conn):
+    run_id = enqueue(conn, "test.fail", max_attempts=1)
+    tick(db_url, "test.fail")
+    assert run_row(conn, run_id).status == "dead"
+
+
+def test_a_tick_claims_only_types_it_has_handlers_for(db_url, conn):
+    mine = enqueue(conn, "test.ok")
+    other = enqueue(conn, "somebody.else")
+    tick(db_url, "test.ok")
+    assert run_row(conn, mine).status == "succeeded"
+    untouched = run_row(conn, other)
+    assert (untouched.status, untouched.attempts, untouched.locked_by) == ("queued", 0, None)
+
+
+def test_runs_are_claimed_by_priority_then_due_time(db_url, conn):
+    now = db_now(conn)
+    late = enqueue(conn, "test.ok", run_at=now - timedelta(minutes=1))
+    early = enqueue(conn, "test.ok", run_at=now - timedelta(minutes=5))
+    urgent = enqueue(conn, "test.ok", priority=-1)
+    tick(db_url, "test.ok", batch_size=1, concurrency=1)
+    order = [
+        r[0] for r in conn.execute("SELECT id FROM job_runs ORDER BY finished_at, id").fetchall()
+    ]
+    assert order == [urgent, early, late]
+
+
+def test_a_run_scheduled_in_the_future_waits(db_url, conn):
+    run_id = enqueue(conn, "test.ok", delay="1h")
+    assert tick(db_url, "test.ok").claimed == 0
+    tick(db_url, "test.ok", now=db_now(conn) + timedelta(hours=1, seconds=1))
+    assert run_row(conn, run_id).status == "succeeded"
+
+
+def test_an_expired_lease_is_rescued_and_the_lost_attempt_recorded(db_url, conn):
+    run_id = enqueue(conn, "test.ok")
+    claimed = store.runs_claim_many(
+        conn, job_types=["test.ok"], leases=[60], max_attempts=[5], limit=1, worker="ghost:1"
+    )
+    assert [c.id for c in claimed] == [run_id]
+
+    # Still leased: nobody takes it.
+    assert tick(db_url, "test.ok").claimed == 0
+
+    report = tick(db_url, "test.ok", now=db_now(conn) + timedelta(minutes=2))
+    assert report.rescued == 1 and report.succeeded == 1
+    run = run_row(conn, run_id)
+    assert (run.status, run.attempts) == ("succeeded", 2)
+    [lost] = store.run_attempts_get(conn, run_id)
+    assert (lost.attempt, lost.error_type, lost.worker) == (1, "lease_expired", "ghost:1")
+    assert "lease expired" in lost.message
+
+
+def test_a_run_that_keeps_losing_its_lease_goes_dead_when_attempts_run_out(db_url, conn):
+    run_id = enqueue(conn, "test.ok", max_attempts=1)
+    store.runs_claim_many(
+        conn, job_types=["test.ok"], leases=[60], max_attempts=[5], limit=1, worker="ghost:1"
+    )
+    tick(db_url, "test.ok", now=db_now(conn) + timedelta(minutes=2))
+    run = run_row(conn, run_id)
+    assert (run.status, run.error_type) == ("dead", "lease_expired")
+
+
+def test_a_stale_worker_cannot_overwrite_a_newer_outcome(db_url, conn):
+    run_id = enqueue(conn, "test.ok")
+    [stale] = store.runs_claim_many(
+        conn, job_types=["test.ok"], leases=[60], max_attempts=[5], limit=1, worker="stale:1"
+    )
+    tick(db_url, "test.ok", now=db_now(conn) + timedelta(minutes=2))
+    assert run_row(conn, run_id).status == "succeeded"
+
+    from cronjob import transitions
+    from cronjob.models import Errored
+
+    decision = transitions.discarded(stale, Errored("RuntimeError", "late"))
+    assert store.runs_finalize_many(conn, [decision], worker="stale:1") == set()
+    assert run_row(conn, run_id).status == "succeeded"
+
+
+def test_cancel_moves_queued_and_failed_runs_to_cancelled(db_url, conn):
+    queued = enqueue(conn, "test.ok")
+    failed = enqueue(conn, "test.fail")
+    tick(db_url, "test.fail")
+    changes = store.runs_cancel_many(conn, [queued, failed, 999])
+    assert [(c.id, c.changed) for c in changes] == [(queued, True), (failed, True), (999, False)]
+    assert changes[2].previous is None
+    for run_id in (queued, failed):
+        run = run_row(conn, run_id)
+        assert run.status == "cancelled" and run.finished_at is not None
+    assert tick(db_url, "test.ok", "test.fail", now=db_now(conn) + timedelta(days=1)).claimed == 0
+
+
+def test_cancelling_a_running_run_discards_its_outcome(db_url, conn):
+    run_id = enqueue(conn, "test.ok")
+    [held] = store.runs_claim_many(
+        conn, job_types=["test.ok"], leases=[60], max_attempts=[5], limit=1, worker="w:1"
+    )
+    store.runs_cancel_many(conn, [run_id])
+    from cronjob import transitions
+
+    assert store.runs_finalize_many(conn, [transitions.succeeded(held)], worker="w:1") == set()
+    assert run_row(conn, run_id).status == "cancelled"
+
+
+def test_cancel_refuses_terminal_runs(db_url, conn):
+    run_id = enqueue(conn, "test.ok")
+    tick(db_url, "test.ok")
+    [change] = store.runs_cancel_many(conn, [run_id])
+    assert (change.changed, change.previous) == (False, "succeeded")
+
+
+def test_retry_gives_a_dead_run_a_fresh_budget_and_keeps_its_history(db_url, conn):
+    run_id = enqueue(conn, "test.give_up")
+    tick(db_url, "test.give_up")
+    assert run_row(conn, run_id).status == "dead"
+
+    [change] = store.runs_retry_many(conn, [run_id])
+    assert change.changed
+    run = run_row(conn, run_id)
+    assert (run.status, run.attempts, run.finished_at) == ("queued", 0, None)
+    assert run.run_at <= db_now(conn)
+    tick(db_url, "test.give_up")
+    assert [a.attempt for a in store.run_attempts_get(conn, run_id)] == [1, 1]
+
+
+def test_retry_makes_a_waiting_failed_run_due_now(db_url, conn):
+    run_id = enqueue(conn, "test.fail")
+    tick(db_url, "test.fail")
+    store.runs_retry_many(conn, [run_id])
+    run = run_row(conn, run_id)
+    assert (run.status, run.attempts) == ("failed", 1)
+    assert run.run_at <= db_now(conn)
+
+
+def test_retry_clears_the_lock_of_a_running_run(db_url, conn):
+    run_id = enqueue(conn, "test.ok")
+    store.runs_claim_many(
+        conn, job_types=["test.ok"], leases=[600], max_attempts=[5], limit=1, worker="w:1"
+    )
+    store.runs_retry_many(conn, [run_id])
+    run = run_row(conn, run_id)
+    assert (run.status, run.locked_by, run.locked_until) == ("failed", None, None)
+    tick(db_url, "test.ok")
+    assert run_row(conn, run_id).status == "succeeded"
+
+
+def test_retry_refuses_a_succeeded_run(db_url, conn):
+    run_id = enqueue(conn, "test.ok")
+    tick(db_url, "test.ok")
+    [change] = store.runs_retry_many(conn, [run_id])
+    assert (change.changed, change.previous) == (False, "succeeded")
+
+
+def test_hand_back_returns_a_run_as_if_never_claimed(db_url, conn):
+    run_id = enqueue(conn, "test.ok")
+    held = store.runs_claim_many(
+        conn, job_types=["test.ok"], leases=[600], max_attempts=[5], limit=1, worker="w:1"
+    )
+    assert store.runs_hand_back_many(conn, held) == {run_id}
+    run = run_row(conn, run_id)
+    assert (run.status, run.attempts, run.locked_until, run.started_at) == ("queued", 0, None, None)
+    assert run.run_at <= db_now(conn)
+
+
+def test_the_finished_at_constraint_forbids_a_terminal_run_without_a_finish_time(conn):
+    with pytest.raises(psycopg.errors.CheckViolation):
+        conn.execute("INSERT INTO job_runs (job_type, status) VALUES ('x', 'succeeded')")
+
+
+def test_enqueue_joins_the_callers_transaction(db_url, conn):
+    with psycopg.connect(db_url) as app:
+        with app.transaction():
+            enqueue(app, "test.ok", {"order": 1})
+            enqueue(app, "test.ok", {"order": 2})
+        with pytest.raises(ZeroDivisionError), app.transaction():
+            enqueue(app, "test.ok", {"order": 3})
+            1 / 0
+    orders = sorted(r[0] for r in conn.execute("SELECT payload->>'order' FROM job_runs"))
+    assert orders == ["1", "2"]
+
+
+def test_an_existing_idempotency_key_returns_the_existing_run(conn):
+    first = enqueue(conn, "test.ok", {"v": 1}, idempotency_key="weekly:1:2026-01-05")
+    again = enqueue(conn, "test.ok", {"v": 2}, idempotency_key="weekly:1:2026-01-05")
+    assert first == again
+    assert count(conn, "SELECT count(*) FROM job_runs") == 1
+    assert conn.execute("SELECT payload FROM job_runs").fetchone()[0] == {"v": 1}
+
+
+def test_duplicate_keys_within_one_batch_get_one_run(conn):
+    from cronjob.api import new_run
+
+    results = store.runs_insert_many(
+        conn,
+        [new_run("test.ok", idempotency_key="k"), new_run("test.ok"),
+         new_run("test.ok", idempotency_key="k")],
+    )  # fmt: skip
+    assert results[0].id == results[2].id != results[1].id
+    assert [r.created for r in results] == [True, True, False]
+    assert count(conn, "SELECT count(*) FROM job_runs") == 2
