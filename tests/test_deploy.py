@@ -248,10 +248,13 @@ def run_cron_command(entry: CronEntry, tmp_path: Path, *, exit_code: int) -> tup
     return result.stdout + result.stderr, syslog.read_text() if syslog.exists() else ""
 
 
-def test_crontab_tick_loads_the_env_file_and_logs_to_syslog(tmp_path: Path) -> None:
-    tick = crontab_entries()[0]
+@pytest.mark.parametrize("command", ["tick", "prune"])
+def test_crontab_tick_and_prune_load_the_env_file_and_log_to_syslog(
+    tmp_path: Path, command: str
+) -> None:
+    entry = next(e for e in crontab_entries() if jobrunner_args(e).startswith(command))
 
-    mailed, syslog = run_cron_command(tick, tmp_path, exit_code=0)
+    mailed, syslog = run_cron_command(entry, tmp_path, exit_code=0)
 
     assert mailed == ""
     assert syslog.splitlines() == ["[-t jobrunner]", '{"event": "stub"}']
