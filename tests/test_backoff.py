@@ -51,7 +51,8 @@ def test_retry_delay_asked_by_the_handler_is_used():
 
 
 def test_fail_is_dead_at_once():
-    assert decide(claimed(1), Errored("Fail", "no", permanent=True), Backoff()).status is Status.DEAD
+    decision = decide(claimed(1), Errored("Fail", "no", permanent=True), Backoff())
+    assert decision.status is Status.DEAD
 
 
 def test_success_is_succeeded():
