@@ -24,6 +24,7 @@ COMMANDS = {
     "list": "cronjob.commands.runs:list_runs",
     "show": "cronjob.commands.runs:show",
     "demo": "cronjob.commands.demo:demo",
+    "schedule": "cronjob.commands.schedule:schedule",
 }
 
 

@@ -136,3 +136,49 @@ class TickReport:
             "elapsed_s": round(self.elapsed, 3),
             **({"stopped_by": self.stopped_by} if self.stopped_by else {}),
         }
+
+
+@dataclass(frozen=True)
+class Definition:
+    """A row of job_definitions: a schedule that materializes runs."""
+
+    id: int
+    name: str
+    job_type: str
+    payload: Any
+    schedule: str
+    timezone: str
+    scope: str
+    max_attempts: int | None
+    priority: int
+    catch_up: str
+    catch_up_limit: int
+    enabled: bool
+    materialized_through: datetime
+    next_fire_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class DueDefinition:
+    """What materializing needs of a definition that is due: its timing, not its payload."""
+
+    id: int
+    name: str
+    schedule: str
+    timezone: str
+    scope: str
+    catch_up: str
+    catch_up_limit: int
+    materialized_through: datetime
+
+
+@dataclass(frozen=True)
+class Advance:
+    """What one definition's due occurrences become: runs, and a new high-water mark."""
+
+    definition: DueDefinition
+    scheduled_fors: tuple[datetime, ...]  # runs to create, after the catch-up policy
+    materialized_through: datetime  # the newest due occurrence, kept or not
+    next_fire_at: datetime | None  # None: the schedule never fires again

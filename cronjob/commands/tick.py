@@ -38,7 +38,7 @@ def _duration(what: str):
     type=click.IntRange(1, 10000),
     default=DEFAULT_BATCH_SIZE,
     show_default=True,
-    help="Runs claimed, and finalized, per statement.",
+    help="Runs claimed, and finalized, per statement; due schedules materialized per transaction.",
 )
 @click.option(
     "--max-runtime",
@@ -92,24 +92,38 @@ def tick(
     from cronjob.commands import load_handlers, open_database
     from cronjob.handlers import require_types
     from cronjob.log import get_logger
+    from cronjob.materialize import Materializer
     from cronjob.tick import Tick, TickOptions
 
     settings = Settings.build(database_url, handlers, tenants_sql)
     load_handlers(settings)
     specs = require_types([t.strip() for t in types.split(",") if t.strip()] if types else None)
+    options = TickOptions(
+        concurrency=concurrency,
+        batch_size=batch_size,
+        max_runtime=max_runtime,
+        grace=grace,
+        lease=lease,
+    )
+    materializer = Materializer(
+        tenants_sql=settings.tenants_sql, now=options.now, batch_size=batch_size
+    )
     database, conn = open_database(settings)
     try:
-        options = TickOptions(
-            concurrency=concurrency,
-            batch_size=batch_size,
-            max_runtime=max_runtime,
-            grace=grace,
-            lease=lease,
-        )
-        report = Tick(conn, specs, connect=database.connect, options=options).run()
+        report = Tick(
+            conn, specs, connect=database.connect, options=options,
+            steps_before_claim=[materializer],
+        ).run()  # fmt: skip
     finally:
         conn.close()
     summary = report.summary()
     get_logger().info("tick finished", **summary)
     if as_json:
         click.echo(json.dumps(summary))
+    if materializer.problems:
+        # Everything else was done; a misconfiguration that silently skipped work is worse
+        # than a failing cron line.
+        from cronjob.errors import ScheduleProblems
+        from cronjob.materialize import describe_problems
+
+        raise ScheduleProblems(describe_problems(materializer.problems))
