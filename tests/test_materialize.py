@@ -6,6 +6,7 @@ Time is driven through the database: each tick is given a `now`, nothing sleeps.
 
 from __future__ import annotations
 
+import random
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,8 +20,9 @@ import tests.handlers.basic  # noqa: F401 - registers the test handlers
 from cronjob import definitions
 from cronjob.db import connect
 from cronjob.handlers import handler, registry
-from cronjob.materialize import Materializer
-from cronjob.models import TickReport
+from cronjob.materialize import Materializer, plan
+from cronjob.models import DueDefinition, TickReport
+from cronjob.schedule import apply_catch_up, next_after, occurrences
 from cronjob.tick import Tick, TickOptions
 from tests.conftest import ROOT, count
 
@@ -242,6 +244,38 @@ def test_a_schedule_that_stopped_parsing_is_reported_and_does_not_spin(db_url, c
     assert [p.definition for p in materializer.problems] == ["broken"]
     assert "never fires" in materializer.problems[0].reason
     assert mark(conn, "broken") == (T0, T0 + timedelta(minutes=5))
+
+
+def test_a_shared_evaluation_gives_each_definition_what_it_would_get_alone():
+    # Definitions sharing a schedule share one evaluation, across batches too; whatever their
+    # marks and policies, each must get exactly what evaluating it on its own gives.
+    generator = random.Random(20261025)
+    now = utc("2026-10-25T01:40")  # inside Amsterdam's repeated hour
+    batch = [
+        DueDefinition(
+            id=i, name=f"d{i}", scope="global",
+            schedule=generator.choice(["*/20 * * * *", "30 2 * * *", "0 * * * *", "* * * * *"]),
+            timezone=generator.choice(["Europe/Amsterdam", "UTC", "America/New_York"]),
+            catch_up=generator.choice(["latest", "all", "none"]),
+            catch_up_limit=generator.choice([1, 3, 100]),
+            materialized_through=now - timedelta(minutes=generator.randrange(1, 3000)),
+        )
+        for i in range(300)
+    ]  # fmt: skip
+    evaluations: dict[Any, Any] = {}
+    advances = []
+    for start in range(0, len(batch), 37):
+        planned, failed = plan(batch[start : start + 37], now, evaluations)
+        assert failed == []
+        advances += planned
+    assert len(advances) == len(batch)
+    for advance in advances:
+        d = advance.definition
+        due = occurrences(d.schedule, d.timezone, d.materialized_through, now)
+        alone = apply_catch_up(due, d.catch_up, now, bound=d.catch_up_limit)
+        assert list(advance.scheduled_fors) == alone, d
+        assert advance.materialized_through == (due[-1] if due else d.materialized_through)
+        assert advance.next_fire_at == next_after(d.schedule, d.timezone, now)[0]
 
 
 # -- pause, resume, change ---------------------------------------------------------

@@ -46,7 +46,7 @@ def test_six_ticks_materialize_and_run_every_occurrence_exactly_once(db_url, con
         ticks = [
             jobrunner_process(
                 "tick", "--database-url", db_url, "--handlers", "tests.handlers.basic",
-                "--tenants-sql", "SELECT id FROM tenants", "--batch-size", "20",
+                "--tenants-sql", "SELECT id FROM tenants", "--batch-size", "3",
                 "--concurrency", "4", "--json",
                 env={"JOBRUNNER_TEST_EXEC_LOG": str(exec_log)},
             )

@@ -92,7 +92,7 @@ def tick(
     from cronjob.commands import load_handlers, open_database
     from cronjob.handlers import require_types
     from cronjob.log import get_logger
-    from cronjob.materialize import Materializer
+    from cronjob.materialize import BATCH_FACTOR, Materializer
     from cronjob.tick import Tick, TickOptions
 
     settings = Settings.build(database_url, handlers, tenants_sql)
@@ -106,7 +106,7 @@ def tick(
         lease=lease,
     )
     materializer = Materializer(
-        tenants_sql=settings.tenants_sql, now=options.now, batch_size=batch_size
+        tenants_sql=settings.tenants_sql, now=options.now, batch_size=batch_size * BATCH_FACTOR
     )
     database, conn = open_database(settings)
     try:
