@@ -78,6 +78,7 @@ class Materializer:
         self.batch_size = batch_size
         self.problems: list[Problem] = []
         self._log = log
+        self.__name__ = "materialize"  # how a tick names this step in its logs
 
     @property
     def log(self) -> Any:

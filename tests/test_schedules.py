@@ -418,3 +418,13 @@ def test_an_empty_tenant_query_is_bad_input(db_url):
                      "--tenants-sql", " ; ")  # fmt: skip
     assert result.exit_code == 2
     assert "empty tenant query" in result.stderr
+
+
+def test_the_demo_materializes_a_global_and_a_tenant_schedule_then_removes_them(db_url, conn):
+    result = run_cli("demo", "--database-url", db_url)
+    assert result.exit_code == 0, result.stderr
+    assert "materialized 4 scheduled runs" in result.stdout
+    for tenant in ("acme", "globex", "initech"):
+        assert f"UTC for tenant {tenant}, ran once, fine" in result.stdout
+    assert count(conn, "SELECT count(*) FROM job_definitions") == 0
+    assert count(conn, "SELECT count(*) FROM job_runs WHERE scheduled_for IS NOT NULL") == 4
