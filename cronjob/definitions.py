@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from cronjob import store
 from cronjob.errors import BadInput, DefinitionExists, DefinitionNotFound
 from cronjob.inputs import check_payload, check_text, parse_int, parse_positive_int
-from cronjob.models import Definition
+from cronjob.models import DEFAULT_CATCH_UP_LIMIT, Definition, DefinitionSpec
 
 SCOPES = ("global", "tenant")
-CATCH_UP_POLICIES = ("latest", "all", "none")
-DEFAULT_CATCH_UP_LIMIT = 100
+CATCH_UP_POLICIES = ("latest", "all", "none")  # as in cronjob.schedule, without importing it
 MAX_CATCH_UP_LIMIT = 10000
 MAX_ATTEMPTS_LIMIT = 1000
 
@@ -39,38 +38,6 @@ FILE_KEYS = {
     "catch_up_limit": "catch_up_limit",
     "enabled": "enabled",
 }
-
-
-@dataclass(frozen=True)
-class DefinitionSpec:
-    """A definition as the user wants it, every field already validated."""
-
-    name: str
-    job_type: str
-    schedule: str  # the user's text, whitespace collapsed (`@daily` stays `@daily`)
-    timezone: str = "UTC"
-    payload: Any = field(default_factory=dict)
-    scope: str = "global"
-    max_attempts: int | None = None
-    priority: int = 0
-    catch_up: str = "latest"
-    catch_up_limit: int = DEFAULT_CATCH_UP_LIMIT
-    enabled: bool | None = None  # None: a new definition is enabled, an existing one unchanged
-
-    def fields(self, *, enabled: bool) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "job_type": self.job_type,
-            "payload": self.payload,
-            "schedule": self.schedule,
-            "timezone": self.timezone,
-            "scope": self.scope,
-            "max_attempts": self.max_attempts,
-            "priority": self.priority,
-            "catch_up": self.catch_up,
-            "catch_up_limit": self.catch_up_limit,
-            "enabled": enabled,
-        }
 
 
 def check_name(name: Any) -> str:
@@ -180,13 +147,10 @@ def add(conn: Any, spec: DefinitionSpec, *, now: datetime | None = None) -> Defi
     """Create a definition. It starts from now: nothing earlier is ever materialized."""
     with conn.transaction():
         clock = store.clock_now(conn, now=now)
-        enabled = spec.enabled is not False
         created = store.definition_insert(
-            conn,
-            spec.fields(enabled=enabled),
-            now=clock,
+            conn, spec, enabled=spec.enabled is not False, now=clock,
             next_fire_at=first_fire_after(spec, clock),
-        )
+        )  # fmt: skip
     if created is None:
         raise DefinitionExists(
             f"schedule {spec.name!r} already exists "
@@ -228,9 +192,9 @@ def _set_enabled(
         mark, next_fire_at = current.materialized_through, current.next_fire_at
         if enabled:
             mark, next_fire_at = _restarted(current, current, clock)
-        updated = store.definition_update(
-            conn, current.id, {**_fields_of(current), "enabled": enabled}, now=clock,
-            materialized_through=mark, next_fire_at=next_fire_at,
+        updated = store.definition_set_enabled(
+            conn, current.id, enabled, now=clock, materialized_through=mark,
+            next_fire_at=next_fire_at,
         )  # fmt: skip
     return updated, True
 
@@ -257,22 +221,6 @@ def remove(conn: Any, name: str) -> Definition:
     return current
 
 
-def _fields_of(definition: Definition) -> dict[str, Any]:
-    return {
-        "name": definition.name,
-        "job_type": definition.job_type,
-        "payload": definition.payload,
-        "schedule": definition.schedule,
-        "timezone": definition.timezone,
-        "scope": definition.scope,
-        "max_attempts": definition.max_attempts,
-        "priority": definition.priority,
-        "catch_up": definition.catch_up,
-        "catch_up_limit": definition.catch_up_limit,
-        "enabled": definition.enabled,
-    }
-
-
 # -- declarative files ----------------------------------------------------
 
 
@@ -288,7 +236,6 @@ class PlanItem:
 def load_file(text: str, *, source: str) -> list[DefinitionSpec]:
     """Parse and validate a TOML file of definitions; raises BadInput for the first problem.
 
-    \b
     [schedules.nightly-report]
     cron = "30 2 * * *"
     type = "reports.nightly"
@@ -399,7 +346,7 @@ def sync(
             if item.action == "add":
                 spec = by_name[item.name]
                 store.definition_insert(
-                    conn, spec.fields(enabled=spec.enabled is not False), now=clock,
+                    conn, spec, enabled=spec.enabled is not False, now=clock,
                     next_fire_at=first_fire_after(spec, clock),
                 )  # fmt: skip
             elif item.action == "change":
@@ -415,6 +362,6 @@ def _apply_change(conn: Any, current: Definition, spec: DefinitionSpec, clock: d
     if not _same_timing(current, spec) or (enabled and not current.enabled):
         mark, next_fire_at = _restarted(current, spec, clock)
     store.definition_update(
-        conn, current.id, spec.fields(enabled=enabled), now=clock,
-        materialized_through=mark, next_fire_at=next_fire_at,
+        conn, current.id, spec, enabled=enabled, now=clock, materialized_through=mark,
+        next_fire_at=next_fire_at,
     )  # fmt: skip

@@ -160,6 +160,26 @@ class Definition:
     updated_at: datetime
 
 
+DEFAULT_CATCH_UP_LIMIT = 100  # as the schema's default for job_definitions.catch_up_limit
+
+
+@dataclass(frozen=True)
+class DefinitionSpec:
+    """A definition as a user asks for it (add, sync), every field already validated."""
+
+    name: str
+    job_type: str
+    schedule: str  # the user's text, whitespace collapsed (`@daily` stays `@daily`)
+    timezone: str = "UTC"
+    payload: Any = field(default_factory=dict)
+    scope: str = "global"
+    max_attempts: int | None = None
+    priority: int = 0
+    catch_up: str = "latest"
+    catch_up_limit: int = DEFAULT_CATCH_UP_LIMIT
+    enabled: bool | None = None  # None: a new definition is enabled, an existing one unchanged
+
+
 @dataclass(frozen=True)
 class DueDefinition:
     """What materializing needs of a definition that is due: its timing, not its payload."""

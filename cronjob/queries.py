@@ -257,6 +257,15 @@ WHERE id = %(id)s
 RETURNING {DEFINITION_COLUMNS}
 """
 
+# Pausing keeps the mark; resuming moves it to now (computed by the caller).
+DEFINITION_SET_ENABLED = f"""
+UPDATE job_definitions
+SET enabled = %(enabled)s, materialized_through = %(materialized_through)s,
+    next_fire_at = %(next_fire_at)s, updated_at = %(now)s
+WHERE id = %(id)s
+RETURNING {DEFINITION_COLUMNS}
+"""
+
 DEFINITION_GET_BY_NAME = f"SELECT {DEFINITION_COLUMNS} FROM job_definitions WHERE name = %(name)s"
 
 # Waits for a tick that is materializing this definition, so a pause or resume never
@@ -338,7 +347,9 @@ SELECT (SELECT count(*) FROM created), (SELECT count(*) FROM advanced)
 
 # One tenant-scoped definition: a run per tenant and occurrence, in one INSERT ... SELECT.
 # The operator's tenant query is embedded as a subquery (a FROM item admits a query and
-# nothing else); its first column, whatever it is called, is the tenant id.
+# nothing else); its first column, whatever it is called, is the tenant id. A tenant listed
+# twice conflicts with itself and is skipped. Sorted, so the rows reach the occurrence index
+# in key order: a fan-out over 100,000 tenants inserts noticeably faster that way.
 RUN_MATERIALIZE_TENANTS = f"""
 INSERT INTO job_runs (definition_id, job_type, payload, tenant_id, scheduled_for, run_at,
                       max_attempts, priority, created_at, updated_at)
@@ -347,11 +358,12 @@ SELECT d.id, d.job_type, d.payload, t.tenant_id, o.scheduled_for, o.scheduled_fo
 FROM job_definitions d
 CROSS JOIN unnest(%(scheduled_fors)s::timestamptz[]) AS o(scheduled_for)
 CROSS JOIN (
-    SELECT DISTINCT jobrunner_tenant_id::text AS tenant_id
+    SELECT jobrunner_tenant_id::text AS tenant_id
     FROM (
 {{tenants_sql}}
     ) AS jobrunner_tenants(jobrunner_tenant_id)
     WHERE jobrunner_tenant_id IS NOT NULL
+    ORDER BY 1
 ) AS t
 WHERE d.id = %(id)s
 {_OCCURRENCE_CONFLICT}

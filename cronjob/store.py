@@ -15,6 +15,7 @@ from cronjob.models import (
     ClaimedRun,
     Decision,
     Definition,
+    DefinitionSpec,
     DueDefinition,
     Run,
     Status,
@@ -224,32 +225,48 @@ def clock_now(conn: Any, *, now: datetime | None = None) -> datetime:
 
 
 def definition_insert(
-    conn: Any, fields: dict[str, Any], *, now: datetime, next_fire_at: datetime | None
-) -> Definition | None:
-    """Insert a definition; None when the name is taken."""
+    conn: Any, spec: DefinitionSpec, *, enabled: bool, now: datetime,
+    next_fire_at: datetime | None,
+) -> Definition | None:  # fmt: skip
+    """Insert a definition starting at `now`; None when the name is taken."""
     row = conn.execute(
         queries.DEFINITION_INSERT,
-        {**fields, "payload": json.dumps(fields["payload"]), "now": now,
-         "next_fire_at": next_fire_at},
-    ).fetchone()  # fmt: skip
+        {**_spec_params(spec), "enabled": enabled, "now": now, "next_fire_at": next_fire_at},
+    ).fetchone()
     return Definition(*row) if row else None
 
 
 def definition_update(
-    conn: Any,
-    definition_id: int,
-    fields: dict[str, Any],
-    *,
-    now: datetime,
-    materialized_through: datetime,
-    next_fire_at: datetime | None,
-) -> Definition:
+    conn: Any, definition_id: int, spec: DefinitionSpec, *, enabled: bool, now: datetime,
+    materialized_through: datetime, next_fire_at: datetime | None,
+) -> Definition:  # fmt: skip
     row = conn.execute(
         queries.DEFINITION_UPDATE,
-        {**fields, "payload": json.dumps(fields["payload"]), "id": definition_id, "now": now,
+        {**_spec_params(spec), "id": definition_id, "enabled": enabled, "now": now,
          "materialized_through": materialized_through, "next_fire_at": next_fire_at},
     ).fetchone()  # fmt: skip
     return Definition(*row)
+
+
+def definition_set_enabled(
+    conn: Any, definition_id: int, enabled: bool, *, now: datetime,
+    materialized_through: datetime, next_fire_at: datetime | None,
+) -> Definition:  # fmt: skip
+    row = conn.execute(
+        queries.DEFINITION_SET_ENABLED,
+        {"id": definition_id, "enabled": enabled, "now": now,
+         "materialized_through": materialized_through, "next_fire_at": next_fire_at},
+    ).fetchone()  # fmt: skip
+    return Definition(*row)
+
+
+def _spec_params(spec: DefinitionSpec) -> dict[str, Any]:
+    return {
+        "name": spec.name, "job_type": spec.job_type, "payload": json.dumps(spec.payload),
+        "schedule": spec.schedule, "timezone": spec.timezone, "scope": spec.scope,
+        "max_attempts": spec.max_attempts, "priority": spec.priority,
+        "catch_up": spec.catch_up, "catch_up_limit": spec.catch_up_limit,
+    }  # fmt: skip
 
 
 def definition_get(conn: Any, name: str, *, lock: bool = False) -> Definition | None:
