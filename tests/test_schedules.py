@@ -114,7 +114,8 @@ def test_bad_names_are_refused(db_url, conn, name):
 
 def test_list_shows_every_schedule_with_its_next_run(db_url):
     add(db_url, "b-daily", "--cron", "@daily", "--type", "t", "--timezone", "Asia/Tokyo")
-    add(db_url, "a-hourly", "--cron", "0 * * * *", "--type", "t", "--scope", "tenant")
+    tenant = add(db_url, "a-hourly", "--cron", "0 * * * *", "--type", "t", "--scope", "tenant")
+    assert "ticks materialize a tenant-scoped schedule only with a tenant query" in tenant.stderr
     schedule(db_url, "pause", "b-daily")
     lines = schedule(db_url, "list").stdout.splitlines()
     assert lines[0].split() == ["NAME", "SCHEDULE", "TIMEZONE", "SCOPE", "TYPE", "NEXT", "RUN"]
@@ -228,7 +229,7 @@ def test_sync_adds_the_files_definitions(db_url, conn):
     assert result.stdout.splitlines() == [
         "add       nightly-report",
         "add       per-tenant",
-        "synced: 2 add, 0 change, 0 unchanged, 0 remove",
+        "synced: 2 added, 0 changed, 0 unchanged, 0 removed",
     ]
     rows = conn.execute(
         "SELECT name, job_type, payload, schedule, timezone, scope, max_attempts, priority,"
@@ -263,7 +264,7 @@ def test_sync_plans_changes_and_keeps_or_prunes_what_the_file_lacks(db_url, conn
         "change    per-tenant  (priority)",
         "add       new-one",
         "remove    by-hand",
-        "dry run, nothing written: 1 to add, 2 to change, 0 to unchanged, 1 to remove",
+        "dry run, nothing written: 1 to add, 2 to change, 0 unchanged, 1 to remove",
     ]
     assert count(conn, "SELECT count(*) FROM job_definitions") == 3
     assert conn.execute(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from datetime import datetime
 from typing import IO, Any
 
@@ -98,6 +99,12 @@ def add(
     with conn:
         created = definitions.add(conn, spec)
     click.echo(f"added schedule {created.name}: next run {_next_run(created)}")
+    if scope == "tenant" and not os.environ.get("JOBRUNNER_TENANTS_SQL"):
+        click.echo(
+            "note: ticks materialize a tenant-scoped schedule only with a tenant query "
+            "(--tenants-sql or JOBRUNNER_TENANTS_SQL)",
+            err=True,
+        )
 
 
 @schedule.command(name="list")
@@ -262,10 +269,19 @@ def sync(
         elif item.action == "keep":
             detail = "  (not in the file; --prune removes it)"
         click.echo(f"{item.action:<10}{item.name}{detail}")
-    totals = {action: sum(i.action == action for i in items) for action in
-              ("add", "change", "unchanged", "remove")}  # fmt: skip
-    summary = ", ".join(f"{n} to {a}" if dry_run else f"{n} {a}" for a, n in totals.items())
-    click.echo(f"{'dry run, nothing written: ' if dry_run else 'synced: '}{summary}")
+    add, change, unchanged, remove = (
+        sum(i.action == action for i in items)
+        for action in ("add", "change", "unchanged", "remove")
+    )
+    if dry_run:
+        click.echo(
+            f"dry run, nothing written: {add} to add, {change} to change, {unchanged} unchanged,"
+            f" {remove} to remove"
+        )
+    else:
+        click.echo(
+            f"synced: {add} added, {change} changed, {unchanged} unchanged, {remove} removed"
+        )
 
 
 @schedule.command()
