@@ -84,7 +84,8 @@ RETURNING r.id, r.job_type, r.payload, r.tenant_id, r.scheduled_for, r.attempts,
 # One guarded write for a batch of mixed outcomes: a row changes only while its
 # caller still holds the lease token, so a worker that lost its lease (stalled,
 # cancelled, re-claimed) can never overwrite a newer outcome. Failed attempts are
-# recorded in the same statement.
+# recorded in the same statement. `id = ANY(ids)` (here and in the statements
+# below) keeps the lookup on the primary key however many rows the table holds.
 RUN_FINALIZE_MANY = f"""
 WITH o AS (
     SELECT * FROM unnest(
@@ -103,7 +104,8 @@ done AS (
         locked_by = NULL, locked_until = NULL, lease_token = NULL,
         updated_at = {_NOW}
     FROM o
-    WHERE r.id = o.id AND r.lease_token = o.lease_token AND r.status = 'running'
+    WHERE r.id = ANY(%(ids)s::bigint[])
+      AND r.id = o.id AND r.lease_token = o.lease_token AND r.status = 'running'
     RETURNING r.id, r.attempts, r.started_at, o.status,
               o.error_type, o.message, o.traceback
 ),
@@ -123,7 +125,8 @@ UPDATE job_runs r
 SET locked_until = {_NOW} + make_interval(secs => o.lease), updated_at = {_NOW}
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(leases)s::float8[])
     AS o(id, lease_token, lease)
-WHERE r.id = o.id AND r.lease_token = o.lease_token AND r.status = 'running'
+WHERE r.id = ANY(%(ids)s::bigint[])
+  AND r.id = o.id AND r.lease_token = o.lease_token AND r.status = 'running'
 RETURNING r.id, r.locked_until
 """
 
@@ -137,7 +140,8 @@ SET status = CASE WHEN r.attempts > 1 THEN 'failed' ELSE 'queued' END,
     started_at = NULL,
     updated_at = {_NOW}
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS o(id, lease_token)
-WHERE r.id = o.id AND r.lease_token = o.lease_token AND r.status = 'running'
+WHERE r.id = ANY(%(ids)s::bigint[])
+  AND r.id = o.id AND r.lease_token = o.lease_token AND r.status = 'running'
 RETURNING r.id
 """
 
