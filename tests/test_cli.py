@@ -227,10 +227,11 @@ def test_an_outdated_schema_is_refused(db_url, conn):
         "DELETE FROM jobrunner_migrations WHERE version ="
         " (SELECT max(version) FROM jobrunner_migrations) RETURNING version, name"
     ).fetchall()
+    [previous] = conn.execute("SELECT max(version) FROM jobrunner_migrations").fetchone()
     try:
         result = run_cli("list", "--database-url", db_url)
         assert result.exit_code == 1
-        assert f"at version {version - 1}" in result.stderr
+        assert f"at version {previous}" in result.stderr
         assert "run `jobrunner migrate`" in result.stderr
     finally:
         conn.execute(
@@ -251,10 +252,10 @@ def test_migrate_from_four_hosts_at_once_succeeds(server_url):
         results = [(p.wait(timeout=60), p.stderr.read()) for p in procs]
         assert [code for code, _ in results] == [0, 0, 0, 0], results
         with psycopg.connect(url) as c:
-            from cronjob.migrate import latest_shipped_version
+            from cronjob.migrate import shipped_migrations
 
             versions = [r[0] for r in c.execute("SELECT version FROM jobrunner_migrations")]
-            assert versions == list(range(1, latest_shipped_version() + 1))
+            assert sorted(versions) == [m.version for m in shipped_migrations()]
         assert run_cli("list", "--database-url", url).exit_code == 0
     finally:
         with psycopg.connect(server_url, autocommit=True) as admin:
