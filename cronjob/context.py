@@ -92,7 +92,7 @@ class JobContext:
 
         _check_key(key, "once")
         self._require_lease()
-        return store.effect_insert_once(self.db, key, self.run_id)
+        return store.effect_insert_once(self.db, key, self._run)
 
     def at_most_once(self, key: str) -> bool:
         """True the first time `key` is seen; committed at once, on its own, before you act.

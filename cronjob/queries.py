@@ -243,7 +243,8 @@ HANDLER_TRANSACTION_RESTORE_LIMITS = (
 # at all. A key inserted by a concurrent, still open transaction makes this wait
 # for it: False if that run succeeds, True if it rolls back.
 EFFECT_INSERT_ONCE = """
-INSERT INTO job_effects (key, run_id, kind) VALUES (%(key)s, %(run_id)s, 'once')
+INSERT INTO job_effects (key, run_id, attempt, kind)
+VALUES (%(key)s, %(run_id)s, %(attempt)s, 'once')
 ON CONFLICT (key) DO NOTHING
 RETURNING 1
 """
@@ -252,12 +253,12 @@ RETURNING 1
 # still holds its lease, so a worker that lost its run starts nothing new.
 EFFECT_INSERT_AT_MOST_ONCE = """
 WITH held AS (
-    SELECT id FROM job_runs
+    SELECT id, attempts FROM job_runs
     WHERE id = %(run_id)s AND lease_token = %(token)s AND status = 'running'
 ),
 recorded AS (
-    INSERT INTO job_effects (key, run_id, kind)
-    SELECT %(key)s, id, 'at_most_once' FROM held
+    INSERT INTO job_effects (key, run_id, attempt, kind)
+    SELECT %(key)s, id, attempts, 'at_most_once' FROM held
     ON CONFLICT (key) DO NOTHING
     RETURNING 1
 )

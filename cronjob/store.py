@@ -198,9 +198,11 @@ def _run(row: Sequence[Any]) -> Run:
 # -- effects --
 
 
-def effect_insert_once(conn: Any, key: str, run_id: int) -> bool:
+def effect_insert_once(conn: Any, key: str, run: ClaimedRun) -> bool:
     """Record `key` in the caller's transaction; True if it was not recorded yet."""
-    row = conn.execute(queries.EFFECT_INSERT_ONCE, {"key": key, "run_id": run_id}).fetchone()
+    row = conn.execute(
+        queries.EFFECT_INSERT_ONCE, {"key": key, "run_id": run.id, "attempt": run.attempt}
+    ).fetchone()
     return row is not None
 
 

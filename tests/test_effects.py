@@ -168,6 +168,24 @@ def test_three_runs_sharing_a_business_key_make_one_effect(effects_db, conn, fil
     assert {run_row(conn, i).status for i in ids} == {"succeeded"}
 
 
+def test_a_run_waiting_on_a_key_held_by_a_transaction_that_rolls_back_gets_the_key(
+    effects_db, conn, files
+):
+    first = enqueue(conn, "effects.record", {"key": "k", "fail_attempts": 1, **files.pause()})
+    holding = Background(effects_db, "effects.record")
+    wait_for(files.ready)
+    second = enqueue(conn, "effects.record", {"key": "k"})
+    waiting = Background(effects_db, "effects.record")
+    wait_until_blocked(conn)
+    files.release.touch()
+    holding.join()
+    waiting.join()
+
+    assert run_row(conn, first).status == "failed"
+    assert run_row(conn, second).status == "succeeded"
+    assert effects(conn, "k") == [(second, 1)]
+
+
 def test_a_key_recorded_by_a_failed_attempt_is_free_for_the_next_run(effects_db, conn, files):
     first = enqueue(conn, "effects.record", {"key": "k", "fail_attempts": 3})
     tick(effects_db, "effects.record")
@@ -358,6 +376,15 @@ def test_a_handler_that_ends_its_transaction_itself_fails_the_attempt(
     assert message in run.last_error
 
 
+def test_a_statement_that_fails_inside_a_savepoint_does_not_spoil_the_transaction(
+    effects_db, conn, files
+):
+    run_id = enqueue(conn, "effects.record", {"key": "k", "end_transaction": "savepoint"})
+    tick(effects_db, "effects.record")
+    assert run_row(conn, run_id).status == "succeeded"
+    assert effects(conn, "k") == [(run_id, 1)]
+
+
 def test_ctx_db_has_the_runners_limits_and_a_handler_may_raise_them_for_its_transaction(
     effects_db, conn
 ):
@@ -373,11 +400,33 @@ def test_ctx_db_has_the_runners_limits_and_a_handler_may_raise_them_for_its_tran
     ]
 
 
-def test_effect_keys_are_checked():
+def test_the_runners_own_statements_in_ctx_db_run_under_the_runners_limits(effects_db, conn):
+    from cronjob.db import connect
+
+    enqueue(conn, "effects.record", {"key": "k"})
+    [run] = store.runs_claim_many(
+        conn, job_types=["effects.record"], leases=[60], max_attempts=[3], limit=1, worker="w:1"
+    )
+    ctx = JobContext(run, lambda autocommit: connect(effects_db, autocommit=autocommit))
+    try:
+        ctx.db.execute("SET LOCAL statement_timeout = '10min'; SET lock_timeout = 0")
+        runner = ctx.handler_transaction()
+        limits = [runner.execute(f"SHOW {name}").fetchone()[0]
+                  for name in ("statement_timeout", "lock_timeout")]  # fmt: skip
+    finally:
+        ctx.close()
+    assert limits == ["30s", "5s"]
+
+
+def unconnected_context() -> JobContext:
     from cronjob.models import ClaimedRun
 
     run = ClaimedRun(1, "t", {}, None, None, 1, 1, None, None)  # type: ignore[arg-type]
-    ctx = JobContext(run, lambda **_: pytest.fail("no connection needed"))
+    return JobContext(run, lambda **_: pytest.fail("no connection needed"))
+
+
+def test_effect_keys_are_checked():
+    ctx = unconnected_context()
     for bad in ("", "a\x00b", "é" * 501, 7):
         with pytest.raises(ValueError):
             ctx.once(bad)  # type: ignore[arg-type]
@@ -385,7 +434,25 @@ def test_effect_keys_are_checked():
             ctx.at_most_once(bad)  # type: ignore[arg-type]
 
 
+def test_a_run_that_was_cancelled_or_lost_its_lease_records_no_more_keys():
+    from cronjob.context import LeaseLost
+
+    ctx = unconnected_context()
+    ctx.cancelled.set()
+    with pytest.raises(LeaseLost):
+        ctx.once("k")
+    with pytest.raises(LeaseLost):
+        ctx.at_most_once("k")
+
+
 # -- at most once, for effects outside the database --------------------------
+
+
+# The README's query for effects that may not have happened.
+MAYBE_MISSING = (
+    "SELECT e.key, e.run_id, e.attempt FROM job_effects e JOIN job_attempts a ON"
+    " (a.run_id, a.attempt) = (e.run_id, e.attempt) WHERE e.kind = 'at_most_once'"
+)
 
 
 def test_at_most_once_commits_its_record_before_the_effect(effects_db, conn, files):
@@ -419,6 +486,7 @@ def test_at_most_once_never_repeats_an_effect_even_when_the_run_fails_after_it(
     tick(effects_db, "effects.notify", now=db_now(conn) + HOUR)
     assert files.outbox_lines() == [f"mail:7 {first}"]
     assert [k for k, _, _ in ledger(conn)] == ["mail:7", "mail:8"]
+    assert [key for key, _, _ in conn.execute(MAYBE_MISSING)] == ["mail:8"]
 
 
 def test_kill_9_between_at_most_once_and_the_effect_means_the_effect_never_happens(
@@ -442,9 +510,10 @@ def test_kill_9_between_at_most_once_and_the_effect_means_the_effect_never_happe
     assert report.succeeded == 1
     assert run_row(conn, run_id).attempts == 2
     assert files.outbox_lines() == []  # at most once: here, never
-    # The record shows what may not have happened: an at-most-once key whose
-    # recording attempt did not finish.
+    # The record shows what may not have happened: an at-most-once key written
+    # by an attempt that failed. The query is the one the README gives.
     assert ledger(conn) == [("mail:7", run_id, "at_most_once")]
+    assert conn.execute(MAYBE_MISSING).fetchall() == [("mail:7", run_id, 1)]
 
 
 def test_at_most_once_refuses_to_record_for_a_run_that_lost_its_lease(effects_db, conn, files):
@@ -609,6 +678,7 @@ def example_code() -> str:
 def test_the_readme_shows_the_tested_weekly_report_example():
     readme = (ROOT / "README.md").read_text()
     assert f"```python\n{example_code()}```" in readme
+    assert MAYBE_MISSING in " ".join(readme.split())
 
 
 class Webhook(http.server.BaseHTTPRequestHandler):

@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psycopg
+
 from cronjob import enqueue, handler
 from tests.handlers.basic import record
 
@@ -63,6 +65,9 @@ def record_effect(ctx: Any, payload: Any) -> None:
     elif ending == "close":
         with ctx.db:
             pass
+    elif ending == "savepoint":
+        with contextlib.suppress(psycopg.errors.DivisionByZero), ctx.db.transaction():
+            ctx.db.execute("SELECT 1/0")
     elif ending == "swallow_error":
         with contextlib.suppress(Exception):
             ctx.db.execute("SELECT 1/0")
