@@ -356,6 +356,30 @@ def test_a_heartbeat_that_misses_a_run_being_committed_does_not_call_it_lost(eff
     assert (t.report.lost, flight.settled, flight.ctx.cancelled.is_set()) == (1, True, True)
 
 
+def test_a_heartbeat_blocked_by_a_row_lock_is_skipped_and_the_tick_goes_on(
+    effects_db, conn, files, capsys
+):
+    # A handler that locks job_runs rows in ctx.db (here: the test) can make a
+    # heartbeat wait; after lock_timeout the beat is skipped, not the tick.
+    run_id = enqueue(conn, "effects.idle", files.pause())
+    background = Background(effects_db, "effects.idle", lease=1.5)
+    wait_for(files.ready)
+    logged = ""
+    with psycopg.connect(effects_db) as locker:
+        locker.execute("SELECT 1 FROM job_runs WHERE id = %s FOR UPDATE", (run_id,))
+        deadline = time.monotonic() + 15
+        while "heartbeat skipped" not in logged:
+            assert time.monotonic() < deadline, "the heartbeat never gave up"
+            time.sleep(0.1)
+            logged += capsys.readouterr().err
+        locker.rollback()
+    files.release.touch()
+    report = background.join()
+
+    assert (report.succeeded, report.lost) == (1, 0)
+    assert run_row(conn, run_id).status == "succeeded"
+
+
 @pytest.mark.parametrize(
     ("ending", "message"),
     [
