@@ -52,31 +52,31 @@ RUN_GET_IDS_BY_KEY = (
 )
 
 # The locking subquery is a MATERIALIZED CTE: as `WHERE id IN (SELECT ... LIMIT n)`
-# the planner may re-run it and claim more than n rows.
+# the planner may re-run it and claim more than n rows. The update finds its rows
+# through `id = ANY(array)`, a primary-key lookup whatever the table's size, and
+# takes each type's lease and attempt budget by position in the parallel arrays.
 RUN_CLAIM_MANY = f"""
 WITH c AS MATERIALIZED (
     SELECT id FROM job_runs
     WHERE status IN ('queued', 'failed') AND run_at <= {_NOW}
-      AND job_type = ANY(%(job_types)s)
+      AND job_type = ANY(%(job_types)s::text[])
     ORDER BY priority, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-),
-spec AS (
-    SELECT * FROM unnest(%(job_types)s::text[], %(leases)s::float8[], %(max_attempts)s::int[])
-        AS s(job_type, lease, max_attempts)
 )
 UPDATE job_runs r
 SET status = 'running',
     attempts = r.attempts + 1,
-    max_attempts = coalesce(r.max_attempts, spec.max_attempts),
+    max_attempts = coalesce(
+        r.max_attempts,
+        (%(max_attempts)s::int[])[array_position(%(job_types)s::text[], r.job_type)]),
     locked_by = %(worker)s,
-    locked_until = {_NOW} + make_interval(secs => spec.lease),
+    locked_until = {_NOW} + make_interval(
+        secs => (%(leases)s::float8[])[array_position(%(job_types)s::text[], r.job_type)]),
     lease_token = gen_random_uuid(),
     started_at = {_NOW},
     updated_at = {_NOW}
-FROM c, spec
-WHERE r.id = c.id AND spec.job_type = r.job_type
+WHERE r.id = ANY(ARRAY(SELECT id FROM c))
 RETURNING r.id, r.job_type, r.payload, r.tenant_id, r.scheduled_for, r.attempts,
           r.max_attempts, r.lease_token, r.locked_until
 """
@@ -84,7 +84,8 @@ RETURNING r.id, r.job_type, r.payload, r.tenant_id, r.scheduled_for, r.attempts,
 # One guarded write for a batch of mixed outcomes: a row changes only while its
 # caller still holds the lease token, so a worker that lost its lease (stalled,
 # cancelled, re-claimed) can never overwrite a newer outcome. Failed attempts are
-# recorded in the same statement.
+# recorded in the same statement. `id = ANY(ids)` (here and in the statements
+# below) keeps the lookup on the primary key however many rows the table holds.
 RUN_FINALIZE_MANY = f"""
 WITH o AS (
     SELECT * FROM unnest(
@@ -103,7 +104,8 @@ done AS (
         locked_by = NULL, locked_until = NULL, lease_token = NULL,
         updated_at = {_NOW}
     FROM o
-    WHERE r.id = o.id AND r.lease_token = o.lease_token AND r.status = 'running'
+    WHERE r.id = ANY(%(ids)s::bigint[])
+      AND r.id = o.id AND r.lease_token = o.lease_token AND r.status = 'running'
     RETURNING r.id, r.attempts, r.started_at, o.status,
               o.error_type, o.message, o.traceback
 ),
@@ -123,7 +125,8 @@ UPDATE job_runs r
 SET locked_until = {_NOW} + make_interval(secs => o.lease), updated_at = {_NOW}
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(leases)s::float8[])
     AS o(id, lease_token, lease)
-WHERE r.id = o.id AND r.lease_token = o.lease_token AND r.status = 'running'
+WHERE r.id = ANY(%(ids)s::bigint[])
+  AND r.id = o.id AND r.lease_token = o.lease_token AND r.status = 'running'
 RETURNING r.id, r.locked_until
 """
 
@@ -137,7 +140,8 @@ SET status = CASE WHEN r.attempts > 1 THEN 'failed' ELSE 'queued' END,
     started_at = NULL,
     updated_at = {_NOW}
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS o(id, lease_token)
-WHERE r.id = o.id AND r.lease_token = o.lease_token AND r.status = 'running'
+WHERE r.id = ANY(%(ids)s::bigint[])
+  AND r.id = o.id AND r.lease_token = o.lease_token AND r.status = 'running'
 RETURNING r.id
 """
 
