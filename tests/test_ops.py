@@ -171,6 +171,11 @@ def test_status_without_a_terminal_is_a_plain_table(db_url, conn, mixed):
     assert any(line.startswith("unclaimed types:") and "orphan.type" in line for line in lines)
 
 
+def test_status_refuses_a_bad_duration(db_url):
+    result = cli(db_url, "status", "--unclaimed-after", "soon")
+    assert result.exit_code == 2 and "invalid --unclaimed-after 'soon'" in result.stderr
+
+
 def test_status_of_an_empty_queue(db_url):
     status = cli_json(db_url, "status")
     assert status["total"] == 0 and status["runs"] == dict.fromkeys(STATUSES, 0)
