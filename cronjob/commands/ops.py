@@ -63,9 +63,9 @@ def status(
     dead runs, job types nobody claims, and when each schedule fires next."""
     from cronjob import store
     from cronjob.health import summarize
+    from cronjob.inputs import parse_duration
 
-    after = _seconds(unclaimed_after, "--unclaimed-after")
-    assert after is not None
+    after = parse_duration(unclaimed_after, what="--unclaimed-after")
     conn = _connect(database_url)
     with conn:
         overview = summarize(store.runs_snapshot(conn))
@@ -386,10 +386,10 @@ def prune(
     Runs that can still execute (queued, running, failed) are never deleted.
     """
     from cronjob.health import seconds_text
+    from cronjob.inputs import parse_duration
     from cronjob.prune import prune_runs
 
-    age = _seconds(older_than, "--older-than")
-    assert age is not None
+    age = parse_duration(older_than, what="--older-than")
     chosen = prunable_statuses(statuses)
     conn = _connect(database_url)
     with conn:
