@@ -284,3 +284,75 @@ WITH doomed AS (
 DELETE FROM job_effects e USING doomed d
 WHERE e.key = d.key
 """
+
+
+# -- operations --
+
+# Everything `status`, `metrics` and `check` need about runs, in one scan: one
+# row per (job type, status) with the counts and ages that matter. The clock row
+# is joined on so an empty table still tells the database's time.
+RUN_SNAPSHOT = f"""
+WITH clock AS (SELECT {_NOW} AS now),
+cells AS (
+    SELECT r.job_type, r.status, count(*) AS runs,
+           count(*) FILTER (WHERE r.status IN ('queued', 'failed') AND r.run_at <= c.now) AS due,
+           count(*) FILTER (WHERE r.status = 'running' AND r.locked_until < c.now)
+               AS expired_leases,
+           min(r.run_at) FILTER (WHERE r.status IN ('queued', 'failed') AND r.run_at <= c.now)
+               AS oldest_due_at,
+           max(r.started_at) AS last_started_at
+    FROM job_runs r CROSS JOIN clock c
+    GROUP BY r.job_type, r.status
+)
+SELECT clock.now, cells.job_type, cells.status, cells.runs, cells.due, cells.expired_leases,
+       cells.oldest_due_at, cells.last_started_at
+FROM clock LEFT JOIN cells ON true
+ORDER BY cells.job_type, cells.status
+"""
+
+DEFINITION_LIST_SCHEDULES = """
+SELECT name, job_type, schedule, timezone, enabled, next_fire_at
+FROM job_definitions
+ORDER BY enabled DESC, next_fire_at NULLS LAST, name
+"""
+
+# Run time of runs that finished recently, per job type. Cancelled runs are left
+# out: their started_at belongs to an attempt that never reported back.
+RUN_DURATIONS_RECENT = f"""
+SELECT job_type, count(*), sum(seconds),
+       percentile_cont(%(quantiles)s::float8[]) WITHIN GROUP (ORDER BY seconds)
+FROM (
+    SELECT job_type, extract(epoch FROM finished_at - started_at)::float8 AS seconds
+    FROM job_runs
+    WHERE finished_at >= {_NOW} - make_interval(secs => %(window)s)
+      AND status IN ('succeeded', 'dead') AND started_at IS NOT NULL
+) recent
+GROUP BY job_type
+ORDER BY job_type
+"""
+
+# One batch of pruning, committed on its own so no lock is held for long. The
+# terminal statuses are spelled out again here: whatever the caller passes, a
+# run that may still execute is never deleted. Attempts go with their run
+# (ON DELETE CASCADE).
+RUN_PRUNE_BATCH = f"""
+WITH batch AS MATERIALIZED (
+    SELECT id FROM job_runs
+    WHERE status IN ('succeeded', 'dead', 'cancelled') AND status = ANY(%(statuses)s)
+      AND finished_at < {_NOW} - make_interval(secs => %(older_than)s)
+    ORDER BY finished_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+gone AS (
+    DELETE FROM job_runs r USING batch b WHERE r.id = b.id RETURNING r.status
+)
+SELECT status, count(*) FROM gone GROUP BY status
+"""
+
+RUN_PRUNE_COUNT = f"""
+SELECT status, count(*) FROM job_runs
+WHERE status IN ('succeeded', 'dead', 'cancelled') AND status = ANY(%(statuses)s)
+  AND finished_at < {_NOW} - make_interval(secs => %(older_than)s)
+GROUP BY status
+"""

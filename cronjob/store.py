@@ -9,7 +9,17 @@ from datetime import datetime
 from typing import Any
 
 from cronjob import queries
-from cronjob.models import Attempt, ClaimedRun, Decision, Run, Status
+from cronjob.models import (
+    Attempt,
+    ClaimedRun,
+    Decision,
+    DefinitionSchedule,
+    DurationSummary,
+    Run,
+    RunCell,
+    RunSnapshot,
+    Status,
+)
 
 
 @dataclass(frozen=True)
@@ -237,3 +247,60 @@ def effects_prune_many(
         total += deleted
         if deleted < batch_size:
             return total
+
+
+# -- operations --
+
+
+def runs_snapshot(conn: Any, *, now: datetime | None = None) -> RunSnapshot:
+    rows = conn.execute(queries.RUN_SNAPSHOT, {"now": now}).fetchall()
+    cells = tuple(
+        RunCell(job_type, Status(status), runs, due, expired, oldest_due_at, last_started_at)
+        for _, job_type, status, runs, due, expired, oldest_due_at, last_started_at in rows
+        if job_type is not None
+    )
+    return RunSnapshot(rows[0][0], cells)
+
+
+def definitions_list_schedules(conn: Any) -> list[DefinitionSchedule]:
+    return [
+        DefinitionSchedule(*row)
+        for row in conn.execute(queries.DEFINITION_LIST_SCHEDULES).fetchall()
+    ]
+
+
+def runs_durations_recent(
+    conn: Any,
+    *,
+    window: float,
+    quantiles: Sequence[float],
+    now: datetime | None = None,
+) -> list[DurationSummary]:
+    rows = conn.execute(
+        queries.RUN_DURATIONS_RECENT,
+        {"window": window, "quantiles": list(quantiles), "now": now},
+    ).fetchall()
+    return [
+        DurationSummary(job_type, count, total, tuple(zip(quantiles, values, strict=True)))
+        for job_type, count, total, values in rows
+    ]
+
+
+def runs_prune_batch(
+    conn: Any,
+    *,
+    statuses: Sequence[str],
+    older_than: float,
+    limit: int,
+    now: datetime | None = None,
+) -> dict[str, int]:
+    """Delete one batch of finished runs; returns how many of each status went."""
+    params = {"statuses": list(statuses), "older_than": older_than, "limit": limit, "now": now}
+    return dict(conn.execute(queries.RUN_PRUNE_BATCH, params).fetchall())
+
+
+def runs_prune_count(
+    conn: Any, *, statuses: Sequence[str], older_than: float, now: datetime | None = None
+) -> dict[str, int]:
+    params = {"statuses": list(statuses), "older_than": older_than, "now": now}
+    return dict(conn.execute(queries.RUN_PRUNE_COUNT, params).fetchall())
