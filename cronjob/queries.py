@@ -7,6 +7,9 @@ clock; in production it is NULL and the database clock decides.
 from __future__ import annotations
 
 _NOW = "coalesce(%(now)s::timestamptz, now())"
+# For statements that may run late in a longer transaction (a success recorded in
+# the handler's own ctx.db transaction): now() would be when that transaction began.
+_STATEMENT_NOW = "coalesce(%(now)s::timestamptz, statement_timestamp())"
 
 RUN_COLUMNS = (
     "id, definition_id, job_type, payload, tenant_id, scheduled_for, run_at, status, attempts,"
@@ -97,12 +100,12 @@ done AS (
     UPDATE job_runs r
     SET status = o.status,
         run_at = CASE WHEN o.status = 'failed'
-                      THEN {_NOW} + make_interval(secs => o.delay) ELSE r.run_at END,
-        finished_at = CASE WHEN o.status IN ('succeeded', 'dead') THEN {_NOW} END,
+                      THEN {_STATEMENT_NOW} + make_interval(secs => o.delay) ELSE r.run_at END,
+        finished_at = CASE WHEN o.status IN ('succeeded', 'dead') THEN {_STATEMENT_NOW} END,
         last_error = coalesce(o.message, r.last_error),
         error_type = coalesce(o.error_type, r.error_type),
         locked_by = NULL, locked_until = NULL, lease_token = NULL,
-        updated_at = {_NOW}
+        updated_at = {_STATEMENT_NOW}
     FROM o
     WHERE r.id = ANY(%(ids)s::bigint[])
       AND r.id = o.id AND r.lease_token = o.lease_token AND r.status = 'running'
@@ -112,7 +115,7 @@ done AS (
 history AS (
     INSERT INTO job_attempts (run_id, attempt, worker, error_type, message, traceback,
                               started_at, finished_at)
-    SELECT id, attempts, %(worker)s, error_type, message, traceback, started_at, {_NOW}
+    SELECT id, attempts, %(worker)s, error_type, message, traceback, started_at, {_STATEMENT_NOW}
     FROM done WHERE status IN ('failed', 'dead')
 )
 SELECT id FROM done
