@@ -24,6 +24,10 @@ COMMANDS = {
     "list": "cronjob.commands.runs:list_runs",
     "show": "cronjob.commands.runs:show",
     "demo": "cronjob.commands.demo:demo",
+    "status": "cronjob.commands.ops:status",
+    "metrics": "cronjob.commands.ops:metrics",
+    "check": "cronjob.commands.ops:check",
+    "prune": "cronjob.commands.ops:prune",
     "schedule": "cronjob.commands.schedule:schedule",
 }
 

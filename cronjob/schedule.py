@@ -239,7 +239,8 @@ def _compile(expression: str) -> _Cron:
         )
         raise _invalid(expression, problem)
     expanded = [
-        _expand_field(expression, field, field_text) for field, field_text in zip(_FIELDS, fields)
+        _expand_field(expression, field, field_text)
+        for field, field_text in zip(_FIELDS, fields, strict=True)
     ]
     restricted = [field_text != "*" for field_text in fields]
 
@@ -257,7 +258,7 @@ def _compile(expression: str) -> _Cron:
 
     parts = [
         ",".join(str(value) for value in sorted(values)) if is_restricted else "*"
-        for values, is_restricted in zip(expanded, restricted)
+        for values, is_restricted in zip(expanded, restricted, strict=True)
     ]
     if days_never_occur:
         # Under OR semantics a day-of-month that cannot occur contributes nothing, so the

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -15,9 +14,13 @@ from cronjob.models import (
     ClaimedRun,
     Decision,
     Definition,
+    DefinitionSchedule,
     DefinitionSpec,
     DueDefinition,
+    DurationSummary,
     Run,
+    RunCell,
+    RunSnapshot,
     Status,
 )
 
@@ -27,7 +30,7 @@ class NewRun:
     """A run to enqueue, already validated."""
 
     job_type: str
-    payload: Any = None
+    payload_json: str = "{}"
     run_at: datetime | None = None
     delay: float | None = None
     idempotency_key: str | None = None
@@ -58,7 +61,7 @@ def runs_insert_many(
         return []
     params = {
         "job_types": [r.job_type for r in runs],
-        "payloads": [json.dumps({} if r.payload is None else r.payload) for r in runs],
+        "payloads": [r.payload_json for r in runs],
         "run_ats": [r.run_at for r in runs],
         "delays": [r.delay for r in runs],
         "keys": [r.idempotency_key for r in runs],
@@ -205,6 +208,107 @@ def _run(row: Sequence[Any]) -> Run:
     return Run(*values)
 
 
+# -- effects --
+
+
+def effect_insert_once(conn: Any, key: str, run: ClaimedRun) -> bool:
+    """Record `key` in the caller's transaction; True if it was not recorded yet."""
+    row = conn.execute(
+        queries.EFFECT_INSERT_ONCE, {"key": key, "run_id": run.id, "attempt": run.attempt}
+    ).fetchone()
+    return row is not None
+
+
+def effect_insert_at_most_once(conn: Any, key: str, run: ClaimedRun) -> tuple[bool, bool]:
+    """Record `key` for `run` if it still holds its lease: (lease held, newly recorded)."""
+    held, recorded = conn.execute(
+        queries.EFFECT_INSERT_AT_MOST_ONCE,
+        {"key": key, "run_id": run.id, "token": run.lease_token},
+    ).fetchone()
+    return bool(held), bool(recorded)
+
+
+def effects_prune_many(
+    conn: Any,
+    *,
+    older_than_seconds: float = 0.0,
+    batch_size: int = 1000,
+    now: datetime | None = None,
+) -> int:
+    """Delete ledger keys whose run is gone and that are older than `older_than_seconds`.
+
+    Works in batches of `batch_size` keys, one statement each (on an autocommit
+    connection, each batch commits on its own, so locks stay short). Returns how
+    many keys were deleted. Keys whose run still exists are never deleted.
+    """
+    if batch_size < 1:
+        raise ValueError("batch_size must be at least 1")
+    params = {"older_than": float(older_than_seconds), "limit": batch_size, "now": now}
+    total = 0
+    while True:
+        deleted = conn.execute(queries.EFFECT_DELETE_MANY, params).rowcount
+        total += deleted
+        if deleted < batch_size:
+            return total
+
+
+# -- operations --
+
+
+def runs_snapshot(conn: Any, *, now: datetime | None = None) -> RunSnapshot:
+    rows = conn.execute(queries.RUN_SNAPSHOT, {"now": now}).fetchall()
+    cells = tuple(
+        RunCell(job_type, Status(status), runs, due, expired, oldest_due_at, last_started_at)
+        for _, job_type, status, runs, due, expired, oldest_due_at, last_started_at in rows
+        if job_type is not None
+    )
+    return RunSnapshot(rows[0][0], cells)
+
+
+def definitions_list_schedules(conn: Any) -> list[DefinitionSchedule]:
+    return [
+        DefinitionSchedule(*row)
+        for row in conn.execute(queries.DEFINITION_LIST_SCHEDULES).fetchall()
+    ]
+
+
+def runs_durations_recent(
+    conn: Any,
+    *,
+    window: float,
+    quantiles: Sequence[float],
+    now: datetime | None = None,
+) -> list[DurationSummary]:
+    rows = conn.execute(
+        queries.RUN_DURATIONS_RECENT,
+        {"window": window, "quantiles": list(quantiles), "now": now},
+    ).fetchall()
+    return [
+        DurationSummary(job_type, count, total, tuple(zip(quantiles, values, strict=True)))
+        for job_type, count, total, values in rows
+    ]
+
+
+def runs_prune_batch(
+    conn: Any,
+    *,
+    statuses: Sequence[str],
+    older_than: float,
+    limit: int,
+    now: datetime | None = None,
+) -> dict[str, int]:
+    """Delete one batch of finished runs; returns how many of each status went."""
+    params = {"statuses": list(statuses), "older_than": older_than, "limit": limit, "now": now}
+    return dict(conn.execute(queries.RUN_PRUNE_BATCH, params).fetchall())
+
+
+def runs_prune_count(
+    conn: Any, *, statuses: Sequence[str], older_than: float, now: datetime | None = None
+) -> dict[str, int]:
+    params = {"statuses": list(statuses), "older_than": older_than, "now": now}
+    return dict(conn.execute(queries.RUN_PRUNE_COUNT, params).fetchall())
+
+
 # -- schedules --
 
 
@@ -261,6 +365,8 @@ def definition_set_enabled(
 
 
 def _spec_params(spec: DefinitionSpec) -> dict[str, Any]:
+    import json
+
     return {
         "name": spec.name, "job_type": spec.job_type, "payload": json.dumps(spec.payload),
         "schedule": spec.schedule, "timezone": spec.timezone, "scope": spec.scope,

@@ -57,6 +57,10 @@ class _InFlight:
     # Set once the main thread has written this run's fate (handed back, timed
     # out, lease lost); whatever the handler returns afterwards is discarded.
     settled: bool = False
+    # Set by the worker just before it records success in the handler's own
+    # transaction: from then on a heartbeat that misses the run may only mean
+    # that the commit went through, so the main thread waits for the result.
+    finalizing: bool = False
 
 
 @dataclass
@@ -196,14 +200,11 @@ class Tick:
         )
         self.report.claimed += len(claimed)
         for run in claimed:
-            flight = _InFlight(run, self.handlers[run.job_type], JobContext(run, self._handler_db))
+            flight = _InFlight(run, self.handlers[run.job_type], JobContext(run, self.connect))
             self._inflight[run.id] = flight
             self._ensure_workers()
             self._work.put(flight)
         return claimed
-
-    def _handler_db(self) -> Any:
-        return self.connect(autocommit=False)
 
     def _ensure_workers(self) -> None:
         if len(self._threads) < min(self.options.concurrency, len(self._inflight)):
@@ -228,33 +229,44 @@ class Tick:
             outcome = execute(flight.spec, flight.run, flight.ctx)
             duration = time.monotonic() - flight.started
             result = _Result(flight, outcome, duration)
-            if flight.ctx.used_db:
-                self._finish_in_handler_transaction(result)
+            try:
+                if flight.ctx.used_db:
+                    self._finish_in_handler_transaction(result)
+            finally:
+                # Before the result is handed over: a failure is recorded only
+                # once the handler's transaction is gone.
+                flight.ctx.close()
             self._done.put(result)
 
     def _finish_in_handler_transaction(self, result: _Result) -> None:
-        """Record success in the handler's own transaction, or roll its writes back."""
-        ctx = result.flight.ctx
+        """Record success in the handler's own transaction, or leave its writes to roll back.
+
+        The success write is fenced by the lease token inside that transaction: if
+        the run was cancelled, handed back or re-claimed meanwhile, it matches no
+        row and everything rolls back. It takes the run's row lock last, just
+        before COMMIT, so the tick's heartbeat and hand-back wait at most that
+        long for it, and never in a cycle.
+        """
+        flight = result.flight
+        if not isinstance(result.outcome, Succeeded) or flight.settled:
+            return  # closing the connection rolls the handler's writes back
         try:
-            if isinstance(result.outcome, Succeeded) and not result.flight.settled:
-                kept = store.runs_finalize_many(
-                    ctx.db,
-                    [transitions.succeeded(result.flight.run, result.duration)],
-                    worker=self.worker,
-                    now=self.options.now,
-                )
-                if kept:
-                    ctx.db.commit()
-                else:
-                    ctx.db.rollback()
-                result.finalized, result.kept = True, bool(kept)
-            else:
-                ctx.db.rollback()
+            conn = flight.ctx.handler_transaction()
+            flight.finalizing = True
+            kept = store.runs_finalize_many(
+                conn,
+                [transitions.succeeded(flight.run, result.duration)],
+                worker=self.worker,
+                now=self.options.now,
+            )
+            if kept:
+                conn.commit()
+            result.finalized, result.kept = True, bool(kept)
         except Exception as exc:
+            # Recorded as a failed attempt by the main thread, fenced like any
+            # other; if the COMMIT did go through after all, that write is a no-op.
             result.outcome = _errored(exc)
             result.finalized = False
-        finally:
-            ctx.close()
 
     def _collect(self, wait: float) -> None:
         try:
@@ -334,14 +346,24 @@ class Tick:
         flights = [f for f in self._inflight.values() if not f.settled]
         if not flights:
             return
-        held = store.runs_heartbeat_many(
-            self.conn,
-            [f.run for f in flights],
-            [self._lease(f.spec) for f in flights],
-            now=self.options.now,
-        )
+        import psycopg
+
+        try:
+            held = store.runs_heartbeat_many(
+                self.conn,
+                [f.run for f in flights],
+                [self._lease(f.spec) for f in flights],
+                now=self.options.now,
+            )
+        except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected) as exc:
+            # Only a handler that locks job_runs rows in its own ctx.db transaction
+            # can hold one long; the leases have two thirds left: try next beat.
+            from cronjob.db import describe
+
+            self.log.warning("heartbeat skipped: a run's row is locked", error=describe(exc))
+            return
         for flight in flights:
-            if flight.run.id not in held:
+            if flight.run.id not in held and not flight.finalizing:
                 self._lose(flight, "lease lost: run cancelled or claimed by another tick")
 
     def _lose(self, flight: _InFlight, why: str) -> None:
