@@ -486,10 +486,9 @@ SELECT (SELECT count(*) FROM created), (SELECT count(*) FROM advanced)
 
 # One tenant-scoped definition: a run per tenant and occurrence, in one INSERT ... SELECT.
 # The operator's tenant query is embedded as a subquery (a FROM item admits a query and
-# nothing else); its first column, whatever it is called, is the tenant id. A tenant listed
-# twice conflicts with itself and is skipped. Sorted, so the rows reach the occurrence index
-# in key order: a fan-out over 100,000 tenants inserts noticeably faster that way.
-RUN_MATERIALIZE_TENANTS = f"""
+# nothing else); its first column, whatever it is called, is the tenant id. Sorted, so the
+# rows reach the occurrence index in key order.
+_RUN_MATERIALIZE_TENANTS = """
 INSERT INTO job_runs (definition_id, job_type, payload, tenant_id, scheduled_for, run_at,
                       max_attempts, priority, created_at, updated_at)
 SELECT d.id, d.job_type, d.payload, t.tenant_id, o.scheduled_for, o.scheduled_for,
@@ -497,15 +496,29 @@ SELECT d.id, d.job_type, d.payload, t.tenant_id, o.scheduled_for, o.scheduled_fo
 FROM job_definitions d
 CROSS JOIN unnest(%(scheduled_fors)s::timestamptz[]) AS o(scheduled_for)
 CROSS JOIN (
-    SELECT jobrunner_tenant_id::text AS tenant_id
+    SELECT DISTINCT jobrunner_tenant_id::text AS tenant_id
     FROM (
-{{tenants_sql}}
+{tenants_sql}
     ) AS jobrunner_tenants(jobrunner_tenant_id)
     WHERE jobrunner_tenant_id IS NOT NULL
     ORDER BY 1
 ) AS t
 WHERE d.id = %(id)s
-{_OCCURRENCE_CONFLICT}
+"""
+
+RUN_MATERIALIZE_TENANTS = _RUN_MATERIALIZE_TENANTS + _OCCURRENCE_CONFLICT
+
+# When none of these occurrences has a run yet, which the caller checks while holding the
+# definition's row lock (no other tick can add one meanwhile), a plain INSERT does: it skips
+# the speculative insertion ON CONFLICT performs for every row, about a third of the cost
+# of a fan-out over 100,000 tenants. The occurrence index still refuses any duplicate.
+RUN_MATERIALIZE_TENANTS_FIRST = _RUN_MATERIALIZE_TENANTS
+
+RUN_OCCURRENCES_EXIST = """
+SELECT EXISTS (
+    SELECT 1 FROM job_runs
+    WHERE definition_id = %(id)s AND scheduled_for = ANY(%(scheduled_fors)s::timestamptz[])
+)
 """
 
 # Any constant works; this one spells "jobsched". Two deploys syncing at once apply in turn.

@@ -447,14 +447,20 @@ def runs_materialize_many(
 def runs_materialize_tenants(
     conn: Any, advance: Advance, *, tenants_sql: str, now: datetime
 ) -> int:
-    """Create one run per tenant and occurrence of a tenant-scoped definition."""
+    """Create one run per tenant and occurrence of a tenant-scoped definition.
+
+    Call while holding the definition's row lock (as materializing does).
+    """
+    params = {
+        "id": advance.definition.id,
+        "scheduled_fors": list(advance.scheduled_fors),
+        "now": now,
+    }
+    first = not conn.execute(queries.RUN_OCCURRENCES_EXIST, params).fetchone()[0]
+    template = queries.RUN_MATERIALIZE_TENANTS_FIRST if first else queries.RUN_MATERIALIZE_TENANTS
     # The tenant query is the operator's own SQL: `%` in it must not read as a placeholder.
-    sql = queries.RUN_MATERIALIZE_TENANTS.replace("{tenants_sql}", tenants_sql.replace("%", "%%"))
-    cursor = conn.execute(
-        sql,
-        {"id": advance.definition.id, "scheduled_fors": list(advance.scheduled_fors), "now": now},
-    )
-    return cursor.rowcount
+    sql = template.replace("{tenants_sql}", tenants_sql.replace("%", "%%"))
+    return conn.execute(sql, params).rowcount
 
 
 def definitions_sync_lock(conn: Any) -> None:

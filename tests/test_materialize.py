@@ -330,6 +330,20 @@ def test_tenants_created_later_get_runs_from_the_next_occurrence(db_url, tenants
     ]
 
 
+def test_an_occurrence_with_some_runs_already_gets_only_the_missing_ones(db_url, tenants):
+    # A mark moved back by hand (say, a restored backup) meets runs that exist already.
+    define(tenants, "per-tenant", "*/5 * * * *", scope="tenant")
+    tick(db_url, T0 + timedelta(minutes=5), tenants_sql=TENANTS_SQL)
+    tenants.execute("DELETE FROM job_runs WHERE tenant_id = '2'")
+    tenants.execute(
+        "UPDATE job_definitions SET materialized_through = %s, next_fire_at = %s",
+        [T0, T0 + timedelta(minutes=5)],
+    )
+    report, materializer = tick(db_url, T0 + timedelta(minutes=5), tenants_sql=TENANTS_SQL)
+    assert (report.materialized, materializer.problems) == (1, [])
+    assert scheduled(tenants) == [T0 + timedelta(minutes=5)] * 3
+
+
 def test_the_tenant_query_may_repeat_ids_return_nulls_and_use_percent_signs(db_url, tenants):
     define(tenants, "per-tenant", "*/5 * * * *", scope="tenant")
     query = (
