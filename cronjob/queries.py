@@ -486,8 +486,8 @@ SELECT (SELECT count(*) FROM created), (SELECT count(*) FROM advanced)
 
 # One tenant-scoped definition: a run per tenant and occurrence, in one INSERT ... SELECT.
 # The operator's tenant query is embedded as a subquery (a FROM item admits a query and
-# nothing else); its first column, whatever it is called, is the tenant id. Sorted, so the
-# rows reach the occurrence index in key order.
+# nothing else); its first column, whatever it is called, is the tenant id (NULL and empty
+# ids are no tenants). Sorted, so the rows reach the occurrence index in key order.
 _RUN_MATERIALIZE_TENANTS = """
 INSERT INTO job_runs (definition_id, job_type, payload, tenant_id, scheduled_for, run_at,
                       max_attempts, priority, created_at, updated_at)
@@ -500,7 +500,7 @@ CROSS JOIN (
     FROM (
 {tenants_sql}
     ) AS jobrunner_tenants(jobrunner_tenant_id)
-    WHERE jobrunner_tenant_id IS NOT NULL
+    WHERE jobrunner_tenant_id IS NOT NULL AND jobrunner_tenant_id::text <> ''
     ORDER BY 1
 ) AS t
 WHERE d.id = %(id)s

@@ -344,12 +344,15 @@ def test_an_occurrence_with_some_runs_already_gets_only_the_missing_ones(db_url,
     assert scheduled(tenants) == [T0 + timedelta(minutes=5)] * 3
 
 
-def test_the_tenant_query_may_repeat_ids_return_nulls_and_use_percent_signs(db_url, tenants):
+def test_the_tenant_query_may_repeat_ids_return_nulls_or_blanks_and_use_percent_signs(
+    db_url, tenants
+):
     define(tenants, "per-tenant", "*/5 * * * *", scope="tenant")
     query = (
-        "SELECT id, 'extra column' -- columns after the first are ignored\n"
+        "SELECT id::text, 'extra column' -- columns after the first are ignored\n"
         "FROM tenants WHERE id::text LIKE '%'"
-        " UNION ALL SELECT id, 'again' FROM tenants UNION ALL SELECT NULL, 'none';\n"
+        " UNION ALL SELECT id::text, 'again' FROM tenants UNION ALL SELECT NULL, 'none'"
+        " UNION ALL SELECT '', 'empty';\n"
     )
     report, materializer = tick(db_url, T0 + timedelta(minutes=5), tenants_sql=query)
     assert materializer.problems == []
