@@ -9,7 +9,7 @@ from typing import Any
 from uuid import UUID
 
 
-class Status(str, enum.Enum):
+class Status(enum.StrEnum):
     QUEUED = "queued"
     RUNNING = "running"
     SUCCEEDED = "succeeded"

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from datetime import timezone
+from datetime import UTC
 from typing import Any
 
 import click
@@ -66,7 +66,7 @@ def demo(database_url: str | None, handlers: str | None) -> None:
             )
             if run.scheduled_for is not None:
                 tenant = f" for tenant {run.tenant_id}" if run.tenant_id else ""
-                at = run.scheduled_for.astimezone(timezone.utc)
+                at = run.scheduled_for.astimezone(UTC)
                 story = story or f"scheduled for {at:%H:%M} UTC{tenant}, ran once, fine"
             click.echo(
                 f"{run.id:>6}  {run.job_type:<12} {run.status.value:<10} "
