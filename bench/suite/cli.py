@@ -26,7 +26,7 @@ BENCH_DIR = Path(__file__).resolve().parent.parent
 REPO_DIR = BENCH_DIR.parent
 
 QUICK = Options(n=2_000, reps=1, idle_runs=10, history_rows=100_000, enqueue_n=10_000,
-                claim_probes=20)
+                claim_probes=20, cap_scale=0.25)
 FULL = Options()
 
 
@@ -89,6 +89,7 @@ def options(args: argparse.Namespace) -> Options:
         enqueue_n=args.enqueue_n or base.enqueue_n,
         claim_probes=base.claim_probes,
         cap=not args.no_cap,
+        cap_scale=base.cap_scale,
     )
 
 
@@ -130,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"PostgreSQL server binaries not found in {PG_BIN} (set JRBENCH_PG_BIN)",
               file=sys.stderr)
         return 1
+    # Ctrl-C and SIGTERM both end the run cleanly, also when started in the background
+    # (where a shell leaves SIGINT ignored).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _terminate)
     logdir = BENCH_DIR / ".envs" / "logs" / time.strftime("%Y%m%d-%H%M%S")
     started = time.monotonic()

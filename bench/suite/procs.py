@@ -11,6 +11,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# GNU time reports a child's own peak RSS. wait4() on a child forked from the
+# harness cannot: a forked child starts with the harness's high-water mark, so
+# anything smaller than the harness (~40 MiB) would read as the harness's size.
+GNU_TIME = "/usr/bin/time"
+
 # Every child still running; killed (by process group) when the run is interrupted.
 _LIVE: dict[int, subprocess.Popen[bytes]] = {}
 _LOCK = threading.Lock()
@@ -71,19 +76,27 @@ def run_together(commands: list[Command], timeout: float, logdir: Path, tag: str
     threads: list[threading.Thread] = []
     start = time.perf_counter()
 
+    use_time = os.access(GNU_TIME, os.X_OK)
+
     def reap(i: int, proc: subprocess.Popen[bytes], log: Path) -> None:
         _, status, usage = os.wait4(proc.pid, 0)
         elapsed = time.perf_counter() - start
         proc.returncode = os.waitstatus_to_exitcode(status)
         with _LOCK:
             _LIVE.pop(proc.pid, None)
-        results[i] = Exit(proc.returncode, elapsed, int(usage.ru_maxrss), log)
+        rss_kb = int(usage.ru_maxrss)
+        if use_time:
+            rss_kb = _time_rss(log.with_suffix(".rss"), rss_kb)
+        results[i] = Exit(proc.returncode, elapsed, rss_kb, log)
 
     for i, cmd in enumerate(commands):
         log = logdir / f"{tag}.{i}.log"
+        argv = cmd.argv
+        if use_time:
+            argv = [GNU_TIME, "-f", "%M", "-o", str(log.with_suffix(".rss")), *argv]
         with open(log, "wb") as out:
             proc = subprocess.Popen(
-                cmd.argv,
+                argv,
                 env=cmd.full_env(),
                 cwd=cmd.cwd,
                 stdin=subprocess.PIPE if cmd.stdin is not None else subprocess.DEVNULL,
@@ -110,6 +123,13 @@ def run_together(commands: list[Command], timeout: float, logdir: Path, tag: str
             thread.join(10)
         raise CommandFailed(f"{tag}: still running after {timeout:.0f}s, killed")
     return [r for r in results if r is not None]
+
+
+def _time_rss(path: Path, fallback: int) -> int:
+    try:
+        return int(path.read_text().split()[-1])
+    except (OSError, ValueError, IndexError):
+        return fallback
 
 
 def _feed(proc: subprocess.Popen[bytes], data: bytes) -> None:

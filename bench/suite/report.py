@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.suite.procs import GNU_TIME
 from bench.suite.results import Row, find
+from bench.suite.sections import IDLE_ROUND
 from bench.suite.systems import System, Variant
 from bench.suite.timing import WARMUP, hyperfine_version
 
@@ -169,7 +171,8 @@ def idle_table(report: Report) -> tuple[Table, str]:
                      str(r.extra.get("runs", "-")), _ratio(_median(r), floor)])
     tool = next((r.extra["tool"] for r in rows if r.extra.get("tool")), "-")
     legend = ("One invocation of each system's exit-when-empty mode against a migrated, warm, "
-              f"empty database ({tool}, {WARMUP} warm-up runs first). vs floor = median / floor "
+              f"empty database ({tool}; {WARMUP} warm-up runs, then rounds of "
+              f"{IDLE_ROUND} timed runs of each command in turn). vs floor = median / floor "
               "median: how many times the bare cost of starting Python and opening one "
               "connection.")
     return (headers, body), legend
@@ -221,8 +224,10 @@ def rss_table(report: Report) -> tuple[Table, str]:
     headers = ["system", "variant", "N", "median peak RSS MiB", "range"]
     body = [[r.label, r.variant, _num(r.extra.get("n")), _median_or_status(r, 1), _range(r, 1)]
             for r in rows]
+    source = ("GNU time's %M for each worker process" if os.access(GNU_TIME, os.X_OK) else
+              "wait4() of each worker process, which cannot read below the harness's own RSS")
     legend = ("Peak resident set size of the largest worker process while draining N jobs "
-              "(getrusage of that child alone, from wait4()).")
+              f"({source}).")
     return (headers, body), legend
 
 

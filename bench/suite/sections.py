@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -18,11 +19,13 @@ from bench.suite.results import Row
 from bench.suite.statements import CLAIM, ENQUEUE, FINISH, HISTORY, UNFINISHED
 from bench.suite.systems import Context, NotRun, System, Variant
 from bench.suite.systems.jobrunner import JobrunnerSystem, jsonl
-from bench.suite.timing import time_command
+from bench.suite.timing import WARMUP, time_command
 
 SECTIONS = ("drain", "idle", "growth", "enqueue", "rss", "schedules")
 
 FLOOR_CODE = "import sys, psycopg; psycopg.connect(sys.argv[1]).execute('select 1')"
+FLOOR_HOW = "python -c 'import psycopg; psycopg.connect(URL).execute(\"select 1\")'"
+IDLE_ROUND = 5  # idle runs of one command before moving on to the next
 CLAIM_BATCH = 100
 
 # What a failed measurement may raise; anything else is a bug in the harness.
@@ -39,6 +42,7 @@ class Options:
     enqueue_n: int = 100_000
     claim_probes: int = 50
     cap: bool = True  # honour Variant.max_n
+    cap_scale: float = 1.0  # --quick shrinks the caps along with N
 
 
 def log(message: str) -> None:
@@ -115,7 +119,7 @@ class Bench:
     # -- drain throughput --------------------------------------------------------------
     def jobs_for(self, v: Variant) -> int:
         if self.opts.cap and v.max_n is not None:
-            return min(self.opts.n, v.max_n)
+            return min(self.opts.n, max(1, int(v.max_n * self.opts.cap_scale)))
         return self.opts.n
 
     def drain(self) -> None:
@@ -169,43 +173,57 @@ class Bench:
 
     # -- idle one-shot -----------------------------------------------------------------
     def idle(self) -> None:
-        runs = self.opts.idle_runs
-        floor_name = dbname("b", "idle_floor")
-        self.cluster.dropdb(floor_name)
-        floor_url = self.cluster.createdb(floor_name)
-        try:
-            floor = Command([sys.executable, "-c", FLOOR_CODE, floor_url])
-            self._time_idle("floor", "floor (python -c psycopg connect + select 1)", floor,
-                            runs, "python -c 'import psycopg; psycopg.connect(URL)"
-                            ".execute(\"select 1\")'")
-        finally:
-            self.cluster.dropdb(floor_name)
-        self._not_run_rows("idle", "ms")
-        for s in self.ready():
-            name, url = self.fresh_db(s, "idle")
-            try:
-                cmd = s.idle_command(url)
-                if cmd is None:
-                    self.rows.append(Row("idle", s.name, s.label, "one-shot", "ms",
-                                         status="not run: no one-shot mode"))
-                    continue
-                self._time_idle(s.name, s.label, cmd, runs, s.idle_how)
-            finally:
-                self.cluster.dropdb(name)
+        """Each system's exit-when-empty invocation against a warm, empty database.
 
-    def _time_idle(self, system: str, label: str, cmd: Command, runs: int, how: str) -> None:
-        row = Row("idle", system, label, "one-shot", "ms", settings={"command": how})
+        The runs go in rounds (a few of each command, then the next command) so a
+        load change on a shared machine lands on every command alike.
+        """
+        floor_db = dbname("b", "idle_floor")
+        self.cluster.dropdb(floor_db)
+        floor_url = self.cluster.createdb(floor_db)
+        subjects: list[tuple[Row, Command]] = [(
+            Row("idle", "floor", "floor (python -c psycopg connect + select 1)", "one-shot",
+                "ms", settings={"command": FLOOR_HOW}),
+            Command([sys.executable, "-c", FLOOR_CODE, floor_url]),
+        )]
+        dbs = [floor_db]
+        for s in self.ready():
+            row = Row("idle", s.name, s.label, "one-shot", "ms", settings={"command": s.idle_how})
+            name, url = self.fresh_db(s, "idle")
+            dbs.append(name)
+            cmd = s.idle_command(url)
+            if cmd is None:
+                row.status = "not run: no exit-when-empty mode"
+                self.rows.append(row)
+                continue
+            subjects.append((row, cmd))
         try:
-            timings = time_command(cmd, runs)
-        except MEASUREMENT_ERRORS as exc:
-            row.status = f"failed: {first_line(exc)}"
-            log(f"idle {label}: FAILED\n{exc}")
-        else:
-            row.samples = [t * 1000 for t in timings.times]
-            row.extra = {"mean_ms": timings.mean * 1000, "stdev_ms": timings.stdev * 1000,
-                         "runs": len(timings.times), "tool": timings.tool}
-            log(f"idle {label}: median {timings.median * 1000:.0f} ms over {runs} runs")
-        self.rows.append(row)
+            runs = self.opts.idle_runs
+            rounds = -(-runs // IDLE_ROUND)
+            for round_no in range(rounds):
+                batch = min(IDLE_ROUND, runs - round_no * IDLE_ROUND)
+                for row, cmd in subjects:
+                    if row.status != "ok":
+                        continue
+                    try:
+                        timings = time_command(cmd, batch, warmup=WARMUP if round_no == 0 else 0)
+                    except MEASUREMENT_ERRORS as exc:
+                        row.status = f"failed: {first_line(exc)}"
+                        log(f"idle {row.label}: FAILED\n{exc}")
+                        continue
+                    row.samples += [t * 1000 for t in timings.times]
+                    row.extra["tool"] = timings.tool
+            for row, _ in subjects:
+                if row.ok:
+                    row.extra.update(mean_ms=statistics.fmean(row.samples),
+                                     stdev_ms=statistics.pstdev(row.samples),
+                                     runs=len(row.samples))
+                    log(f"idle {row.label}: median {row.median:.0f} ms over {len(row.samples)}")
+                self.rows.append(row)
+            self._not_run_rows("idle", "ms")
+        finally:
+            for name in dbs:
+                self.cluster.dropdb(name)
 
     # -- growth: 1,000,000 finished rows vs an empty table -----------------------------
     def growth(self) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from bench.suite.procs import Command, CommandFailed
 
-WARMUP = 3
+WARMUP = 2
 PER_RUN_TIMEOUT = 120
 
 
@@ -45,20 +45,20 @@ def hyperfine_version() -> str | None:
     return out.stdout.strip().removeprefix("hyperfine ") or None
 
 
-def time_command(cmd: Command, runs: int) -> Timings:
+def time_command(cmd: Command, runs: int, warmup: int = WARMUP) -> Timings:
     exe = shutil.which("hyperfine")
     if exe:
-        return _hyperfine(exe, cmd, runs)
-    return _loop(cmd, runs)
+        return _hyperfine(exe, cmd, runs, warmup)
+    return _loop(cmd, runs, warmup)
 
 
-def _hyperfine(exe: str, cmd: Command, runs: int) -> Timings:
+def _hyperfine(exe: str, cmd: Command, runs: int, warmup: int) -> Timings:
     with tempfile.NamedTemporaryFile(suffix=".json") as export:
         proc = subprocess.run(
-            [exe, "--shell=none", "--warmup", str(WARMUP), "--runs", str(runs),
+            [exe, "--shell=none", "--warmup", str(warmup), "--runs", str(runs),
              "--style", "none", "--export-json", export.name, shlex.join(cmd.argv)],
             env=cmd.full_env(), cwd=cmd.cwd, check=False, capture_output=True, text=True,
-            timeout=PER_RUN_TIMEOUT * (runs + WARMUP),
+            timeout=PER_RUN_TIMEOUT * (runs + warmup),
         )
         if proc.returncode != 0:
             raise CommandFailed(f"hyperfine: {proc.stderr.strip()[-600:]}")
@@ -66,9 +66,9 @@ def _hyperfine(exe: str, cmd: Command, runs: int) -> Timings:
     return Timings([float(t) for t in result["times"]], "hyperfine")
 
 
-def _loop(cmd: Command, runs: int) -> Timings:
+def _loop(cmd: Command, runs: int, warmup: int) -> Timings:
     times: list[float] = []
-    for i in range(WARMUP + runs):
+    for i in range(warmup + runs):
         start = time.perf_counter()
         proc = subprocess.run(
             cmd.argv, check=False, env=cmd.full_env(), cwd=cmd.cwd, stdin=subprocess.DEVNULL,
@@ -77,6 +77,6 @@ def _loop(cmd: Command, runs: int) -> Timings:
         elapsed = time.perf_counter() - start
         if proc.returncode != 0:
             raise CommandFailed(f"exit {proc.returncode}: {proc.stderr.decode()[-600:]}")
-        if i >= WARMUP:
+        if i >= warmup:
             times.append(elapsed)
     return Timings(times, "subprocess loop")

@@ -14,8 +14,8 @@ REQUIREMENTS = ["procrastinate>=2,<4", "psycopg[binary,pool]"]
 # job at a time, one fetch query per job. Tuned raises the number of jobs one
 # worker runs at once (each still fetched by its own query).
 VARIANTS = (
-    Variant("default", {"--concurrency": 1}, max_n=5_000),
-    Variant("tuned", {"--concurrency": 10}, max_n=5_000),
+    Variant("default", {"--concurrency": 1}, max_n=3_000),
+    Variant("tuned", {"--concurrency": 10}, max_n=3_000),
 )
 
 
