@@ -121,8 +121,13 @@ def _settings(settings: dict[str, Any]) -> str:
                      for k, v in settings.items()) or "-"
 
 
-def _section(rows: list[Row], section: str) -> list[Row]:
-    return [r for r in rows if r.section == section]
+def _section(rows: list[Row], section: str, order: list[System] | None = None) -> list[Row]:
+    """The section's rows; with `order`, the floor first and then in registry order."""
+    picked = [r for r in rows if r.section == section]
+    if order:
+        rank = {s.name: i for i, s in enumerate(order)}
+        picked.sort(key=lambda r: -1 if r.system == "floor" else rank.get(r.system, len(rank)))
+    return picked
 
 
 def _median(row: Row | None) -> float | None:
@@ -131,7 +136,7 @@ def _median(row: Row | None) -> float | None:
 
 # -- tables ------------------------------------------------------------------------------
 def drain_table(report: Report) -> tuple[Table, str]:
-    rows = _section(report.rows, "drain")
+    rows = _section(report.rows, "drain", report.systems)
     kinds = {s.name: s.kind for s in report.systems}
     graphile = _median(find(rows, "drain", "graphile-worker", "tuned"))
     ceiling = _median(find(rows, "drain", "raw-sql", "psycopg"))
@@ -161,7 +166,7 @@ def drain_table(report: Report) -> tuple[Table, str]:
 
 
 def idle_table(report: Report) -> tuple[Table, str]:
-    rows = _section(report.rows, "idle")
+    rows = _section(report.rows, "idle", report.systems)
     floor = _median(find(rows, "idle", "floor", "one-shot"))
     headers = ["system", "command", "median ms", "mean ms", "stdev ms", "runs", "vs floor"]
     body = []
@@ -179,7 +184,7 @@ def idle_table(report: Report) -> tuple[Table, str]:
 
 
 def growth_table(report: Report) -> tuple[Table, str]:
-    rows = _section(report.rows, "growth")
+    rows = _section(report.rows, "growth", report.systems)
     history = report.options["history_rows"]
     hist = f"{history:,} finished"
     headers = ["system", "metric", "empty table", f"with {hist} runs", "history / empty"]
@@ -209,7 +214,7 @@ def growth_table(report: Report) -> tuple[Table, str]:
 
 
 def enqueue_table(report: Report) -> tuple[Table, str]:
-    rows = _section(report.rows, "enqueue")
+    rows = _section(report.rows, "enqueue", report.systems)
     copy = _median(find(rows, "enqueue", "raw-sql", "COPY from the same JSONL"))
     headers = ["system", "how", "runs", "median runs/s", "range", "vs raw COPY"]
     body = [[r.label, r.variant, _num(r.settings.get("runs")), _median_or_status(r), _range(r),
@@ -220,7 +225,7 @@ def enqueue_table(report: Report) -> tuple[Table, str]:
 
 
 def rss_table(report: Report) -> tuple[Table, str]:
-    rows = _section(report.rows, "rss")
+    rows = _section(report.rows, "rss", report.systems)
     headers = ["system", "variant", "N", "median peak RSS MiB", "range"]
     body = [[r.label, r.variant, _num(r.extra.get("n")), _median_or_status(r, 1), _range(r, 1)]
             for r in rows]
@@ -232,7 +237,7 @@ def rss_table(report: Report) -> tuple[Table, str]:
 
 
 def schedules_table(report: Report) -> tuple[Table, str]:
-    rows = _section(report.rows, "schedules")
+    rows = _section(report.rows, "schedules", report.systems)
     headers = ["system", "benchmark", "metric", "median"]
     body = [[r.label, r.variant, r.metric, _median_or_status(r)] for r in rows]
     return (headers, body), "Hooks in bench/suite/schedules.py."

@@ -17,7 +17,7 @@ PACKAGES = ["graphile-worker@^0.17.3"]
 # configuration from its performance page (concurrency 24, pool 25, local queue
 # of 500, batched completion); "default" is its stock configuration.
 VARIANTS = (
-    Variant("default", {"concurrentJobs": 1, "maxPoolSize": 10}, max_n=5_000),
+    Variant("default", {"concurrentJobs": 1, "maxPoolSize": 10}, max_n=10_000),
     Variant("tuned", {
         "concurrentJobs": 24,
         "maxPoolSize": 25,
