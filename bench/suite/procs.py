@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import signal
 import subprocess
@@ -19,6 +20,7 @@ GNU_TIME = "/usr/bin/time"
 # Every child still running; killed (by process group) when the run is interrupted.
 _LIVE: dict[int, subprocess.Popen[bytes]] = {}
 _LOCK = threading.Lock()
+_SEQUENCE = itertools.count(1)
 
 
 @dataclass(frozen=True)
@@ -67,8 +69,9 @@ def tail(path: Path, lines: int = 15) -> str:
 def run_together(commands: list[Command], timeout: float, logdir: Path, tag: str) -> list[Exit]:
     """Start all commands at once; return when every one has exited.
 
-    Each child's peak RSS comes from wait4() on that child alone. On timeout
-    all of them are killed and CommandFailed is raised.
+    Each child's peak RSS comes from GNU time when installed, else from wait4().
+    Output goes to <logdir>/<sequence>-<tag>.<i>.log. On timeout all of them are
+    killed and CommandFailed is raised.
     """
     logdir.mkdir(parents=True, exist_ok=True)
     results: list[Exit | None] = [None] * len(commands)
@@ -89,29 +92,36 @@ def run_together(commands: list[Command], timeout: float, logdir: Path, tag: str
             rss_kb = _time_rss(log.with_suffix(".rss"), rss_kb)
         results[i] = Exit(proc.returncode, elapsed, rss_kb, log)
 
-    for i, cmd in enumerate(commands):
-        log = logdir / f"{tag}.{i}.log"
-        argv = cmd.argv
-        if use_time:
-            argv = [GNU_TIME, "-f", "%M", "-o", str(log.with_suffix(".rss")), *argv]
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                argv,
-                env=cmd.full_env(),
-                cwd=cmd.cwd,
-                stdin=subprocess.PIPE if cmd.stdin is not None else subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        with _LOCK:
-            _LIVE[proc.pid] = proc
-        procs.append(proc)
-        thread = threading.Thread(target=reap, args=(i, proc, log), daemon=True)
-        thread.start()
-        threads.append(thread)
-        if cmd.stdin is not None:
-            threading.Thread(target=_feed, args=(proc, cmd.stdin), daemon=True).start()
+    sequence = next(_SEQUENCE)
+    try:
+        for i, cmd in enumerate(commands):
+            log = logdir / f"{sequence:04d}-{tag}.{i}.log"
+            argv = cmd.argv
+            if use_time:
+                argv = [GNU_TIME, "-f", "%M", "-o", str(log.with_suffix(".rss")), *argv]
+            with open(log, "wb") as out:
+                proc = subprocess.Popen(
+                    argv,
+                    env=cmd.full_env(),
+                    cwd=cmd.cwd,
+                    stdin=subprocess.PIPE if cmd.stdin is not None else subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            with _LOCK:
+                _LIVE[proc.pid] = proc
+            procs.append(proc)
+            thread = threading.Thread(target=reap, args=(i, proc, log), daemon=True)
+            thread.start()
+            threads.append(thread)
+            if cmd.stdin is not None:
+                threading.Thread(target=_feed, args=(proc, cmd.stdin), daemon=True).start()
+    except BaseException:
+        # One command could not start: do not leave the others running.
+        for proc in procs:
+            _kill_group(proc)
+        raise
 
     deadline = start + timeout
     for thread in threads:

@@ -1,23 +1,34 @@
 """Schedule benchmarks: hooks the harness calls, not yet implemented.
 
-Each hook is a Hook(variant, metric, measure). `measure(bench, system)` gets the
-running Bench (its cluster, options, fresh_db() and the jobrunner System) and
-returns one sample per repetition in the hook's metric, or raises NotRun with
-the reason. The harness turns the samples into a median and a report row.
+Each hook is a Hook(variant, metric, measure). `measure(bench, jobrunner)` gets
+the running Bench (its cluster, options, fresh_db() and logdir) and the jobrunner
+System (a JobrunnerSystem: .tick(url, flags), .command(url, *args)), and returns
+one sample per repetition (bench.opts.reps) in the hook's metric, or raises
+NotRun("why"). The harness turns the samples into a median and a report row; a
+hook only runs when jobrunner itself is available.
 
-To plug a measurement in, replace the body of the function below, e.g.:
+To plug a measurement in, replace the body of a function below, e.g.:
 
     def materialize_due(bench, jobrunner):
         samples = []
         for rep in range(bench.opts.reps):
             name, url = bench.fresh_db(jobrunner, "sched", f"r{rep}")
             try:
-                ...insert 10,000 job_definitions with next_fire_at <= now()...
+                with psycopg.connect(url, autocommit=True) as conn:
+                    ...  # DUE_DEFINITIONS definitions, all due now, of a job type
+                         # no handler exists for, so the tick only materializes
                 result = run_checked(jobrunner.tick(url, []), 600, bench.ctx.logdir, "sched")
-                samples.append(10_000 / result.seconds)  # runs materialized per second
+                with psycopg.connect(url) as conn:
+                    made = conn.execute("SELECT count(*) FROM job_runs").fetchone()[0]
+                if made != DUE_DEFINITIONS:
+                    raise RuntimeError(f"materialized {made} runs")
+                samples.append(made / result.seconds)  # runs materialized per second
             finally:
                 bench.cluster.dropdb(name)
         return samples
+
+(run_checked is bench.suite.procs.run_checked; result.seconds is the wall time of
+the tick process, start-up included, like every other process timing here.)
 """
 
 from __future__ import annotations
