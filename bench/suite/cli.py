@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import shutil
 import signal
 import sys
 import time
@@ -93,6 +94,13 @@ def options(args: argparse.Namespace) -> Options:
     )
 
 
+def _prune_logs(logs: Path, keep: int = 4) -> None:
+    """Worker logs run to ~100 MB a full run: keep the newest few runs' only."""
+    if logs.is_dir():
+        for old in sorted(p for p in logs.iterdir() if p.is_dir())[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+
+
 def _terminate(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -136,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _terminate)
     logdir = BENCH_DIR / ".envs" / "logs" / time.strftime("%Y%m%d-%H%M%S")
+    _prune_logs(logdir.parent)
     started = time.monotonic()
     try:
         with throwaway_cluster() as cluster:
