@@ -23,9 +23,7 @@ def drain(url: str, limit: int, worker: str) -> int:
             ).fetchall()
             if not rows:
                 return done
-            conn.execute(
-                FINISH, {"ids": [r[0] for r in rows], "tokens": [r[1] for r in rows]}
-            )
+            conn.execute(FINISH, {"ids": [r[0] for r in rows], "tokens": [r[1] for r in rows]})
             done += len(rows)
 
 

@@ -26,8 +26,15 @@ from bench.suite.systems import REGISTRY, Context
 BENCH_DIR = Path(__file__).resolve().parent.parent
 REPO_DIR = BENCH_DIR.parent
 
-QUICK = Options(n=2_000, reps=1, idle_runs=10, history_rows=100_000, enqueue_n=10_000,
-                claim_probes=20, cap_scale=0.25)
+QUICK = Options(
+    n=2_000,
+    reps=1,
+    idle_runs=10,
+    history_rows=100_000,
+    enqueue_n=10_000,
+    claim_probes=20,
+    cap_scale=0.25,
+)
 FULL = Options()
 
 
@@ -40,32 +47,63 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python bench/run.py",
         description="Benchmark jobrunner against PgQueuer, Procrastinate, graphile-worker and "
-                    "a raw-SQL ceiling on a throwaway PostgreSQL cluster.",
+        "a raw-SQL ceiling on a throwaway PostgreSQL cluster.",
     )
-    p.add_argument("--quick", action="store_true",
-                   help=f"small and fast: N={QUICK.n}, 1 repetition, "
-                        f"{QUICK.history_rows:,} history rows, {QUICK.enqueue_n:,} enqueued")
-    p.add_argument("--only", type=_csv, default=list(SECTIONS),
-                   help=f"comma-separated sections (default all): {','.join(SECTIONS)}")
-    p.add_argument("--systems", type=_csv, default=names,
-                   help=f"comma-separated systems (default all): {','.join(names)}")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"small and fast: N={QUICK.n}, 1 repetition, "
+        f"{QUICK.history_rows:,} history rows, {QUICK.enqueue_n:,} enqueued",
+    )
+    p.add_argument(
+        "--only",
+        type=_csv,
+        default=list(SECTIONS),
+        help=f"comma-separated sections (default all): {','.join(SECTIONS)}",
+    )
+    p.add_argument(
+        "--systems",
+        type=_csv,
+        default=names,
+        help=f"comma-separated systems (default all): {','.join(names)}",
+    )
     p.add_argument("--n", type=int, help=f"jobs per drain (default {FULL.n:,})")
     p.add_argument("--reps", type=int, help=f"repetitions, median reported (default {FULL.reps})")
-    p.add_argument("--idle-runs", type=int,
-                   help=f"timed runs per idle command (default {FULL.idle_runs})")
-    p.add_argument("--history-rows", type=int,
-                   help=f"finished runs for the growth section (default {FULL.history_rows:,})")
-    p.add_argument("--enqueue-n", type=int,
-                   help=f"runs for the bulk enqueue section (default {FULL.enqueue_n:,})")
-    p.add_argument("--no-cap", action="store_true",
-                   help="drain --n jobs in every variant, also the slow ones that are capped "
-                        "to keep a full run under 30 minutes")
-    p.add_argument("--reinstall", action="store_true",
-                   help="recreate the peers' environments under bench/.envs/")
-    p.add_argument("--out", type=Path, default=BENCH_DIR,
-                   help="directory for RESULTS.md and results.json (default bench/)")
-    p.add_argument("--no-write", action="store_true",
-                   help="print the tables only; leave RESULTS.md and results.json alone")
+    p.add_argument(
+        "--idle-runs", type=int, help=f"timed runs per idle command (default {FULL.idle_runs})"
+    )
+    p.add_argument(
+        "--history-rows",
+        type=int,
+        help=f"finished runs for the growth section (default {FULL.history_rows:,})",
+    )
+    p.add_argument(
+        "--enqueue-n",
+        type=int,
+        help=f"runs for the bulk enqueue section (default {FULL.enqueue_n:,})",
+    )
+    p.add_argument(
+        "--no-cap",
+        action="store_true",
+        help="drain --n jobs in every variant, also the slow ones that are capped "
+        "to keep a full run under 30 minutes",
+    )
+    p.add_argument(
+        "--reinstall",
+        action="store_true",
+        help="recreate the peers' environments under bench/.envs/",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=BENCH_DIR,
+        help="directory for RESULTS.md and results.json (default bench/)",
+    )
+    p.add_argument(
+        "--no-write",
+        action="store_true",
+        help="print the tables only; leave RESULTS.md and results.json alone",
+    )
     args = p.parse_args(argv)
     unknown = [s for s in args.only if s not in SECTIONS]
     unknown += [s for s in args.systems if s not in names]
@@ -105,12 +143,24 @@ def _terminate(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def _run(cluster: Cluster, args: argparse.Namespace, opts: Options, sections: list[str],
-         command: str, logdir: Path) -> Report:
+def _run(
+    cluster: Cluster,
+    args: argparse.Namespace,
+    opts: Options,
+    sections: list[str],
+    command: str,
+    logdir: Path,
+) -> Report:
     load_at_start = load_average()
     log(f"PostgreSQL on {cluster.url('')} (data in {cluster.root}); logs in {logdir}")
-    ctx = Context(cluster=cluster, bench_dir=BENCH_DIR, repo_dir=REPO_DIR,
-                  envs_dir=BENCH_DIR / ".envs", logdir=logdir, reinstall=args.reinstall)
+    ctx = Context(
+        cluster=cluster,
+        bench_dir=BENCH_DIR,
+        repo_dir=REPO_DIR,
+        envs_dir=BENCH_DIR / ".envs",
+        logdir=logdir,
+        reinstall=args.reinstall,
+    )
     systems = [cls(ctx) for cls in REGISTRY if cls.name in args.systems]
     bench = Bench(ctx, opts, systems)
     bench.prepare()
@@ -118,8 +168,11 @@ def _run(cluster: Cluster, args: argparse.Namespace, opts: Options, sections: li
     return Report(
         command=command,
         date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        machine={**machine(REPO_DIR), "load average at start": load_at_start,
-                 "load average at end": load_average()},
+        machine={
+            **machine(REPO_DIR),
+            "load average at start": load_at_start,
+            "load average at end": load_average(),
+        },
         server=cluster.settings(),
         options={**opts.__dict__, "systems": ",".join(args.systems)},
         sections=sections,
@@ -136,8 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     sections = [s for s in SECTIONS if s in args.only]
     command = shlex.join(["python", "bench/run.py", *(sys.argv[1:] if argv is None else argv)])
     if not (PG_BIN / "initdb").exists():
-        print(f"PostgreSQL server binaries not found in {PG_BIN} (set JRBENCH_PG_BIN)",
-              file=sys.stderr)
+        print(
+            f"PostgreSQL server binaries not found in {PG_BIN} (set JRBENCH_PG_BIN)",
+            file=sys.stderr,
+        )
         return 1
     # Ctrl-C and SIGTERM both end the run cleanly, also when started in the background
     # (where a shell leaves SIGINT ignored).

@@ -32,9 +32,17 @@ def pip_env(envs_dir: Path, name: str, requirements: list[str], reinstall: bool)
     shutil.rmtree(venv, ignore_errors=True)
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
-         "--disable-pip-version-check", *requirements],
-        check=True, timeout=INSTALL_TIMEOUT,
+        [
+            str(venv / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            *requirements,
+        ],
+        check=True,
+        timeout=INSTALL_TIMEOUT,
     )
     (venv / _MARKER).write_text("\n".join(requirements))
     return venv
@@ -49,9 +57,18 @@ def npm_prefix(envs_dir: Path, name: str, packages: list[str], reinstall: bool) 
     prefix.mkdir(parents=True)
     (prefix / "package.json").write_text(json.dumps({"name": f"jrbench-{name}", "private": True}))
     subprocess.run(
-        ["npm", "install", "--prefix", str(prefix), "--no-audit", "--no-fund",
-         "--loglevel=error", *packages],
-        check=True, timeout=INSTALL_TIMEOUT,
+        [
+            "npm",
+            "install",
+            "--prefix",
+            str(prefix),
+            "--no-audit",
+            "--no-fund",
+            "--loglevel=error",
+            *packages,
+        ],
+        check=True,
+        timeout=INSTALL_TIMEOUT,
     )
     (prefix / _MARKER).write_text("\n".join(packages))
     return prefix
@@ -59,9 +76,15 @@ def npm_prefix(envs_dir: Path, name: str, packages: list[str], reinstall: bool) 
 
 def pip_version(venv: Path, distribution: str) -> str:
     out = subprocess.run(
-        [str(venv / "bin" / "python"), "-c",
-         f"import importlib.metadata as m; print(m.version({distribution!r}))"],
-        check=False, capture_output=True, text=True, timeout=60,
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            f"import importlib.metadata as m; print(m.version({distribution!r}))",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     return out.stdout.strip() or "unknown"
 

@@ -83,13 +83,29 @@ class Cluster:
         # --no-sync only skips initdb's own final flush of the fresh files; the
         # running server keeps fsync=on.
         self._tool(
-            "initdb", "-D", str(self.datadir), "-U", "postgres", "--auth=trust",
-            "--encoding=UTF8", "--locale=C", "--no-sync",
+            "initdb",
+            "-D",
+            str(self.datadir),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "--encoding=UTF8",
+            "--locale=C",
+            "--no-sync",
         )
         options = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root}"
         self._tool(
-            "pg_ctl", "-D", str(self.datadir), "-l", str(self.logfile), "-w", "-t", "60",
-            "-o", options, "start",
+            "pg_ctl",
+            "-D",
+            str(self.datadir),
+            "-l",
+            str(self.logfile),
+            "-w",
+            "-t",
+            "60",
+            "-o",
+            options,
+            "start",
         )
         self.started = True
 

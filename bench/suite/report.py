@@ -45,8 +45,13 @@ def _memory() -> str:
 
 def _git_commit(repo: Path) -> str:
     try:
-        out = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"],
-                             check=False, capture_output=True, text=True, timeout=30)
+        out = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "--short", "HEAD"],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return out.stdout.strip() or "unknown"
@@ -64,8 +69,9 @@ def machine(repo: Path) -> dict[str, str]:
     node = shutil.which("node")
     node_version = ""
     if node:
-        out = subprocess.run([node, "--version"], check=False, capture_output=True, text=True,
-                             timeout=30)
+        out = subprocess.run(
+            [node, "--version"], check=False, capture_output=True, text=True, timeout=30
+        )
         node_version = out.stdout.strip().lstrip("v")
     return {
         "cpu": _cpu_model(),
@@ -117,8 +123,10 @@ def _range(row: Row, digits: int = 0) -> str:
 
 
 def _settings(settings: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={json.dumps(v) if isinstance(v, dict) else v}"
-                     for k, v in settings.items()) or "-"
+    return (
+        ", ".join(f"{k}={json.dumps(v) if isinstance(v, dict) else v}" for k, v in settings.items())
+        or "-"
+    )
 
 
 def _section(rows: list[Row], section: str, order: list[System] | None = None) -> list[Row]:
@@ -140,20 +148,42 @@ def drain_table(report: Report) -> tuple[Table, str]:
     kinds = {s.name: s.kind for s in report.systems}
     graphile = _median(find(rows, "drain", "graphile-worker", "tuned"))
     ceiling = _median(find(rows, "drain", "raw-sql", "psycopg"))
-    peer_defaults = [r for r in rows
-                     if kinds.get(r.system) == "peer" and r.variant == "default" and r.ok]
+    peer_defaults = [
+        r for r in rows if kinds.get(r.system) == "peer" and r.variant == "default" and r.ok
+    ]
     best = max(peer_defaults, key=lambda r: r.median or 0.0, default=None)
     best_value = _median(best)
-    headers = ["system", "variant", "settings", "procs", "N", "median jobs/s", "range", "reps",
-               "vs graphile-worker tuned", "vs best peer default", "vs raw-SQL ceiling"]
+    headers = [
+        "system",
+        "variant",
+        "settings",
+        "procs",
+        "N",
+        "median jobs/s",
+        "range",
+        "reps",
+        "vs graphile-worker tuned",
+        "vs best peer default",
+        "vs raw-SQL ceiling",
+    ]
     body = []
     for r in rows:
         m = _median(r)
-        body.append([r.label, r.variant, _settings(r.settings) if r.ok else "-",
-                     str(r.extra.get("processes", "-")), _num(r.extra.get("n")),
-                     _median_or_status(r), _range(r),
-                     str(len(r.samples)), _ratio(m, graphile), _ratio(m, best_value),
-                     _ratio(m, ceiling)])
+        body.append(
+            [
+                r.label,
+                r.variant,
+                _settings(r.settings) if r.ok else "-",
+                str(r.extra.get("processes", "-")),
+                _num(r.extra.get("n")),
+                _median_or_status(r),
+                _range(r),
+                str(len(r.samples)),
+                _ratio(m, graphile),
+                _ratio(m, best_value),
+                _ratio(m, ceiling),
+            ]
+        )
     legend = (
         f"N no-op jobs per drain (--n {report.options['n']:,}; variants too slow for that "
         "within the run's time budget drain fewer, shown in column N), enqueued before "
@@ -171,15 +201,25 @@ def idle_table(report: Report) -> tuple[Table, str]:
     headers = ["system", "command", "median ms", "mean ms", "stdev ms", "runs", "vs floor"]
     body = []
     for r in rows:
-        body.append([r.label, r.settings.get("command", "-"), _median_or_status(r, 1),
-                     _num(r.extra.get("mean_ms"), 1), _num(r.extra.get("stdev_ms"), 1),
-                     str(r.extra.get("runs", "-")), _ratio(_median(r), floor)])
+        body.append(
+            [
+                r.label,
+                r.settings.get("command", "-"),
+                _median_or_status(r, 1),
+                _num(r.extra.get("mean_ms"), 1),
+                _num(r.extra.get("stdev_ms"), 1),
+                str(r.extra.get("runs", "-")),
+                _ratio(_median(r), floor),
+            ]
+        )
     tool = next((r.extra["tool"] for r in rows if r.extra.get("tool")), "-")
-    legend = ("One invocation of each system's exit-when-empty mode against a migrated, warm, "
-              f"empty database ({tool}; {WARMUP} warm-up runs, then rounds of "
-              f"{IDLE_ROUND} timed runs of each command in turn). vs floor = median / floor "
-              "median: how many times the bare cost of starting Python and opening one "
-              "connection.")
+    legend = (
+        "One invocation of each system's exit-when-empty mode against a migrated, warm, "
+        f"empty database ({tool}; {WARMUP} warm-up runs, then rounds of "
+        f"{IDLE_ROUND} timed runs of each command in turn). vs floor = median / floor "
+        "median: how many times the bare cost of starting Python and opening one "
+        "connection."
+    )
     return (headers, body), legend
 
 
@@ -200,16 +240,21 @@ def growth_table(report: Report) -> tuple[Table, str]:
         empty = find(rows, "growth", r.system, "empty", r.metric)
         full = find(rows, "growth", r.system, hist, r.metric)
         digits = 2 if r.metric == "claim ms" else 0
-        body.append([
-            r.label, r.metric,
-            _median_or_status(empty, digits) if empty else "-",
-            _median_or_status(full, digits) if full else "-",
-            _ratio(_median(full), _median(empty)),
-        ])
-    legend = (f"claim ms: median latency of jobrunner's claim statement (batch of 100) over "
-              f"{report.options['claim_probes']} claims; jobs/s: drain of N jobs (raw-SQL: 2 "
-              "clients; jobrunner: one `tick`, default flags). The history is inserted with "
-              "one INSERT ... SELECT generate_series, then VACUUM ANALYZE.")
+        body.append(
+            [
+                r.label,
+                r.metric,
+                _median_or_status(empty, digits) if empty else "-",
+                _median_or_status(full, digits) if full else "-",
+                _ratio(_median(full), _median(empty)),
+            ]
+        )
+    legend = (
+        f"claim ms: median latency of jobrunner's claim statement (batch of 100) over "
+        f"{report.options['claim_probes']} claims; jobs/s: drain of N jobs (raw-SQL: 2 "
+        "clients; jobrunner: one `tick`, default flags). The history is inserted with "
+        "one INSERT ... SELECT generate_series, then VACUUM ANALYZE."
+    )
     return (headers, body), legend
 
 
@@ -217,22 +262,39 @@ def enqueue_table(report: Report) -> tuple[Table, str]:
     rows = _section(report.rows, "enqueue", report.systems)
     copy = _median(find(rows, "enqueue", "raw-sql", "COPY from the same JSONL"))
     headers = ["system", "how", "runs", "median runs/s", "range", "vs raw COPY"]
-    body = [[r.label, r.variant, _num(r.settings.get("runs")), _median_or_status(r), _range(r),
-             _ratio(_median(r), copy)] for r in rows]
-    legend = ("Bulk enqueue of one JSONL stream of `{\"type\":\"noop\",\"payload\":{}}` lines, "
-              "timed as the whole process (start-up included).")
+    body = [
+        [
+            r.label,
+            r.variant,
+            _num(r.settings.get("runs")),
+            _median_or_status(r),
+            _range(r),
+            _ratio(_median(r), copy),
+        ]
+        for r in rows
+    ]
+    legend = (
+        'Bulk enqueue of one JSONL stream of `{"type":"noop","payload":{}}` lines, '
+        "timed as the whole process (start-up included)."
+    )
     return (headers, body), legend
 
 
 def rss_table(report: Report) -> tuple[Table, str]:
     rows = _section(report.rows, "rss", report.systems)
     headers = ["system", "variant", "N", "median peak RSS MiB", "range"]
-    body = [[r.label, r.variant, _num(r.extra.get("n")), _median_or_status(r, 1), _range(r, 1)]
-            for r in rows]
-    source = ("GNU time's %M for each worker process" if os.access(GNU_TIME, os.X_OK) else
-              "wait4() of each worker process, which cannot read below the harness's own RSS")
-    legend = ("Peak resident set size of the largest worker process while draining N jobs "
-              f"({source}).")
+    body = [
+        [r.label, r.variant, _num(r.extra.get("n")), _median_or_status(r, 1), _range(r, 1)]
+        for r in rows
+    ]
+    source = (
+        "GNU time's %M for each worker process"
+        if os.access(GNU_TIME, os.X_OK)
+        else "wait4() of each worker process, which cannot read below the harness's own RSS"
+    )
+    legend = (
+        f"Peak resident set size of the largest worker process while draining N jobs ({source})."
+    )
     return (headers, body), legend
 
 
@@ -267,8 +329,10 @@ def markdown_table(table: Table) -> str:
 
 def text_table(table: Table, max_width: int = 48) -> str:
     headers, body = table
-    clipped = [[c if len(c) <= max_width else c[: max_width - 1] + "~" for c in row]
-               for row in [headers, *body]]
+    clipped = [
+        [c if len(c) <= max_width else c[: max_width - 1] + "~" for c in row]
+        for row in [headers, *body]
+    ]
     widths = [max(len(row[i]) for row in clipped) for i in range(len(headers))]
     out = []
     for n, row in enumerate(clipped):
@@ -334,12 +398,16 @@ def write_markdown(report: Report, path: Path) -> None:
             parts.append(f"Not run: {report.skipped[s.name]}.")
             parts.append("")
             continue
-        parts.append(_bullets([
-            ("versions", ", ".join(f"{k} {v}" for k, v in versions.items()) or "-"),
-            ("how it was run", s.how_run),
-            ("idle one-shot", f"`{s.idle_how}`"),
-            *[(f"variant `{v.name}`", _variant(v)) for v in s.variants],
-        ]))
+        parts.append(
+            _bullets(
+                [
+                    ("versions", ", ".join(f"{k} {v}" for k, v in versions.items()) or "-"),
+                    ("how it was run", s.how_run),
+                    ("idle one-shot", f"`{s.idle_how}`"),
+                    *[(f"variant `{v.name}`", _variant(v)) for v in s.variants],
+                ]
+            )
+        )
         parts.append("")
     for key in report.sections:
         title, build = TABLES[key]
@@ -364,8 +432,10 @@ def write_json(report: Report, path: Path) -> None:
                 "skipped": report.skipped.get(s.name),
                 "how_run": s.how_run,
                 "idle": s.idle_how,
-                "variants": [{"name": v.name, "settings": v.settings,
-                              "processes": v.processes} for v in s.variants],
+                "variants": [
+                    {"name": v.name, "settings": v.settings, "processes": v.processes}
+                    for v in s.variants
+                ],
             }
             for s in report.systems
         },

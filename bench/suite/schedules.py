@@ -1,34 +1,8 @@
-"""Schedule benchmarks: hooks the harness calls, not yet implemented.
+"""Schedule benchmarks: materialization timed by bench/schedules.py, once per repetition.
 
-Each hook is a Hook(variant, metric, measure). `measure(bench, jobrunner)` gets
-the running Bench (its cluster, options, fresh_db() and logdir) and the jobrunner
-System (a JobrunnerSystem: .tick(url, flags), .command(url, *args)), and returns
-one sample per repetition (bench.opts.reps) in the hook's metric, or raises
-NotRun("why"). The harness turns the samples into a median and a report row; a
-hook only runs when jobrunner itself is available.
-
-To plug a measurement in, replace the body of a function below, e.g.:
-
-    def materialize_due(bench, jobrunner):
-        samples = []
-        for rep in range(bench.opts.reps):
-            name, url = bench.fresh_db(jobrunner, "sched", f"r{rep}")
-            try:
-                with psycopg.connect(url, autocommit=True) as conn:
-                    ...  # DUE_DEFINITIONS definitions, all due now, of a job type
-                         # no handler exists for, so the tick only materializes
-                result = run_checked(jobrunner.tick(url, []), 600, bench.ctx.logdir, "sched")
-                with psycopg.connect(url) as conn:
-                    made = conn.execute("SELECT count(*) FROM job_runs").fetchone()[0]
-                if made != DUE_DEFINITIONS:
-                    raise RuntimeError(f"materialized {made} runs")
-                samples.append(made / result.seconds)  # runs materialized per second
-            finally:
-                bench.cluster.dropdb(name)
-        return samples
-
-(run_checked is bench.suite.procs.run_checked; result.seconds is the wall time of
-the tick process, start-up included, like every other process timing here.)
+Each hook gets the running Bench and the jobrunner System, makes a fresh database
+per repetition, runs every materialization case of `bench.schedules` there, and
+reports the seconds of one pass for its own case.
 """
 
 from __future__ import annotations
@@ -42,20 +16,39 @@ from bench.suite.systems.base import NotRun, System
 if TYPE_CHECKING:
     from bench.suite.sections import Bench
 
-DUE_DEFINITIONS = 10_000
-TENANTS = 100_000
+_CASE_SECONDS: dict[int, dict[str, float]] = {}
+
+
+def _case_seconds(bench: Bench, jobrunner: System, case_prefix: str) -> list[float]:
+    try:
+        from bench.schedules import run_schedule_benchmarks
+    except ImportError as exc:
+        raise NotRun(f"cannot import bench.schedules: {exc}") from None
+    samples = []
+    for rep in range(bench.opts.reps):
+        if rep not in _CASE_SECONDS:
+            name, url = bench.fresh_db(jobrunner, "sched", f"r{rep}")
+            try:
+                _CASE_SECONDS[rep] = run_schedule_benchmarks(url)
+            finally:
+                bench.cluster.dropdb(name)
+        samples.append(next(v for k, v in _CASE_SECONDS[rep].items() if k.startswith(case_prefix)))
+    return samples
 
 
 def materialize_due(bench: Bench, jobrunner: System) -> list[float]:
-    """One tick materializing runs for DUE_DEFINITIONS global definitions that are all
-    due (metric: runs materialized per second)."""
-    raise NotRun("hook not implemented yet (bench/suite/schedules.py: materialize_due)")
+    """Seconds of one materialize pass over 10,000 due global definitions (50 shared schedules)."""
+    return _case_seconds(bench, jobrunner, "10,000 due definitions, 50 shared")
+
+
+def materialize_distinct(bench: Bench, jobrunner: System) -> list[float]:
+    """Seconds of one pass over 10,000 due definitions whose schedules all differ."""
+    return _case_seconds(bench, jobrunner, "10,000 due definitions, all schedules distinct")
 
 
 def tenant_fanout(bench: Bench, jobrunner: System) -> list[float]:
-    """One tenant-scoped definition firing over TENANTS tenants from --tenants-sql
-    (metric: runs materialized per second)."""
-    raise NotRun("hook not implemented yet (bench/suite/schedules.py: tenant_fanout)")
+    """Seconds of one pass of a tenant-scoped definition over 100,000 tenants."""
+    return _case_seconds(bench, jobrunner, "1 tenant-scoped definition")
 
 
 @dataclass(frozen=True)
@@ -66,6 +59,7 @@ class Hook:
 
 
 HOOKS: tuple[Hook, ...] = (
-    Hook(f"materialize {DUE_DEFINITIONS:,} due definitions", "runs/s", materialize_due),
-    Hook(f"1 tenant definition x {TENANTS:,} tenants", "runs/s", tenant_fanout),
+    Hook("materialize 10,000 due definitions (50 shared schedules)", "seconds", materialize_due),
+    Hook("materialize 10,000 due definitions (all distinct)", "seconds", materialize_distinct),
+    Hook("1 tenant definition x 100,000 tenants", "seconds", tenant_fanout),
 )

@@ -29,8 +29,13 @@ IDLE_ROUND = 5  # idle runs of one command before moving on to the next
 CLAIM_BATCH = 100
 
 # What a failed measurement may raise; anything else is a bug in the harness.
-MEASUREMENT_ERRORS = (CommandFailed, psycopg.Error, RuntimeError, OSError,
-                      subprocess.SubprocessError)
+MEASUREMENT_ERRORS = (
+    CommandFailed,
+    psycopg.Error,
+    RuntimeError,
+    OSError,
+    subprocess.SubprocessError,
+)
 
 
 @dataclass(frozen=True)
@@ -110,8 +115,16 @@ class Bench:
     def _not_run_rows(self, section: str, metric: str) -> None:
         for s in self.systems:
             if s.name in self.skipped:
-                self.rows.append(Row(section, s.name, s.label, "-", metric,
-                                     status=f"not run: {self.skipped[s.name]}"))
+                self.rows.append(
+                    Row(
+                        section,
+                        s.name,
+                        s.label,
+                        "-",
+                        metric,
+                        status=f"not run: {self.skipped[s.name]}",
+                    )
+                )
 
     def drain_timeout(self, n: int) -> float:
         # Generous (a floor of 20 jobs/s): it only ends a worker that hangs.
@@ -128,9 +141,18 @@ class Bench:
         for s in self.ready():
             for v in s.variants:
                 rows[s.name, v.name] = Row(
-                    "drain", s.name, s.label, v.name, "jobs/s", settings=dict(v.settings),
-                    extra={"processes": v.processes, "n": self.jobs_for(v), "seconds": [],
-                           "peak_rss_kb": []},
+                    "drain",
+                    s.name,
+                    s.label,
+                    v.name,
+                    "jobs/s",
+                    settings=dict(v.settings),
+                    extra={
+                        "processes": v.processes,
+                        "n": self.jobs_for(v),
+                        "seconds": [],
+                        "peak_rss_kb": [],
+                    },
                 )
         self._not_run_rows("drain", "jobs/s")
         for rep in range(self.opts.reps):
@@ -150,12 +172,15 @@ class Bench:
                     row.samples.append(n / seconds)
                     row.extra["seconds"].append(round(seconds, 4))
                     row.extra["peak_rss_kb"].append(rss_kb)
-                    log(f"drain {s.label} {v.name} rep {rep + 1}/{self.opts.reps}: "
-                        f"{n / seconds:,.0f} jobs/s ({seconds:.2f}s)")
+                    log(
+                        f"drain {s.label} {v.name} rep {rep + 1}/{self.opts.reps}: "
+                        f"{n / seconds:,.0f} jobs/s ({seconds:.2f}s)"
+                    )
         self.rows.extend(rows.values())
 
-    def drain_once(self, s: System, v: Variant, n: int, tag: str,
-                   template: str | None = None) -> tuple[float, int]:
+    def drain_once(
+        self, s: System, v: Variant, n: int, tag: str, template: str | None = None
+    ) -> tuple[float, int]:
         name, url = self.fresh_db(s, v.name, tag, template=template)
         try:
             before = s.unfinished(url)
@@ -182,11 +207,19 @@ class Bench:
         floor_db = dbname("b", "idle_floor")
         self.cluster.dropdb(floor_db)
         floor_url = self.cluster.createdb(floor_db)
-        subjects: list[tuple[Row, Command]] = [(
-            Row("idle", "floor", "floor (python -c psycopg connect + select 1)", "one-shot",
-                "ms", settings={"command": FLOOR_HOW}),
-            Command([sys.executable, "-c", FLOOR_CODE, floor_url]),
-        )]
+        subjects: list[tuple[Row, Command]] = [
+            (
+                Row(
+                    "idle",
+                    "floor",
+                    "floor (python -c psycopg connect + select 1)",
+                    "one-shot",
+                    "ms",
+                    settings={"command": FLOOR_HOW},
+                ),
+                Command([sys.executable, "-c", FLOOR_CODE, floor_url]),
+            )
+        ]
         dbs = [floor_db]
         for s in self.ready():
             row = Row("idle", s.name, s.label, "one-shot", "ms", settings={"command": s.idle_how})
@@ -216,9 +249,11 @@ class Bench:
                     row.extra["tool"] = timings.tool
             for row, _ in subjects:
                 if row.ok:
-                    row.extra.update(mean_ms=statistics.fmean(row.samples),
-                                     stdev_ms=statistics.pstdev(row.samples),
-                                     runs=len(row.samples))
+                    row.extra.update(
+                        mean_ms=statistics.fmean(row.samples),
+                        stdev_ms=statistics.pstdev(row.samples),
+                        runs=len(row.samples),
+                    )
                     log(f"idle {row.label}: median {row.median:.0f} ms over {len(row.samples)}")
                 self.rows.append(row)
             self._not_run_rows("idle", "ms")
@@ -236,18 +271,26 @@ class Bench:
             if s is None:
                 why = self.skipped.get(name, "not selected")
                 for metric in ("claim ms", "jobs/s"):
-                    self.rows.append(Row("growth", name, name, "-", metric,
-                                         status=f"not run: {why}"))
+                    self.rows.append(
+                        Row("growth", name, name, "-", metric, status=f"not run: {why}")
+                    )
                 continue
             variant = next(v for v in s.variants if v.name == wanted)
             self._growth_for(s, variant, history, hist_label)
 
     def _growth_for(self, s: System, variant: Variant, history: int, hist_label: str) -> None:
         rows = {
-            (case, metric): Row("growth", s.name, s.label, case, metric,
-                                settings={"drain": variant.name, "history_rows": history},
-                                extra={"processes": variant.processes})
-            for case in ("empty", hist_label) for metric in ("claim ms", "jobs/s")
+            (case, metric): Row(
+                "growth",
+                s.name,
+                s.label,
+                case,
+                metric,
+                settings={"drain": variant.name, "history_rows": history},
+                extra={"processes": variant.processes},
+            )
+            for case in ("empty", hist_label)
+            for metric in ("claim ms", "jobs/s")
         }
         template = dbname("tpl", s.name, "history")
         try:
@@ -278,8 +321,10 @@ class Bench:
                         log(f"growth {s.label} {case}: FAILED\n{exc}")
                         continue
                     drain_row.samples.append(n / seconds)
-                    log(f"growth {s.label} {case} rep {rep + 1}: claim {latency:.2f} ms, "
-                        f"drain {n / seconds:,.0f} jobs/s")
+                    log(
+                        f"growth {s.label} {case} rep {rep + 1}: claim {latency:.2f} ms, "
+                        f"drain {n / seconds:,.0f} jobs/s"
+                    )
         finally:
             self.cluster.dropdb(template)
         self.rows.extend(rows.values())
@@ -300,8 +345,9 @@ class Bench:
                     start = time.perf_counter()
                     claimed = conn.execute(CLAIM, params).fetchall()
                     times.append((time.perf_counter() - start) * 1000)
-                    conn.execute(FINISH, {"ids": [r[0] for r in claimed],
-                                          "tokens": [r[1] for r in claimed]})
+                    conn.execute(
+                        FINISH, {"ids": [r[0] for r in claimed], "tokens": [r[1] for r in claimed]}
+                    )
                 left = conn.execute(UNFINISHED).fetchone()
             if left and left[0]:
                 raise RuntimeError(f"claim probes left {left[0]} runs unfinished")
@@ -320,9 +366,12 @@ class Bench:
             return s.command(url, "enqueue", "--jsonl", "-", stdin=data)
 
         def copy_cmd(s: System, url: str) -> Command:
-            return Command([sys.executable, "-m", "bench.suite.copy_client", url],
-                           env={"PYTHONPATH": str(self.ctx.repo_dir)},
-                           cwd=str(self.ctx.repo_dir), stdin=data)
+            return Command(
+                [sys.executable, "-m", "bench.suite.copy_client", url],
+                env={"PYTHONPATH": str(self.ctx.repo_dir)},
+                cwd=str(self.ctx.repo_dir),
+                stdin=data,
+            )
 
         subjects: list[tuple[str, str, Callable[[System, str], Command]]] = [
             ("jobrunner", "enqueue --jsonl -", jobrunner_cmd),
@@ -330,8 +379,9 @@ class Bench:
         ]
         for name, variant, make in subjects:
             s = self.system(name)
-            row = Row("enqueue", name, s.label if s else name, variant, "runs/s",
-                      settings={"runs": count})
+            row = Row(
+                "enqueue", name, s.label if s else name, variant, "runs/s", settings={"runs": count}
+            )
             self.rows.append(row)
             if s is None:
                 row.status = f"not run: {self.skipped.get(name, 'not selected')}"
@@ -339,8 +389,9 @@ class Bench:
             for rep in range(self.opts.reps):
                 db, url = self.fresh_db(s, "enqueue", f"r{rep}")
                 try:
-                    result = run_checked(make(s, url), 60 + count / 100, self.ctx.logdir,
-                                         f"{name}-enqueue-jsonl")
+                    result = run_checked(
+                        make(s, url), 60 + count / 100, self.ctx.logdir, f"{name}-enqueue-jsonl"
+                    )
                     queued = s.unfinished(url)
                     if queued != count:
                         raise RuntimeError(f"{queued} runs queued, expected {count}")
@@ -358,12 +409,21 @@ class Bench:
         """Peak RSS of one worker process during the drains (needs the drain section)."""
         drains = [r for r in self.rows if r.section == "drain"]
         if not drains:
-            self.rows.append(Row("rss", "-", "-", "-", "MiB",
-                                 status="not run: needs the drain section"))
+            self.rows.append(
+                Row("rss", "-", "-", "-", "MiB", status="not run: needs the drain section")
+            )
             return
         for d in drains:
-            row = Row("rss", d.system, d.label, d.variant, "MiB", status=d.status,
-                      settings=d.settings, extra={"n": d.extra.get("n")})
+            row = Row(
+                "rss",
+                d.system,
+                d.label,
+                d.variant,
+                "MiB",
+                status=d.status,
+                settings=d.settings,
+                extra={"n": d.extra.get("n")},
+            )
             row.samples = [kb / 1024 for kb in d.extra.get("peak_rss_kb", [])]
             self.rows.append(row)
 

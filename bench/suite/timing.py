@@ -40,8 +40,9 @@ def hyperfine_version() -> str | None:
     exe = shutil.which("hyperfine")
     if not exe:
         return None
-    out = subprocess.run([exe, "--version"], check=False, capture_output=True, text=True,
-                         timeout=30)
+    out = subprocess.run(
+        [exe, "--version"], check=False, capture_output=True, text=True, timeout=30
+    )
     return out.stdout.strip().removeprefix("hyperfine ") or None
 
 
@@ -55,9 +56,24 @@ def time_command(cmd: Command, runs: int, warmup: int = WARMUP) -> Timings:
 def _hyperfine(exe: str, cmd: Command, runs: int, warmup: int) -> Timings:
     with tempfile.NamedTemporaryFile(suffix=".json") as export:
         proc = subprocess.run(
-            [exe, "--shell=none", "--warmup", str(warmup), "--runs", str(runs),
-             "--style", "none", "--export-json", export.name, shlex.join(cmd.argv)],
-            env=cmd.full_env(), cwd=cmd.cwd, check=False, capture_output=True, text=True,
+            [
+                exe,
+                "--shell=none",
+                "--warmup",
+                str(warmup),
+                "--runs",
+                str(runs),
+                "--style",
+                "none",
+                "--export-json",
+                export.name,
+                shlex.join(cmd.argv),
+            ],
+            env=cmd.full_env(),
+            cwd=cmd.cwd,
+            check=False,
+            capture_output=True,
+            text=True,
             timeout=PER_RUN_TIMEOUT * (runs + warmup),
         )
         if proc.returncode != 0:
@@ -71,8 +87,14 @@ def _loop(cmd: Command, runs: int, warmup: int) -> Timings:
     for i in range(warmup + runs):
         start = time.perf_counter()
         proc = subprocess.run(
-            cmd.argv, check=False, env=cmd.full_env(), cwd=cmd.cwd, stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=PER_RUN_TIMEOUT,
+            cmd.argv,
+            check=False,
+            env=cmd.full_env(),
+            cwd=cmd.cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            timeout=PER_RUN_TIMEOUT,
         )
         elapsed = time.perf_counter() - start
         if proc.returncode != 0:

@@ -100,9 +100,7 @@ class System:
         exits = run_together(self.drain_commands(dburl, variant), timeout, self.ctx.logdir, tag)
         for result in exits:
             if result.returncode != 0:
-                raise CommandFailed(
-                    f"{tag}: worker exited {result.returncode}\n{tail(result.log)}"
-                )
+                raise CommandFailed(f"{tag}: worker exited {result.returncode}\n{tail(result.log)}")
         return Drain(max(e.seconds for e in exits), max(e.max_rss_kb for e in exits))
 
     def unfinished(self, dburl: str) -> int:

@@ -31,8 +31,7 @@ class Ceiling(System):
     # batch size of jobrunner's "best" flag set.
     variants = (
         Variant("psycopg", {"clients": CLIENTS, "batch": BATCH, "driver": "psycopg 3"}, CLIENTS),
-        Variant("psycopg b500", {"clients": CLIENTS, "batch": 500, "driver": "psycopg 3"},
-                CLIENTS),
+        Variant("psycopg b500", {"clients": CLIENTS, "batch": 500, "driver": "psycopg 3"}, CLIENTS),
         Variant("pgbench", {"clients": CLIENTS, "batch": BATCH, "driver": "pgbench -M extended"}),
     )
     how_run = (
@@ -80,10 +79,23 @@ class Ceiling(System):
         # transactions per client just claim nothing.
         per_client = -(-n // (BATCH * CLIENTS)) + 2
         pgbench = shutil.which("pgbench", path=str(PG_BIN)) or "pgbench"
-        return Command([
-            pgbench, "--no-vacuum", "-M", "extended", "-c", str(CLIENTS), "-j", str(CLIENTS),
-            "-t", str(per_client), "-f", str(script), dburl,
-        ])
+        return Command(
+            [
+                pgbench,
+                "--no-vacuum",
+                "-M",
+                "extended",
+                "-c",
+                str(CLIENTS),
+                "-j",
+                str(CLIENTS),
+                "-t",
+                str(per_client),
+                "-f",
+                str(script),
+                dburl,
+            ]
+        )
 
     def unfinished(self, dburl: str) -> int:
         return self.count(dburl, UNFINISHED)

@@ -18,13 +18,16 @@ PACKAGES = ["graphile-worker@^0.17.3"]
 # of 500, batched completion); "default" is its stock configuration.
 VARIANTS = (
     Variant("default", {"concurrentJobs": 1, "maxPoolSize": 10}, max_n=10_000),
-    Variant("tuned", {
-        "concurrentJobs": 24,
-        "maxPoolSize": 25,
-        "localQueue": {"size": 500},
-        "completeJobBatchDelay": 0,
-        "failJobBatchDelay": 0,
-    }),
+    Variant(
+        "tuned",
+        {
+            "concurrentJobs": 24,
+            "maxPoolSize": 25,
+            "localQueue": {"size": 500},
+            "completeJobBatchDelay": 0,
+            "failJobBatchDelay": 0,
+        },
+    ),
 )
 
 ADD_JOBS = """\
@@ -56,24 +59,38 @@ class GraphileWorkerSystem(System):
     def install(self) -> None:
         npm_prefix(self.ctx.envs_dir, "graphile-worker", PACKAGES, self.ctx.reinstall)
         for variant in self.variants:
-            preset = {"worker": {"taskDirectory": str(self.ctx.peers_dir / "graphile" / "tasks"),
-                                 **variant.settings}}
+            preset = {
+                "worker": {
+                    "taskDirectory": str(self.ctx.peers_dir / "graphile" / "tasks"),
+                    **variant.settings,
+                }
+            }
             self._config(variant).write_text(f"module.exports = {json.dumps(preset, indent=2)};\n")
 
     def _config(self, variant: Variant) -> Path:
         return self.prefix / f"{variant.name}.config.js"
 
     def versions(self) -> dict[str, str]:
-        node = subprocess.run(["node", "--version"], check=False, capture_output=True,
-                              text=True, timeout=30)
-        return {"graphile-worker": npm_version(self.prefix, "graphile-worker"),
-                "node": node.stdout.strip().lstrip("v")}
+        node = subprocess.run(
+            ["node", "--version"], check=False, capture_output=True, text=True, timeout=30
+        )
+        return {
+            "graphile-worker": npm_version(self.prefix, "graphile-worker"),
+            "node": node.stdout.strip().lstrip("v"),
+        }
 
     def _cli(self, dburl: str, variant: Variant, *args: str) -> Command:
         cli = self.prefix / "node_modules" / "graphile-worker" / "dist" / "cli.js"
         return Command(
-            ["node", str(cli), "--connection", dburl, "--config", str(self._config(variant)),
-             *args],
+            [
+                "node",
+                str(cli),
+                "--connection",
+                dburl,
+                "--config",
+                str(self._config(variant)),
+                *args,
+            ],
             cwd=str(self.prefix),
         )
 

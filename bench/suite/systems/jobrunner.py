@@ -66,8 +66,9 @@ class JobrunnerSystem(System):
         exe = executable()
         if exe is None:
             return "the jobrunner command is not installed for this Python"
-        probe = subprocess.run([exe, "--help"], check=False, capture_output=True, text=True,
-                               timeout=60)
+        probe = subprocess.run(
+            [exe, "--help"], check=False, capture_output=True, text=True, timeout=60
+        )
         if probe.returncode != 0:
             return f"`jobrunner --help` exited {probe.returncode}: {probe.stderr.strip()[-200:]}"
         return None

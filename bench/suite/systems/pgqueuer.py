@@ -60,8 +60,10 @@ class PgQueuerSystem(System):
 
     def drain_commands(self, dburl: str, variant: Variant) -> list[Command]:
         flags = [str(x) for k, v in variant.settings.items() for x in (k, v)]
-        return [self._cmd(dburl, "pgq", "run", "pgqueuer_app:main", "--mode", "drain", *flags)
-                for _ in range(variant.processes)]
+        return [
+            self._cmd(dburl, "pgq", "run", "pgqueuer_app:main", "--mode", "drain", *flags)
+            for _ in range(variant.processes)
+        ]
 
     def unfinished(self, dburl: str) -> int:
         # PgQueuer deletes a job from its queue table once it is done.

@@ -62,8 +62,7 @@ class ProcrastinateSystem(System):
 
     def drain_commands(self, dburl: str, variant: Variant) -> list[Command]:
         flags = [str(x) for k, v in variant.settings.items() for x in (k, v)]
-        return [self._cli(dburl, "worker", "--one-shot", *flags)
-                for _ in range(variant.processes)]
+        return [self._cli(dburl, "worker", "--one-shot", *flags) for _ in range(variant.processes)]
 
     def unfinished(self, dburl: str) -> int:
         return self.count(
