@@ -21,13 +21,17 @@ RUNNER_OPTIONS = (
     "-c statement_timeout=30000 -c lock_timeout=5000 -c idle_in_transaction_session_timeout=600000"
 )
 
-_PASSWORD_IN_URL = re.compile(r"(://[^:/@\s]*:)([^@\s]*)(@)")
+# A password runs to the last @ of its token, as libpq reads it. Besides URLs,
+# libpq quotes a connection string it cannot parse, scheme or not.
+_PASSWORD_IN_URL = re.compile(r"(://[^:/@\s]*:)([^\s\"']*)(@)")
+_PASSWORD_BARE = re.compile(r"((?:^|[\s\"'(=])[^:/@\s\"']+:)([^\s\"'/]*)(@)")
 _PASSWORD_PARAM = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
 
 
 def redact(text: str) -> str:
     """Remove passwords from URLs and key=value connection strings in `text`."""
     text = _PASSWORD_IN_URL.sub(r"\1***\3", text)
+    text = _PASSWORD_BARE.sub(r"\1***\3", text)
     return _PASSWORD_PARAM.sub(r"\1***", text)
 
 
@@ -51,8 +55,13 @@ def connect(
     attempts: int = 3,
     retry_delay: float = 0.5,
     application_name: str = "jobrunner",
+    runner_timeouts: bool = True,
 ) -> Any:
-    """Open a connection, retrying briefly: a restarting server gets a few seconds."""
+    """Open a connection, retrying briefly: a restarting server gets a few seconds.
+
+    `runner_timeouts` bounds every statement and lock wait, for the runner's own
+    bookkeeping; connections handed to handlers go without.
+    """
     import psycopg
 
     last: Exception | None = None
@@ -63,7 +72,7 @@ def connect(
                 autocommit=autocommit,
                 connect_timeout=5,
                 application_name=application_name,
-                options=RUNNER_OPTIONS,
+                options=RUNNER_OPTIONS if runner_timeouts else None,
                 # Prepared statements are off: they break behind PgBouncer in
                 # transaction mode, and our statements are cheap to plan.
                 prepare_threshold=None,

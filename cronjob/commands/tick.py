@@ -9,7 +9,7 @@ from cronjob.settings import Settings
 from cronjob.tick import DEFAULT_BATCH_SIZE, DEFAULT_CONCURRENCY, DEFAULT_GRACE, DEFAULT_MAX_RUNTIME
 
 
-def _duration(what: str):
+def _duration(what: str, minimum: float = 0.0):
     def convert(_ctx: click.Context, _param: click.Parameter, value: str | None) -> float | None:
         if value is None:
             return None
@@ -17,9 +17,12 @@ def _duration(what: str):
         from cronjob.inputs import parse_duration
 
         try:
-            return parse_duration(value, what=what)
+            seconds = parse_duration(value, what=what)
         except BadInput as exc:
             raise click.BadParameter(str(exc)) from None
+        if seconds < minimum:
+            raise click.BadParameter(f"invalid {what} {value!r}: must be at least {minimum:g}s")
+        return seconds
 
     return convert
 
@@ -50,7 +53,7 @@ def _duration(what: str):
 @click.option(
     "--lease",
     default=None,
-    callback=_duration("lease"),
+    callback=_duration("lease", minimum=1.0),
     help="Lease for every run claimed, overriding each handler's own.",
 )
 @click.option(
@@ -90,6 +93,7 @@ def tick(
     --grace, hand back the rest (due again, attempt not counted), exit 0.
     """
     from cronjob.commands import load_handlers, open_database
+    from cronjob.errors import ConnectionLost
     from cronjob.handlers import require_types
     from cronjob.log import get_logger
     from cronjob.tick import Tick, TickOptions
@@ -106,7 +110,20 @@ def tick(
             grace=grace,
             lease=lease,
         )
-        report = Tick(conn, specs, connect=database.connect, options=options).run()
+        ticker = Tick(
+            conn,
+            specs,
+            connect=database.connect,
+            connect_handler_db=database.connect_for_handler,
+            options=options,
+        )
+        try:
+            report = ticker.run()
+        except ConnectionLost as exc:
+            get_logger().warning("tick stopped", **exc.report.summary())
+            raise
+        finally:
+            ticker.conn.close()
     finally:
         conn.close()
     summary = report.summary()
