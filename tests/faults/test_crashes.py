@@ -107,8 +107,8 @@ def test_a_tick_frozen_past_its_lease_cannot_overwrite_the_newer_outcome(
     assert zombie.wait() == 0
 
     assert store.run_get(conn, run_id) == recorded  # not one field changed
-    assert json.loads(zombie.stdout())["lost"] == 1
-    assert json.loads(rescuer.stdout())["rescued"] == 1
+    assert zombie.summary()["lost"] == 1
+    assert rescuer.summary()["rescued"] == 1
     [discarded] = [e for e in zombie.events("lease lost") if e.get("run_id") == run_id]
     assert discarded["attempt"] == 1
     assert [(e.attempt, e.pid) for e in exec_log.of(run_id)] == [
