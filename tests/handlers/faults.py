@@ -75,3 +75,60 @@ def stuck(ctx: Any, payload: Any) -> None:
     """Never looks at ctx.cancelled: a thread lost for good to the tick."""
     record(ctx)
     time.sleep(float(payload.get("seconds", 600)))
+
+
+class OddBaseException(BaseException):
+    """Not an Exception at all: what a careless library might raise."""
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("this exception cannot be shown")
+
+
+def _recurse(depth: int) -> int:
+    return _recurse(depth + 1) + 1
+
+
+async def _coroutine() -> None:
+    return None
+
+
+@handler("fault.odd", max_attempts=1)
+def odd(ctx: Any, payload: Any) -> Any:
+    """Misbehaves as `payload["do"]` says; none of it may take the tick down."""
+    record(ctx)
+    do = payload["do"]
+    if do == "recursion":
+        return _recurse(0)
+    if do == "memory":
+        raise MemoryError
+    if do == "exit":
+        raise SystemExit(3)
+    if do == "interrupt":
+        raise KeyboardInterrupt
+    if do == "base":
+        raise OddBaseException("not an Exception")
+    if do == "unprintable":
+        raise Unprintable
+    if do == "nul":
+        raise ValueError("bad\x00byte and half a surrogate \udcff")
+    if do == "garbage":
+        return object()
+    if do == "async":
+        return _coroutine()
+    if do == "huge-message":
+        raise ValueError("x" * 5_000_000)
+    return payload["no such key"]
+
+
+@handler("fault.fail", backoff="15s")
+def fail(ctx: Any, payload: Any) -> None:
+    record(ctx)
+    raise RuntimeError("failing on purpose")
+
+
+@handler("fault.echo")
+def echo(ctx: Any, payload: Any) -> None:
+    """Records the payload's text as hex, to compare it byte for byte across environments."""
+    record(ctx, str(payload.get("text", "")).encode("utf-8").hex() or "-")
