@@ -189,12 +189,10 @@ class Tick:
             now = time.monotonic()
             if self.stop.reason is None and now >= deadline:
                 self._stop("max-runtime")
-            if self.stop.reason is None and not exhausted:
-                room = capacity - len(self._inflight)
-                if room >= max(1, batch // 2) or not self._inflight:
-                    limit = min(room, batch)
-                    claimed = self._claim(limit)
-                    exhausted = claimed is not None and len(claimed) < limit
+            if self._may_claim(exhausted, capacity):
+                limit = min(capacity - len(self._inflight), batch)
+                claimed = self._claim(limit)
+                exhausted = claimed is not None and len(claimed) < limit
             if self.stop.reason is not None:
                 if not stopping:
                     stopping = True
@@ -207,7 +205,8 @@ class Tick:
                     break
             if not self._inflight and (exhausted or self.stop.reason is not None):
                 break
-            self._collect(wait=self._wait_time(exhausted, len(self._inflight) >= capacity))
+            # Block for a result unless there is room to claim more right away.
+            self._collect(wait=0.0 if self._may_claim(exhausted, capacity) else 0.05)
             now = time.monotonic()
             self._enforce_timeouts(now)
             if len(self._decisions) >= self.options.batch_size or (
@@ -221,12 +220,14 @@ class Tick:
                 # Everything we claimed is done; look once more before leaving, since
                 # retries with a short delay may be due already.
                 exhausted = False
-        self._flush()
+        if not self._flush():
+            self._flush()  # once more, on the fresh connection if it was lost
 
-    def _wait_time(self, exhausted: bool, full: bool) -> float:
-        if self.stop.reason is not None or exhausted or full:
-            return 0.05
-        return 0.0
+    def _may_claim(self, exhausted: bool, capacity: int) -> bool:
+        if self.stop.reason is not None or exhausted:
+            return False
+        room = capacity - len(self._inflight)
+        return room >= max(1, self.options.batch_size // 2) or not self._inflight
 
     def _grace_spent(self, now: float) -> bool:
         return self.stop.urgent or now - self.stop.at >= self.options.grace
@@ -367,9 +368,10 @@ class Tick:
             transitions.decide(flight.run, result.outcome, flight.spec.backoff, result.duration)
         )
 
-    def _flush(self) -> None:
+    def _flush(self) -> bool:
+        """Finalize the decisions taken so far; False if the database failed (kept for later)."""
         if not self._decisions:
-            return
+            return True
         decisions, self._decisions = self._decisions, []
         kept = self._on_connection(
             "finalize",
@@ -384,10 +386,11 @@ class Tick:
             # Kept for the next flush; the statement is fenced by lease token, so
             # writing a decision that did land before the error changes nothing.
             self._decisions = decisions + self._decisions
-            return
+            return False
         for decision in decisions:
             status = decision.status if decision.run.id in kept else None
             self._count(status, decision.run, decision.duration, decision.error)
+        return True
 
     def _count(
         self,
@@ -587,13 +590,16 @@ class Tick:
         held -= self.report.dead + self.report.lost + self.report.handed_back
         self.report.unrecorded += max(held, 0)
         self.report.stopped_by = self.stop.reason
-        raise ConnectionLost(
-            "lost the database connection mid-tick and could not reconnect "
-            f"({describe(last) if last else 'unknown error'}); "
-            f"{self.report.unrecorded} run(s) not finalized become claimable "
-            "again when their leases expire",
-            report=self.report,
-        )
+        message = "lost the database connection mid-tick and could not reconnect"
+        if self.report.unrecorded:
+            message += (
+                f" ({describe(last) if last else 'unknown error'}); "
+                f"{self.report.unrecorded} run(s) not finalized become claimable again when "
+                "their leases expire"
+            )
+        else:
+            message += f": {describe(last) if last else 'unknown error'}"
+        raise ConnectionLost(message, report=self.report)
 
     def _require_everything_recorded(self) -> None:
         if self._decisions:
