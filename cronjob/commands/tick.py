@@ -54,7 +54,8 @@ def _duration(what: str, minimum: float = 0.0):
     "--lease",
     default=None,
     callback=_duration("lease", minimum=1.0),
-    help="Lease for every run claimed, overriding each handler's own.",
+    help="Lease for every run claimed, overriding each handler's own (default 2m "
+    "unless the handler sets one). Heartbeats renew it every third of its length.",
 )
 @click.option(
     "--grace",
