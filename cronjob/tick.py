@@ -505,7 +505,8 @@ class Tick:
                 transitions.decide(flight.run, error, flight.spec.backoff, now - flight.started)
             )
             self.log.warning(
-                "handler timed out; its outcome will be discarded",
+                "handler timed out: attempt recorded as failed, anything it returns later "
+                "is discarded",
                 run_id=flight.run.id,
                 job_type=flight.run.job_type,
                 timeout_s=timeout,
@@ -533,6 +534,9 @@ class Tick:
         if handed is None:
             self.report.unrecorded += len(flights)
             return
+        for flight in flights:
+            if flight.run.id not in handed:
+                self._count(None, flight.run, 0.0, discarded_because="lease lost before hand-back")
         ids = sorted(handed)
         self.report.handed_back += len(ids)
         self.report.handed_back_ids.extend(ids)
@@ -586,9 +590,9 @@ class Tick:
             self.log.info("reconnected to the database")
             return
         self._settle_all({_State.QUEUED, _State.STARTED})
-        held = self.report.claimed - self.report.succeeded - self.report.failed
-        held -= self.report.dead + self.report.lost + self.report.handed_back
-        self.report.unrecorded += max(held, 0)
+        r = self.report
+        accounted = r.succeeded + r.failed + r.dead + r.lost + r.handed_back + r.unrecorded
+        r.unrecorded += max(r.claimed - accounted, 0)
         self.report.stopped_by = self.stop.reason
         message = "lost the database connection mid-tick and could not reconnect"
         if self.report.unrecorded:
