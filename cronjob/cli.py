@@ -24,6 +24,10 @@ COMMANDS = {
     "list": "cronjob.commands.runs:list_runs",
     "show": "cronjob.commands.runs:show",
     "demo": "cronjob.commands.demo:demo",
+    "status": "cronjob.commands.ops:status",
+    "metrics": "cronjob.commands.ops:metrics",
+    "check": "cronjob.commands.ops:check",
+    "prune": "cronjob.commands.ops:prune",
 }
 
 
@@ -77,8 +81,13 @@ def main(argv: list[str] | None = None) -> None:
     except click.Abort:
         click.echo("jobrunner: aborted", err=True)
         sys.exit(130)
+    except click.UsageError as exc:
+        # One line, like every other bad-input error; --help has the long story.
+        command = exc.ctx.command_path if exc.ctx else "jobrunner"
+        click.echo(f"{command}: error: {_one_line(exc)} (see `{command} --help`)", err=True)
+        sys.exit(exc.exit_code)
     except click.ClickException as exc:
-        exc.show()
+        click.echo(f"jobrunner: error: {_one_line(exc)}", err=True)
         sys.exit(exc.exit_code)
     except JobrunnerError as exc:
         click.echo(f"jobrunner: error: {_one_line(exc)}", err=True)
@@ -101,4 +110,5 @@ def _is_database_error(exc: BaseException) -> bool:
 def _one_line(exc: BaseException) -> str:
     from cronjob.db import redact
 
-    return redact(" ".join(str(exc).split()))
+    message = exc.format_message() if isinstance(exc, click.ClickException) else str(exc)
+    return redact(" ".join(message.split()))

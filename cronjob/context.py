@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from datetime import datetime
@@ -9,9 +10,19 @@ from typing import Any
 
 from cronjob.models import ClaimedRun
 
-EFFECT_RECORD = (
-    "INSERT INTO job_effects (key, run_id) VALUES (%s, %s) ON CONFLICT (key) DO NOTHING RETURNING 1"
-)
+MAX_EFFECT_KEY_BYTES = 1000  # well inside a btree entry, whatever the encoding
+
+
+class LeaseLost(Exception):
+    """The run was cancelled, handed back or claimed by another tick while its handler ran.
+
+    Nothing the handler writes through `ctx.db` can commit any more, and no new
+    effect may start: the run belongs to someone else now.
+    """
+
+
+class HandlerTransactionError(Exception):
+    """`ctx.db`'s transaction can no longer commit together with the run's success."""
 
 
 class JobContext:
@@ -20,9 +31,10 @@ class JobContext:
     `db` is opened lazily: a handler that never touches it holds no transaction
     while it runs. When it does, the run's success is recorded in that same
     transaction, so the handler's writes and "succeeded" commit together.
+    `connect(autocommit=...)` opens a new connection to the runner's database.
     """
 
-    def __init__(self, run: ClaimedRun, connect: Callable[[], Any]) -> None:
+    def __init__(self, run: ClaimedRun, connect: Callable[..., Any]) -> None:
         self.run_id: int = run.id
         self.job_type: str = run.job_type
         self.attempt: int = run.attempt
@@ -32,6 +44,7 @@ class JobContext:
         self._run = run
         self._connect = connect
         self._db: Any = None
+        self._side: Any = None
         self._log: Any = None
 
     @property
@@ -47,9 +60,22 @@ class JobContext:
 
     @property
     def db(self) -> Any:
-        """A psycopg connection inside a transaction that commits with the run's success."""
+        """A psycopg connection inside a transaction that commits with the run's success.
+
+        Don't commit or roll it back yourself (use `ctx.db.transaction()` for a
+        savepoint): the runner commits it when the handler returns, fenced by the
+        lease, and fails the attempt if the handler ended it.
+        """
         if self._db is None:
-            self._db = self._connect()
+            from cronjob import queries
+
+            conn = self._connect(autocommit=False)
+            try:
+                conn.execute(queries.HANDLER_TRANSACTION_MARK, {"token": self._token})
+            except BaseException:
+                conn.close()
+                raise
+            self._db = conn
         return self._db
 
     @property
@@ -57,14 +83,90 @@ class JobContext:
         return self._db is not None
 
     def once(self, key: str) -> bool:
-        """True the first time `key` is seen; recorded atomically with the run's success."""
-        if not isinstance(key, str) or not key:
-            raise ValueError("once() needs a non-empty string key")
-        return self.db.execute(EFFECT_RECORD, (key, self.run_id)).fetchone() is not None
+        """True the first time `key` is seen; recorded in `ctx.db`, atomically with success.
+
+        For effects in the database: do them through `ctx.db` when this returns
+        True, and they happen exactly once however often the run is retried.
+        """
+        from cronjob import store
+
+        _check_key(key, "once")
+        self._require_lease()
+        return store.effect_insert_once(self.db, key, self._run)
+
+    def at_most_once(self, key: str) -> bool:
+        """True the first time `key` is seen; committed at once, on its own, before you act.
+
+        For effects outside the database (email, HTTP) that must never happen
+        twice: the key is committed before this returns, so if the process dies
+        or the call fails after it, no retry will try again. The effect happens
+        at most once, possibly never. Raises LeaseLost if the run is no longer
+        this handler's.
+        """
+        from cronjob import store
+
+        _check_key(key, "at_most_once")
+        self._require_lease()
+        if self._side is None:
+            self._side = self._connect(autocommit=True)
+        held, recorded = store.effect_insert_at_most_once(self._side, key, self._run)
+        if not held:
+            self.cancelled.set()
+            raise LeaseLost(f"run {self.run_id} no longer holds its lease; {key!r} not recorded")
+        return recorded
+
+    # -- used by the runner ------------------------------------------------
+
+    def handler_transaction(self) -> Any:
+        """`ctx.db`, checked and ready for the runner to record success in it."""
+        from psycopg.pq import TransactionStatus
+
+        from cronjob import queries
+
+        conn = self._db
+        if conn.closed:
+            raise HandlerTransactionError(
+                "the handler closed ctx.db (`with ctx.db:` commits and closes it), so its"
+                " writes could not commit together with the run's success"
+            )
+        if conn.info.transaction_status == TransactionStatus.INERROR:
+            raise HandlerTransactionError(
+                "ctx.db's transaction is aborted: a statement failed in it and the handler"
+                " carried on (wrap statements that may fail in `with ctx.db.transaction():`)"
+            )
+        mark = conn.execute(queries.HANDLER_TRANSACTION_GET_MARK).fetchone()[0]
+        if mark != self._token:
+            raise HandlerTransactionError(
+                "the handler committed or rolled back ctx.db itself, so its writes could not"
+                " commit together with the run's success (use `ctx.db.transaction()` for"
+                " savepoints and let the runner commit)"
+            )
+        conn.execute(queries.HANDLER_TRANSACTION_RESTORE_LIMITS)
+        return conn
 
     def close(self) -> None:
-        if self._db is not None:
-            try:
-                self._db.close()
-            finally:
-                self._db = None
+        """Close both connections; an uncommitted `ctx.db` transaction rolls back."""
+        for name in ("_db", "_side"):
+            conn = getattr(self, name)
+            setattr(self, name, None)
+            if conn is not None:
+                # A broken connection may fail to close: the server rolls back either way.
+                with contextlib.suppress(Exception):
+                    conn.close()
+
+    @property
+    def _token(self) -> str:
+        return str(self._run.lease_token)
+
+    def _require_lease(self) -> None:
+        if self.cancelled.is_set():
+            raise LeaseLost(f"run {self.run_id} was cancelled or lost its lease")
+
+
+def _check_key(key: Any, what: str) -> None:
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"{what}() needs a non-empty string key")
+    if "\x00" in key:
+        raise ValueError(f"{what}() key must not contain NUL characters")
+    if len(key.encode()) > MAX_EFFECT_KEY_BYTES:
+        raise ValueError(f"{what}() key is longer than {MAX_EFFECT_KEY_BYTES} bytes")

@@ -55,28 +55,14 @@ def connect(
     attempts: int = 3,
     retry_delay: float = 0.5,
     application_name: str = "jobrunner",
-    runner_timeouts: bool = True,
 ) -> Any:
-    """Open a connection, retrying briefly: a restarting server gets a few seconds.
-
-    `runner_timeouts` bounds every statement and lock wait, for the runner's own
-    bookkeeping; connections handed to handlers go without.
-    """
+    """Open a connection, retrying briefly: a restarting server gets a few seconds."""
     import psycopg
 
     last: Exception | None = None
     for attempt in range(attempts):
         try:
-            return psycopg.connect(
-                url,
-                autocommit=autocommit,
-                connect_timeout=5,
-                application_name=application_name,
-                options=RUNNER_OPTIONS if runner_timeouts else None,
-                # Prepared statements are off: they break behind PgBouncer in
-                # transaction mode, and our statements are cheap to plan.
-                prepare_threshold=None,
-            )
+            return _open(url, autocommit=autocommit, application_name=application_name)
         except psycopg.OperationalError as exc:
             last = exc
             if attempt + 1 < attempts:
@@ -85,6 +71,45 @@ def connect(
             raise DatabaseUnavailable(f"invalid database URL: {describe(exc)}") from None
     assert last is not None
     raise DatabaseUnavailable(f"cannot connect to the database: {describe(last)}") from None
+
+
+# URLs whose server refused the `options` startup parameter: connection poolers
+# such as PgBouncer do, unless told to ignore it. Remembered so that the
+# connections a tick opens for handlers do not each pay for a refused attempt.
+_REFUSES_STARTUP_OPTIONS: set[str] = set()
+
+
+def _open(url: str, *, autocommit: bool, application_name: str) -> Any:
+    import psycopg
+
+    common: dict[str, Any] = {
+        "autocommit": autocommit,
+        "connect_timeout": 5,
+        "application_name": application_name,
+        # Prepared statements are off: they break behind PgBouncer in
+        # transaction mode, and our statements are cheap to plan.
+        "prepare_threshold": None,
+    }
+    if url not in _REFUSES_STARTUP_OPTIONS:
+        try:
+            return psycopg.connect(url, options=startup_options(url), **common)
+        except psycopg.OperationalError as exc:
+            if "unsupported startup parameter" not in str(exc):
+                raise
+            # The timeouts cannot travel with the connection here, and a SET
+            # would stay on a pooled server connection that other clients get
+            # next; they belong on the login role instead (see the README).
+            _REFUSES_STARTUP_OPTIONS.add(url)
+    return psycopg.connect(url, **common)
+
+
+def startup_options(url: str) -> str:
+    """The runner's timeouts, followed by any options the URL (or PGOPTIONS) gives,
+    which win where both set the same parameter."""
+    from psycopg import conninfo
+
+    theirs = conninfo.conninfo_to_dict(url).get("options") or os.environ.get("PGOPTIONS")
+    return f"{RUNNER_OPTIONS} {theirs}" if theirs else RUNNER_OPTIONS
 
 
 def describe(exc: BaseException) -> str:

@@ -106,13 +106,22 @@ def parse_payload(text: str, *, source: str = "payload") -> Any:
     if len(text.encode("utf-8", "surrogatepass")) > MAX_PAYLOAD_BYTES:
         raise BadInput(f"{source} too large: more than {MAX_PAYLOAD_BYTES} bytes of JSON")
     try:
-        value = json.loads(text)
+        value = loads(text)
     except RecursionError:
         raise BadInput(f"{source} nested deeper than {MAX_PAYLOAD_DEPTH} levels") from None
     except ValueError as exc:
         raise BadInput(f"invalid JSON in {source}: {_one_line(str(exc))}") from None
     check_payload(value, source=source)
     return value
+
+
+def loads(text: str) -> Any:
+    """json.loads, refusing NaN and Infinity, which are not JSON and jsonb cannot store."""
+    return json.loads(text, parse_constant=_reject_constant)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
 
 
 def check_payload(value: Any, *, source: str = "payload") -> Any:
@@ -145,7 +154,7 @@ def _check_depth_and_text(root: Any, source: str) -> None:
         elif isinstance(value, float) and (
             value != value or value in (float("inf"), -float("inf"))
         ):
-            raise BadInput(f"{source} contains {value}, which JSON cannot represent")
+            raise BadInput(f"{source} contains {value!r}, which is not valid JSON")
         elif value is not None and not isinstance(value, (bool, int, float)):
             raise BadInput(f"{source} contains a {type(value).__name__}, which is not JSON")
 

@@ -142,3 +142,63 @@ class TickReport:
             "elapsed_s": round(self.elapsed, 3),
             **({"stopped_by": self.stopped_by} if self.stopped_by else {}),
         }
+
+
+# -- operations: what status, metrics, check and prune read and report --
+
+
+@dataclass(frozen=True)
+class RunCell:
+    """The runs of one job type in one status, counted at one moment."""
+
+    job_type: str
+    status: Status
+    runs: int
+    due: int  # queued or failed with run_at <= now
+    expired_leases: int  # running with locked_until < now: their worker is gone
+    oldest_due_at: datetime | None
+    last_started_at: datetime | None
+
+
+@dataclass(frozen=True)
+class RunSnapshot:
+    """Every RunCell, and the database time they were counted at."""
+
+    now: datetime
+    cells: tuple[RunCell, ...]
+
+
+@dataclass(frozen=True)
+class DefinitionSchedule:
+    """A definition as `status` lists it: when it fires next."""
+
+    name: str
+    job_type: str
+    schedule: str
+    timezone: str
+    enabled: bool
+    next_fire_at: datetime | None
+
+
+@dataclass(frozen=True)
+class DurationSummary:
+    """Run times of one job type's recently finished runs, in seconds."""
+
+    job_type: str
+    count: int
+    total: float
+    quantiles: tuple[tuple[float, float], ...]  # (quantile, seconds)
+
+
+@dataclass(frozen=True)
+class PruneReport:
+    """Finished runs deleted (or, in a dry run, that would be), by status."""
+
+    by_status: dict[str, int]
+    batches: int
+    dry_run: bool
+    effects: int = 0  # ledger keys deleted along with their runs
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_status.values())

@@ -7,6 +7,9 @@ clock; in production it is NULL and the database clock decides.
 from __future__ import annotations
 
 _NOW = "coalesce(%(now)s::timestamptz, now())"
+# For statements that may run late in a longer transaction (a success recorded in
+# the handler's own ctx.db transaction): now() would be when that transaction began.
+_STATEMENT_NOW = "coalesce(%(now)s::timestamptz, statement_timestamp())"
 
 RUN_COLUMNS = (
     "id, definition_id, job_type, payload, tenant_id, scheduled_for, run_at, status, attempts,"
@@ -52,31 +55,31 @@ RUN_GET_IDS_BY_KEY = (
 )
 
 # The locking subquery is a MATERIALIZED CTE: as `WHERE id IN (SELECT ... LIMIT n)`
-# the planner may re-run it and claim more than n rows.
+# the planner may re-run it and claim more than n rows. The update finds its rows
+# through `id = ANY(array)`, a primary-key lookup whatever the table's size, and
+# takes each type's lease and attempt budget by position in the parallel arrays.
 RUN_CLAIM_MANY = f"""
 WITH c AS MATERIALIZED (
     SELECT id FROM job_runs
     WHERE status IN ('queued', 'failed') AND run_at <= {_NOW}
-      AND job_type = ANY(%(job_types)s)
+      AND job_type = ANY(%(job_types)s::text[])
     ORDER BY priority, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-),
-spec AS (
-    SELECT * FROM unnest(%(job_types)s::text[], %(leases)s::float8[], %(max_attempts)s::int[])
-        AS s(job_type, lease, max_attempts)
 )
 UPDATE job_runs r
 SET status = 'running',
     attempts = r.attempts + 1,
-    max_attempts = coalesce(r.max_attempts, spec.max_attempts),
+    max_attempts = coalesce(
+        r.max_attempts,
+        (%(max_attempts)s::int[])[array_position(%(job_types)s::text[], r.job_type)]),
     locked_by = %(worker)s,
-    locked_until = {_NOW} + make_interval(secs => spec.lease),
+    locked_until = {_NOW} + make_interval(
+        secs => (%(leases)s::float8[])[array_position(%(job_types)s::text[], r.job_type)]),
     lease_token = gen_random_uuid(),
     started_at = {_NOW},
     updated_at = {_NOW}
-FROM c, spec
-WHERE r.id = c.id AND spec.job_type = r.job_type
+WHERE r.id = ANY(ARRAY(SELECT id FROM c))
 RETURNING r.id, r.job_type, r.payload, r.tenant_id, r.scheduled_for, r.attempts,
           r.max_attempts, r.lease_token, r.locked_until
 """
@@ -84,7 +87,8 @@ RETURNING r.id, r.job_type, r.payload, r.tenant_id, r.scheduled_for, r.attempts,
 # One guarded write for a batch of mixed outcomes: a row changes only while its
 # caller still holds the lease token, so a worker that lost its lease (stalled,
 # cancelled, re-claimed) can never overwrite a newer outcome. Failed attempts are
-# recorded in the same statement.
+# recorded in the same statement. `id = ANY(ids)` (here and in the statements
+# below) keeps the lookup on the primary key however many rows the table holds.
 RUN_FINALIZE_MANY = f"""
 WITH o AS (
     SELECT * FROM unnest(
@@ -96,21 +100,22 @@ done AS (
     UPDATE job_runs r
     SET status = o.status,
         run_at = CASE WHEN o.status = 'failed'
-                      THEN {_NOW} + make_interval(secs => o.delay) ELSE r.run_at END,
-        finished_at = CASE WHEN o.status IN ('succeeded', 'dead') THEN {_NOW} END,
+                      THEN {_STATEMENT_NOW} + make_interval(secs => o.delay) ELSE r.run_at END,
+        finished_at = CASE WHEN o.status IN ('succeeded', 'dead') THEN {_STATEMENT_NOW} END,
         last_error = coalesce(o.message, r.last_error),
         error_type = coalesce(o.error_type, r.error_type),
         locked_by = NULL, locked_until = NULL, lease_token = NULL,
-        updated_at = {_NOW}
+        updated_at = {_STATEMENT_NOW}
     FROM o
-    WHERE r.id = o.id AND r.lease_token = o.lease_token AND r.status = 'running'
+    WHERE r.id = ANY(%(ids)s::bigint[])
+      AND r.id = o.id AND r.lease_token = o.lease_token AND r.status = 'running'
     RETURNING r.id, r.attempts, r.started_at, o.status,
               o.error_type, o.message, o.traceback
 ),
 history AS (
     INSERT INTO job_attempts (run_id, attempt, worker, error_type, message, traceback,
                               started_at, finished_at)
-    SELECT id, attempts, %(worker)s, error_type, message, traceback, started_at, {_NOW}
+    SELECT id, attempts, %(worker)s, error_type, message, traceback, started_at, {_STATEMENT_NOW}
     FROM done WHERE status IN ('failed', 'dead')
 )
 SELECT id FROM done
@@ -123,7 +128,8 @@ UPDATE job_runs r
 SET locked_until = {_NOW} + make_interval(secs => o.lease), updated_at = {_NOW}
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(leases)s::float8[])
     AS o(id, lease_token, lease)
-WHERE r.id = o.id AND r.lease_token = o.lease_token AND r.status = 'running'
+WHERE r.id = ANY(%(ids)s::bigint[])
+  AND r.id = o.id AND r.lease_token = o.lease_token AND r.status = 'running'
 RETURNING r.id, r.locked_until
 """
 
@@ -137,7 +143,8 @@ SET status = CASE WHEN r.attempts > 1 THEN 'failed' ELSE 'queued' END,
     started_at = NULL,
     updated_at = {_NOW}
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS o(id, lease_token)
-WHERE r.id = o.id AND r.lease_token = o.lease_token AND r.status = 'running'
+WHERE r.id = ANY(%(ids)s::bigint[])
+  AND r.id = o.id AND r.lease_token = o.lease_token AND r.status = 'running'
 RETURNING r.id
 """
 
@@ -222,4 +229,133 @@ WHERE (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s))
   AND (%(job_types)s::text[] IS NULL OR job_type = ANY(%(job_types)s))
 ORDER BY id DESC
 LIMIT %(limit)s
+"""
+
+# -- effects: the handler's transaction and the effects ledger --
+
+# Marks ctx.db's transaction as the one opened for this claim. The setting is
+# transaction-local, so it is gone if the handler commits or rolls back itself;
+# the runner checks it before recording success in that transaction.
+HANDLER_TRANSACTION_MARK = "SELECT set_config('jobrunner.lease_token', %(token)s, true)"
+
+HANDLER_TRANSACTION_GET_MARK = "SELECT current_setting('jobrunner.lease_token', true)"
+
+# The handler may have raised its own limits with SET (LOCAL); the runner's
+# statements in that transaction wait no longer than the runner's own do.
+HANDLER_TRANSACTION_RESTORE_LIMITS = (
+    "SET LOCAL statement_timeout TO DEFAULT; SET LOCAL lock_timeout TO DEFAULT"
+)
+
+# Exactly once: inside ctx.db, so the key commits with the run's success or not
+# at all. A key inserted by a concurrent, still open transaction makes this wait
+# for it: False if that run succeeds, True if it rolls back.
+EFFECT_INSERT_ONCE = """
+INSERT INTO job_effects (key, run_id, attempt, kind)
+VALUES (%(key)s, %(run_id)s, %(attempt)s, 'once')
+ON CONFLICT (key) DO NOTHING
+RETURNING 1
+"""
+
+# At most once: committed on its own before the effect, and only while the run
+# still holds its lease, so a worker that lost its run starts nothing new.
+EFFECT_INSERT_AT_MOST_ONCE = """
+WITH held AS (
+    SELECT id, attempts FROM job_runs
+    WHERE id = %(run_id)s AND lease_token = %(token)s AND status = 'running'
+),
+recorded AS (
+    INSERT INTO job_effects (key, run_id, attempt, kind)
+    SELECT %(key)s, id, attempts, 'at_most_once' FROM held
+    ON CONFLICT (key) DO NOTHING
+    RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM held), EXISTS (SELECT 1 FROM recorded)
+"""
+
+# Retention: a key goes once its run is gone (pruned) and it is older than the
+# retention. A key whose run still exists is kept whatever its age: that run may
+# still be retried, and forgetting the key would repeat the effect.
+EFFECT_DELETE_MANY = f"""
+WITH doomed AS (
+    SELECT e.key FROM job_effects e
+    WHERE e.created_at < {_NOW} - make_interval(secs => %(older_than)s)
+      AND NOT EXISTS (SELECT 1 FROM job_runs r WHERE r.id = e.run_id)
+    ORDER BY e.created_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM job_effects e USING doomed d
+WHERE e.key = d.key
+"""
+
+
+# -- operations --
+
+# Everything `status`, `metrics` and `check` need about runs, in one scan: one
+# row per (job type, status) with the counts and ages that matter. The clock row
+# is joined on so an empty table still tells the database's time.
+RUN_SNAPSHOT = f"""
+WITH clock AS (SELECT {_NOW} AS now),
+cells AS (
+    SELECT r.job_type, r.status, count(*) AS runs,
+           count(*) FILTER (WHERE r.status IN ('queued', 'failed') AND r.run_at <= c.now) AS due,
+           count(*) FILTER (WHERE r.status = 'running' AND r.locked_until < c.now)
+               AS expired_leases,
+           min(r.run_at) FILTER (WHERE r.status IN ('queued', 'failed') AND r.run_at <= c.now)
+               AS oldest_due_at,
+           max(r.started_at) AS last_started_at
+    FROM job_runs r CROSS JOIN clock c
+    GROUP BY r.job_type, r.status
+)
+SELECT clock.now, cells.job_type, cells.status, cells.runs, cells.due, cells.expired_leases,
+       cells.oldest_due_at, cells.last_started_at
+FROM clock LEFT JOIN cells ON true
+ORDER BY cells.job_type, cells.status
+"""
+
+DEFINITION_LIST_SCHEDULES = """
+SELECT name, job_type, schedule, timezone, enabled, next_fire_at
+FROM job_definitions
+ORDER BY enabled DESC, next_fire_at NULLS LAST, name
+"""
+
+# Run time of runs that finished recently, per job type. Cancelled runs are left
+# out: their started_at belongs to an attempt that never reported back.
+RUN_DURATIONS_RECENT = f"""
+SELECT job_type, count(*), sum(seconds),
+       percentile_cont(%(quantiles)s::float8[]) WITHIN GROUP (ORDER BY seconds)
+FROM (
+    SELECT job_type, extract(epoch FROM finished_at - started_at)::float8 AS seconds
+    FROM job_runs
+    WHERE finished_at >= {_NOW} - make_interval(secs => %(window)s)
+      AND status IN ('succeeded', 'dead') AND started_at IS NOT NULL
+) recent
+GROUP BY job_type
+ORDER BY job_type
+"""
+
+# One batch of pruning, committed on its own so no lock is held for long. The
+# terminal statuses are spelled out again here: whatever the caller passes, a
+# run that may still execute is never deleted. Attempts go with their run
+# (ON DELETE CASCADE).
+RUN_PRUNE_BATCH = f"""
+WITH batch AS MATERIALIZED (
+    SELECT id FROM job_runs
+    WHERE status IN ('succeeded', 'dead', 'cancelled') AND status = ANY(%(statuses)s)
+      AND finished_at < {_NOW} - make_interval(secs => %(older_than)s)
+    ORDER BY finished_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+gone AS (
+    DELETE FROM job_runs r USING batch b WHERE r.id = b.id RETURNING r.status
+)
+SELECT status, count(*) FROM gone GROUP BY status
+"""
+
+RUN_PRUNE_COUNT = f"""
+SELECT status, count(*) FROM job_runs
+WHERE status IN ('succeeded', 'dead', 'cancelled') AND status = ANY(%(statuses)s)
+  AND finished_at < {_NOW} - make_interval(secs => %(older_than)s)
+GROUP BY status
 """

@@ -9,7 +9,17 @@ from datetime import datetime
 from typing import Any
 
 from cronjob import queries
-from cronjob.models import Attempt, ClaimedRun, Decision, Run, Status
+from cronjob.models import (
+    Attempt,
+    ClaimedRun,
+    Decision,
+    DefinitionSchedule,
+    DurationSummary,
+    Run,
+    RunCell,
+    RunSnapshot,
+    Status,
+)
 
 
 @dataclass(frozen=True)
@@ -193,3 +203,104 @@ def _run(row: Sequence[Any]) -> Run:
     values = list(row)
     values[7] = Status(values[7])
     return Run(*values)
+
+
+# -- effects --
+
+
+def effect_insert_once(conn: Any, key: str, run: ClaimedRun) -> bool:
+    """Record `key` in the caller's transaction; True if it was not recorded yet."""
+    row = conn.execute(
+        queries.EFFECT_INSERT_ONCE, {"key": key, "run_id": run.id, "attempt": run.attempt}
+    ).fetchone()
+    return row is not None
+
+
+def effect_insert_at_most_once(conn: Any, key: str, run: ClaimedRun) -> tuple[bool, bool]:
+    """Record `key` for `run` if it still holds its lease: (lease held, newly recorded)."""
+    held, recorded = conn.execute(
+        queries.EFFECT_INSERT_AT_MOST_ONCE,
+        {"key": key, "run_id": run.id, "token": run.lease_token},
+    ).fetchone()
+    return bool(held), bool(recorded)
+
+
+def effects_prune_many(
+    conn: Any,
+    *,
+    older_than_seconds: float = 0.0,
+    batch_size: int = 1000,
+    now: datetime | None = None,
+) -> int:
+    """Delete ledger keys whose run is gone and that are older than `older_than_seconds`.
+
+    Works in batches of `batch_size` keys, one statement each (on an autocommit
+    connection, each batch commits on its own, so locks stay short). Returns how
+    many keys were deleted. Keys whose run still exists are never deleted.
+    """
+    if batch_size < 1:
+        raise ValueError("batch_size must be at least 1")
+    params = {"older_than": float(older_than_seconds), "limit": batch_size, "now": now}
+    total = 0
+    while True:
+        deleted = conn.execute(queries.EFFECT_DELETE_MANY, params).rowcount
+        total += deleted
+        if deleted < batch_size:
+            return total
+
+
+# -- operations --
+
+
+def runs_snapshot(conn: Any, *, now: datetime | None = None) -> RunSnapshot:
+    rows = conn.execute(queries.RUN_SNAPSHOT, {"now": now}).fetchall()
+    cells = tuple(
+        RunCell(job_type, Status(status), runs, due, expired, oldest_due_at, last_started_at)
+        for _, job_type, status, runs, due, expired, oldest_due_at, last_started_at in rows
+        if job_type is not None
+    )
+    return RunSnapshot(rows[0][0], cells)
+
+
+def definitions_list_schedules(conn: Any) -> list[DefinitionSchedule]:
+    return [
+        DefinitionSchedule(*row)
+        for row in conn.execute(queries.DEFINITION_LIST_SCHEDULES).fetchall()
+    ]
+
+
+def runs_durations_recent(
+    conn: Any,
+    *,
+    window: float,
+    quantiles: Sequence[float],
+    now: datetime | None = None,
+) -> list[DurationSummary]:
+    rows = conn.execute(
+        queries.RUN_DURATIONS_RECENT,
+        {"window": window, "quantiles": list(quantiles), "now": now},
+    ).fetchall()
+    return [
+        DurationSummary(job_type, count, total, tuple(zip(quantiles, values, strict=True)))
+        for job_type, count, total, values in rows
+    ]
+
+
+def runs_prune_batch(
+    conn: Any,
+    *,
+    statuses: Sequence[str],
+    older_than: float,
+    limit: int,
+    now: datetime | None = None,
+) -> dict[str, int]:
+    """Delete one batch of finished runs; returns how many of each status went."""
+    params = {"statuses": list(statuses), "older_than": older_than, "limit": limit, "now": now}
+    return dict(conn.execute(queries.RUN_PRUNE_BATCH, params).fetchall())
+
+
+def runs_prune_count(
+    conn: Any, *, statuses: Sequence[str], older_than: float, now: datetime | None = None
+) -> dict[str, int]:
+    params = {"statuses": list(statuses), "older_than": older_than, "now": now}
+    return dict(conn.execute(queries.RUN_PRUNE_COUNT, params).fetchall())

@@ -115,12 +115,10 @@ class Tick:
         options: TickOptions = TickOptions(),
         steps_before_claim: list[Callable[[Any, TickReport], None]] | None = None,
         log: Any = None,
-        connect_handler_db: Callable[[], Any] | None = None,
     ) -> None:
         self.conn = conn
         self.handlers = handlers
         self.connect = connect
-        self.connect_handler_db = connect_handler_db or (lambda: connect(autocommit=False))
         self.options = options
         self.steps_before_claim = steps_before_claim or []
         self.worker = worker_name()
@@ -263,9 +261,7 @@ class Tick:
             return None
         self.report.claimed += len(claimed)
         for run in claimed:
-            flight = _InFlight(
-                run, self.handlers[run.job_type], JobContext(run, self.connect_handler_db)
-            )
+            flight = _InFlight(run, self.handlers[run.job_type], JobContext(run, self.connect))
             self._inflight[run.id] = flight
             self._ensure_workers()
             self._work.put(flight)
@@ -303,10 +299,13 @@ class Tick:
                 flight.slot = slot
             outcome = execute(flight.spec, flight.run, flight.ctx)
             result = _Result(flight, outcome, time.monotonic() - flight.started)
-            if flight.ctx.used_db:
-                self._finish_in_handler_transaction(result)
-            else:
-                self._mark_done(flight)
+            try:
+                if self._mark_done(flight) and flight.ctx.used_db:
+                    self._finish_in_handler_transaction(result)
+            finally:
+                # Before the result is handed over: a failure is recorded only
+                # once the handler's transaction is gone.
+                flight.ctx.close()
             self._done.put(result)
             if slot.retired:
                 return  # this handler overran its timeout; a replacement took our place
@@ -320,28 +319,34 @@ class Tick:
             return False
 
     def _finish_in_handler_transaction(self, result: _Result) -> None:
-        """Record success in the handler's own transaction, or roll its writes back."""
-        ctx = result.flight.ctx
+        """Record success in the handler's own transaction, or leave its writes to roll back.
+
+        The success write is fenced by the lease token inside that transaction: if
+        the run was cancelled, handed back or re-claimed meanwhile, it matches no
+        row and everything rolls back. It takes the run's row lock last, just
+        before COMMIT, so the tick's heartbeat and hand-back wait at most that
+        long for it, and never in a cycle. The run is DONE by now, so the main
+        thread neither hands it back nor times it out while this commits.
+        """
+        flight = result.flight
+        if not isinstance(result.outcome, Succeeded):
+            return  # closing the connection rolls the handler's writes back
         try:
-            if self._mark_done(result.flight) and isinstance(result.outcome, Succeeded):
-                kept = store.runs_finalize_many(
-                    ctx.db,
-                    [transitions.succeeded(result.flight.run, result.duration)],
-                    worker=self.worker,
-                    now=self.options.now,
-                )
-                if kept:
-                    ctx.db.commit()
-                else:
-                    ctx.db.rollback()
-                result.finalized, result.kept = True, bool(kept)
-            else:
-                ctx.db.rollback()
+            conn = flight.ctx.handler_transaction()
+            kept = store.runs_finalize_many(
+                conn,
+                [transitions.succeeded(flight.run, result.duration)],
+                worker=self.worker,
+                now=self.options.now,
+            )
+            if kept:
+                conn.commit()
+            result.finalized, result.kept = True, bool(kept)
         except Exception as exc:
+            # Recorded as a failed attempt by the main thread, fenced like any
+            # other; if the COMMIT did go through after all, that write is a no-op.
             result.outcome = _errored(exc)
             result.finalized = False
-        finally:
-            ctx.close()
 
     def _collect(self, wait: float) -> None:
         try:
@@ -436,15 +441,27 @@ class Tick:
         flights = list(self._inflight.values())
         if not flights:
             return True
-        held = self._on_connection(
-            "heartbeat",
-            partial(
-                store.runs_heartbeat_many,
-                runs=[f.run for f in flights],
-                leases=[self._lease(f.spec) for f in flights],
-                now=self.options.now,
-            ),
+        import psycopg
+
+        beat = partial(
+            store.runs_heartbeat_many,
+            runs=[f.run for f in flights],
+            leases=[self._lease(f.spec) for f in flights],
+            now=self.options.now,
         )
+        try:
+            held = self._on_connection(
+                "heartbeat",
+                beat,
+                raising=(psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected),
+            )
+        except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected) as exc:
+            # Only a handler that locks job_runs rows in its own ctx.db transaction
+            # can hold one long; the leases have two thirds left: try next beat.
+            from cronjob.db import describe
+
+            self.log.warning("heartbeat skipped: a run's row is locked", error=describe(exc))
+            return True
         if held is None:
             return False
         for flight in flights:
@@ -549,7 +566,9 @@ class Tick:
 
     # -- the database connection ---------------------------------------------
 
-    def _on_connection(self, what: str, op: Callable[[Any], T]) -> T | None:
+    def _on_connection(
+        self, what: str, op: Callable[[Any], T], *, raising: tuple[type[Exception], ...] = ()
+    ) -> T | None:
         """Run `op` on the tick's connection; None if the database failed it.
 
         Any database error stops claiming (the tick winds down as on SIGTERM). A
@@ -561,6 +580,8 @@ class Tick:
 
         try:
             return op(self.conn)
+        except raising:
+            raise
         except psycopg.OperationalError as exc:
             from cronjob.db import describe
 

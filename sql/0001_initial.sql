@@ -43,7 +43,7 @@ CREATE TABLE job_runs (
     -- enqueue from a shell that has no handlers loaded still gets the handler's budget.
     max_attempts     integer CHECK (max_attempts >= 1),
     priority         integer NOT NULL DEFAULT 0,
-    idempotency_key  text UNIQUE,
+    idempotency_key  text,
     locked_by        text,
     locked_until     timestamptz,
     lease_token      uuid,
@@ -68,6 +68,11 @@ CREATE INDEX job_runs_dispatch ON job_runs (priority, run_at, id)
 
 -- Rescue: running runs whose lease expired.
 CREATE INDEX job_runs_leases ON job_runs (locked_until) WHERE status = 'running';
+
+-- Partial: most runs have no key, and every status change would otherwise
+-- maintain an index entry for a NULL.
+CREATE UNIQUE INDEX job_runs_idempotency_key ON job_runs (idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
 
 -- Exactly one run per (definition, occurrence, tenant), whatever number of ticks race.
 CREATE UNIQUE INDEX job_runs_occurrence

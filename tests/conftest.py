@@ -56,6 +56,18 @@ def database_url(server_url: str) -> Iterator[str]:
 
 
 @pytest.fixture
+def empty_database_url(server_url: str, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A database with no jobrunner schema, of this test's own."""
+    name = f"jobrunner_empty_{os.getpid()}_{abs(hash(request.node.nodeid)) % 10**8}"
+    with psycopg.connect(server_url, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    yield _with_dbname(server_url, name)
+    with psycopg.connect(server_url, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
 def db_url(database_url: str) -> str:
     """The session database with every jobrunner table emptied."""
     with psycopg.connect(database_url, autocommit=True) as conn:

@@ -308,3 +308,11 @@ def test_duplicate_keys_within_one_batch_get_one_run(conn):
     assert results[0].id == results[2].id != results[1].id
     assert [r.created for r in results] == [True, True, False]
     assert count(conn, "SELECT count(*) FROM job_runs") == 2
+
+
+def test_a_success_recorded_in_the_handlers_transaction_has_its_real_finish_time(db_url, conn):
+    run_id = enqueue(conn, "test.db_then_wait", {"seconds": 0.3})
+    tick(db_url, "test.db_then_wait")
+    run = run_row(conn, run_id)
+    assert run.status == "succeeded"
+    assert (run.finished_at - run.started_at).total_seconds() >= 0.3

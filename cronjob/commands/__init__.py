@@ -19,13 +19,6 @@ class Database:
 
         return connect(self.url, autocommit=autocommit)
 
-    def connect_for_handler(self) -> Any:
-        """A handler's `ctx.db`: a transaction, without the runner's own statement timeouts
-        (a handler's queries may rightly take longer than the runner's bookkeeping)."""
-        from cronjob.db import connect
-
-        return connect(self.url, autocommit=False, runner_timeouts=False)
-
 
 def open_database(settings: Settings, *, require_schema: bool = True) -> tuple[Database, Any]:
     """Resolve the URL, connect, and check the schema (migrating the embedded server)."""

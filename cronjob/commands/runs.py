@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from typing import IO, Any
 
 import click
@@ -103,7 +102,7 @@ def enqueue(
         ids = []
         for start in range(0, len(runs), JSONL_CHUNK):
             ids.extend(e.id for e in runs_insert_many(conn, runs[start : start + JSONL_CHUNK]))
-    sys.stdout.write("".join(f"{i}\n" for i in ids))
+    click.echo("".join(f"{i}\n" for i in ids), nl=False)
 
 
 def _payload_text(payload: str | None, payload_file: IO[str] | None) -> str | None:
@@ -144,7 +143,7 @@ def _new_run(fields: dict[str, Any], *, payload_is_text: bool = False, where: st
 
 
 def _read_jsonl(stream: IO[str]) -> list[Any]:
-    from cronjob.inputs import MAX_PAYLOAD_BYTES
+    from cronjob.inputs import MAX_PAYLOAD_BYTES, loads
 
     runs = []
     for number, line in enumerate(stream, start=1):
@@ -154,7 +153,7 @@ def _read_jsonl(stream: IO[str]) -> list[Any]:
         if len(line) > MAX_PAYLOAD_BYTES + 10_000:
             raise BadInput(f"{where}: longer than {MAX_PAYLOAD_BYTES} bytes")
         try:
-            fields = json.loads(line)
+            fields = loads(line)
         except RecursionError:
             raise BadInput(f"{where}: JSON nested too deeply") from None
         except ValueError as exc:

@@ -1,10 +1,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import Any
 
 import click
 
 from cronjob.cli import database_options, json_option
+from cronjob.models import TickReport
 from cronjob.settings import Settings
 from cronjob.tick import DEFAULT_BATCH_SIZE, DEFAULT_CONCURRENCY, DEFAULT_GRACE, DEFAULT_MAX_RUNTIME
 
@@ -73,6 +76,19 @@ def _duration(what: str, minimum: float = 0.0):
     help="Query whose first column lists tenant ids, for tenant-scoped "
     "schedules [env: JOBRUNNER_TENANTS_SQL].",
 )
+@click.option(
+    "--prune-older-than",
+    default=None,
+    callback=_duration("--prune-older-than"),
+    metavar="DURATION",
+    help="After a tick that emptied the queue, delete finished runs older than this "
+    "(a few batches at most; `jobrunner prune` does the rest). Off by default.",
+)
+@click.option(
+    "--metrics-textfile",
+    metavar="PATH",
+    help="At the end of the tick, write `jobrunner metrics` output to PATH atomically.",
+)
 @json_option
 def tick(
     database_url: str | None,
@@ -84,6 +100,8 @@ def tick(
     grace: float,
     types: str | None,
     tenants_sql: str | None,
+    prune_older_than: float | None,
+    metrics_textfile: str | None,
     as_json: bool,
 ) -> None:
     """Run what is due: materialize schedules, claim, run handlers, record outcomes.
@@ -94,11 +112,13 @@ def tick(
     --grace, hand back the rest (due again, attempt not counted), exit 0.
     """
     from cronjob.commands import load_handlers, open_database
+    from cronjob.commands.ops import textfile_path
     from cronjob.errors import ConnectionLost
     from cronjob.handlers import require_types
     from cronjob.log import get_logger
     from cronjob.tick import Tick, TickOptions
 
+    metrics_path = textfile_path(metrics_textfile) if metrics_textfile is not None else None
     settings = Settings.build(database_url, handlers, tenants_sql)
     load_handlers(settings)
     specs = require_types([t.strip() for t in types.split(",") if t.strip()] if types else None)
@@ -111,23 +131,56 @@ def tick(
             grace=grace,
             lease=lease,
         )
-        ticker = Tick(
-            conn,
-            specs,
-            connect=database.connect,
-            connect_handler_db=database.connect_for_handler,
-            options=options,
-        )
+        ticker = Tick(conn, specs, connect=database.connect, options=options)
         try:
             report = ticker.run()
         except ConnectionLost as exc:
             get_logger().warning("tick stopped", **exc.report.summary())
             raise
         finally:
-            ticker.conn.close()
+            conn = ticker.conn  # a new one if the tick had to reconnect
+        after = _after_tick(conn, report, prune_older_than, metrics_path)
     finally:
         conn.close()
-    summary = report.summary()
+    summary = {**report.summary(), **after}
     get_logger().info("tick finished", **summary)
     if as_json:
         click.echo(json.dumps(summary))
+
+
+def _after_tick(
+    conn: Any, report: TickReport, prune_older_than: float | None, metrics_path: Path | None
+) -> dict[str, Any]:
+    """Housekeeping once the work is done. Its failures are logged, never the tick's."""
+    from cronjob.log import get_logger
+
+    done: dict[str, Any] = {}
+    # Pruning waits for a tick that drained the queue: one stopped by a signal
+    # or by --max-runtime has better things to do with its time.
+    if prune_older_than is not None and report.stopped_by is None:
+        from cronjob.prune import TICK_MAX_BATCHES, prune_runs
+
+        try:
+            pruned = prune_runs(conn, older_than=prune_older_than, max_batches=TICK_MAX_BATCHES)
+            done["pruned"] = pruned.total
+        except Exception as exc:
+            get_logger().error("pruning after the tick failed", error=_describe(exc))
+    if metrics_path is not None:
+        from cronjob.commands.ops import write_metrics
+        from cronjob.metrics import collect
+
+        try:
+            write_metrics(metrics_path, collect(conn))
+        except Exception as exc:
+            get_logger().error(
+                "writing metrics after the tick failed",
+                path=str(metrics_path),
+                error=_describe(exc),
+            )
+    return done
+
+
+def _describe(exc: BaseException) -> str:
+    from cronjob.db import describe
+
+    return describe(exc)

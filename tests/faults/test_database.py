@@ -111,18 +111,6 @@ def test_an_unparsable_url_never_shows_its_password():
     assert "s3cret-pw" not in stderr
 
 
-def test_the_runners_own_statements_have_timeouts_and_handler_connections_do_not(db_url):
-    """Scenario: the tick's connection bounds statements and lock waits; ctx.db does not."""
-    from cronjob.commands import Database
-
-    database = Database(db_url, "--database-url")
-    with database.connect() as runner, database.connect_for_handler() as handler:
-        assert runner.execute("SHOW statement_timeout").fetchone()[0] == "30s"
-        assert runner.execute("SHOW lock_timeout").fetchone()[0] == "5s"
-        assert handler.execute("SHOW statement_timeout").fetchone()[0] == "0"
-        assert handler.execute("SHOW lock_timeout").fetchone()[0] == "0"
-
-
 def test_a_lock_held_on_a_run_cannot_hang_the_tick(db_url, conn, start_tick, exec_log):
     """Scenario: another session locks a run while its handler runs; the tick's write gives up
     after lock_timeout, the tick stops claiming, and records the outcome once the lock is gone."""

@@ -54,3 +54,9 @@ def retry_in(ctx: Any, payload: Any) -> None:
 def give_up(ctx: Any, payload: Any) -> None:
     record(ctx)
     raise Fail("permanently broken")
+
+
+@handler("test.db_then_wait")
+def db_then_wait(ctx: Any, payload: Any) -> None:
+    ctx.db.execute("SELECT 1")
+    time.sleep(float(payload.get("seconds", 0.3)))

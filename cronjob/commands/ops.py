@@ -1,0 +1,449 @@
+"""Commands for operating jobrunner: status, metrics, check, prune."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from cronjob.cli import database_options, json_option
+from cronjob.errors import BadInput
+from cronjob.settings import Settings
+
+SCHEDULES_SHOWN = 20
+
+
+def _connect(database_url: str | None) -> Any:
+    from cronjob.commands import open_database
+
+    _, conn = open_database(Settings.build(database_url))
+    return conn
+
+
+def _seconds(value: str | None, what: str) -> float | None:
+    from cronjob.inputs import parse_duration
+
+    return None if value is None else parse_duration(value, what=what)
+
+
+def textfile_path(value: str) -> Path:
+    """A path for an atomically replaced file; its directory must exist already."""
+    path = Path(value).expanduser()
+    if not value.strip() or path.name in ("", ".", ".."):
+        raise BadInput(f"invalid metrics textfile {value!r}: expected a file path")
+    if not path.parent.is_dir():
+        raise BadInput(
+            f"invalid metrics textfile {value!r}: directory {path.parent} does not exist"
+        )
+    if path.is_dir():
+        raise BadInput(f"invalid metrics textfile {value!r}: it is a directory")
+    return path
+
+
+# -- status -------------------------------------------------------------------
+
+
+@click.command()
+@database_options
+@click.option(
+    "--unclaimed-after",
+    default="10m",
+    show_default=True,
+    metavar="DURATION",
+    help="Report job types whose runs have been due this long with none of their runs "
+    "started in that time.",
+)
+@json_option
+def status(
+    database_url: str | None, handlers: str | None, unclaimed_after: str, as_json: bool
+) -> None:
+    """How the queue is doing: runs by status and type, oldest due run, stuck and
+    dead runs, job types nobody claims, and when each schedule fires next."""
+    from cronjob import store
+    from cronjob.health import summarize
+    from cronjob.inputs import parse_duration
+
+    after = parse_duration(unclaimed_after, what="--unclaimed-after")
+    conn = _connect(database_url)
+    with conn:
+        overview = summarize(store.runs_snapshot(conn))
+        schedules = store.definitions_list_schedules(conn)
+    if as_json:
+        click.echo(json.dumps(_status_dict(overview, schedules, after), indent=2))
+    else:
+        _print_status(overview, schedules, after)
+
+
+def _status_dict(overview: Any, schedules: list[Any], after: float) -> dict[str, Any]:
+    oldest = overview.oldest_due
+    return {
+        "now": overview.now.isoformat(),
+        "runs": overview.by_status,
+        "total": overview.total,
+        "due": overview.due,
+        "oldest_due_age_seconds": _rounded(overview.oldest_due_age),
+        "oldest_due_job_type": oldest.job_type if oldest else None,
+        "expired_leases": overview.expired_leases,
+        "dead": overview.dead,
+        "job_types": {
+            t.job_type: {
+                "runs": t.by_status,
+                "due": t.due,
+                "oldest_due_age_seconds": _rounded(t.oldest_due_age),
+                "expired_leases": t.expired_leases,
+                "last_started_at": _iso(t.last_started_at),
+            }
+            for t in overview.types
+        },
+        "unclaimed_after_seconds": after,
+        "unclaimed_job_types": [
+            {
+                "job_type": t.job_type,
+                "due": t.due,
+                "oldest_due_age_seconds": _rounded(t.oldest_due_age),
+                "last_started_at": _iso(t.last_started_at),
+            }
+            for t in overview.unclaimed(after)
+        ],
+        "schedules": [
+            {
+                "name": d.name,
+                "job_type": d.job_type,
+                "schedule": d.schedule,
+                "timezone": d.timezone,
+                "enabled": d.enabled,
+                "next_fire_at": _iso(d.next_fire_at),
+            }
+            for d in schedules
+        ],
+    }
+
+
+def _print_status(overview: Any, schedules: list[Any], after: float) -> None:
+    from cronjob.health import seconds_text
+    from cronjob.models import Status
+
+    click.echo(f"jobrunner status at {_when(overview.now)}")
+    click.echo()
+    if not overview.types:
+        click.echo("no runs")
+    else:
+        headers = ("JOB TYPE", *(s.value.upper() for s in Status), "DUE", "OLDEST DUE", "STUCK")
+        rows = [
+            (t.job_type, *(str(t.by_status[s.value]) for s in Status), str(t.due),
+             seconds_text(t.oldest_due_age) if t.oldest_due_age is not None else "-",
+             str(t.expired_leases))
+            for t in overview.types
+        ]  # fmt: skip
+        age = overview.oldest_due_age
+        rows.append(
+            ("total", *(str(overview.by_status[s.value]) for s in Status), str(overview.due),
+             seconds_text(age) if age is not None else "-", str(overview.expired_leases))
+        )  # fmt: skip
+        _table(headers, rows, numeric_from=1)
+    click.echo()
+    oldest = overview.oldest_due
+    _fact(
+        "oldest due run",
+        f"waiting {seconds_text(oldest.oldest_due_age)} ({oldest.job_type})"
+        if oldest
+        else "nothing is waiting",
+    )
+    stuck = overview.expired_leases
+    _fact(
+        "stuck runs",
+        f"{stuck} running with an expired lease: no tick has rescued them, are ticks running?"
+        if stuck
+        else "none",
+        problem=bool(stuck),
+    )
+    dead = overview.dead
+    _fact(
+        "dead runs",
+        f"{dead}: see `jobrunner list --status dead`, then `jobrunner show ID`" if dead else "none",
+        problem=bool(dead),
+    )
+    unclaimed = overview.unclaimed(after)
+    if unclaimed:
+        for i, t in enumerate(unclaimed):
+            started = (
+                f"last started {_when(t.last_started_at)}" if t.last_started_at else "never started"
+            )
+            _fact(
+                "unclaimed types" if i == 0 else "",
+                f"{t.job_type}: {t.due} due, oldest waiting {seconds_text(t.oldest_due_age)}, "
+                f"{started}",
+                problem=True,
+            )
+        _fact("", f"(due over {seconds_text(after)} with no run started since: does any tick "
+                  "load a handler for it?)")  # fmt: skip
+    else:
+        _fact("unclaimed types", "none")
+    click.echo()
+    if not schedules:
+        click.echo("no schedules")
+        return
+    click.echo(f"schedules ({len(schedules)}):")
+    rows = [
+        (d.name, d.job_type, d.schedule, d.timezone, _next_fire(d, overview.now),
+         "yes" if d.enabled else "paused")
+        for d in schedules[:SCHEDULES_SHOWN]
+    ]  # fmt: skip
+    _table(("NAME", "TYPE", "SCHEDULE", "TIMEZONE", "NEXT FIRE", "ENABLED"), rows)
+    if len(schedules) > SCHEDULES_SHOWN:
+        click.echo(f"… and {len(schedules) - SCHEDULES_SHOWN} more (`status --json` lists all)")
+
+
+def _next_fire(definition: Any, now: Any) -> str:
+    from cronjob.health import seconds_text
+
+    when = definition.next_fire_at
+    if when is None:
+        return "-"
+    try:
+        from zoneinfo import ZoneInfo
+
+        local = when.astimezone(ZoneInfo(definition.timezone))
+    except Exception:
+        local = when
+    delta = (when - now).total_seconds()
+    relative = f"in {seconds_text(delta)}" if delta >= 0 else f"{seconds_text(-delta)} ago"
+    return f"{local.strftime('%Y-%m-%d %H:%M%z')} ({relative})"
+
+
+def _fact(label: str, text: str, *, problem: bool = False) -> None:
+    label_text = f"{label}:" if label else ""
+    click.echo(f"{label_text:<17}" + (click.style(text, fg="red", bold=True) if problem else text))
+
+
+def _table(headers: tuple[str, ...], rows: list[tuple[str, ...]], numeric_from: int = 99) -> None:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+
+    def line(cells: tuple[str, ...]) -> str:
+        return "  ".join(
+            c.rjust(w) if i >= numeric_from else c.ljust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
+
+    click.echo(click.style(line(headers), bold=True))
+    for row in rows:
+        click.echo(line(row))
+
+
+def _when(value: Any) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S%z") if value else ""
+
+
+def _iso(value: Any) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 3)
+
+
+# -- metrics ------------------------------------------------------------------
+
+
+@click.command()
+@database_options
+@click.option(
+    "--textfile",
+    metavar="PATH",
+    help="Write to PATH atomically (temporary file + rename) instead of stdout, for "
+    "node_exporter's textfile collector; name it *.prom.",
+)
+def metrics(database_url: str | None, handlers: str | None, textfile: str | None) -> None:
+    """Print the queue's metrics in the Prometheus text format."""
+    from cronjob import metrics as exposition
+
+    path = textfile_path(textfile) if textfile is not None else None
+    conn = _connect(database_url)
+    with conn:
+        text = exposition.collect(conn)
+    if path is None:
+        click.echo(text, nl=False)
+    else:
+        write_metrics(path, text)
+
+
+def write_metrics(path: Path, text: str) -> None:
+    from cronjob import metrics as exposition
+    from cronjob.errors import JobrunnerError
+
+    try:
+        exposition.write_textfile(path, text)
+    except OSError as exc:
+        raise JobrunnerError(f"cannot write metrics to {path}: {exc.strerror or exc}") from None
+
+
+# -- check --------------------------------------------------------------------
+
+
+@click.command()
+@database_options
+@click.option(
+    "--max-queue-age",
+    metavar="DURATION",
+    help="Breached when the oldest due run has waited longer than this.",
+)
+@click.option(
+    "--max-stuck",
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="Breached when more than N running runs have an expired lease.",
+)
+@click.option(
+    "--max-dead",
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="Breached when more than N runs are dead (and not yet pruned).",
+)
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing unless a threshold is breached.")
+@json_option
+def check(
+    database_url: str | None,
+    handlers: str | None,
+    max_queue_age: str | None,
+    max_stuck: int | None,
+    max_dead: int | None,
+    quiet: bool,
+    as_json: bool,
+) -> int:
+    """Exit 1 if a threshold is breached, naming each one with its value; 0 otherwise.
+
+    One line per threshold checked, for cron, Nagios-style monitoring or a CI smoke test:
+
+    \b
+    jobrunner check --max-queue-age 10m --max-stuck 0 --max-dead 0
+    """
+    from cronjob import store
+    from cronjob.health import Thresholds, evaluate, summarize
+
+    thresholds = Thresholds(_seconds(max_queue_age, "--max-queue-age"), max_stuck, max_dead)
+    if not thresholds.any:
+        raise BadInput("nothing to check: give --max-queue-age, --max-stuck and/or --max-dead")
+    conn = _connect(database_url)
+    with conn:
+        overview = summarize(store.runs_snapshot(conn))
+    findings = evaluate(overview, thresholds)
+    breached = [f for f in findings if f.breached]
+    if as_json:
+        click.echo(json.dumps({
+            "ok": not breached,
+            "findings": [
+                {"threshold": f.threshold, "value": _rounded(f.value), "limit": f.limit,
+                 "breached": f.breached, "detail": f.detail}
+                for f in findings
+            ],
+        }, indent=2))  # fmt: skip
+    else:
+        for finding in findings:
+            if finding.breached or not quiet:
+                click.echo(finding.line)
+    return 1 if breached else 0
+
+
+# -- prune --------------------------------------------------------------------
+
+
+@click.command()
+@database_options
+@click.option(
+    "--older-than",
+    required=True,
+    metavar="DURATION",
+    help="Delete runs that finished longer ago than this, e.g. 30d.",
+)
+@click.option(
+    "--status",
+    "statuses",
+    metavar="S1,S2",
+    help="Only these finished statuses (default: succeeded, dead, cancelled).",
+)
+@click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
+@click.option(
+    "--keep-effects",
+    metavar="DURATION",
+    default="0s",
+    show_default=True,
+    help="Keep effects-ledger keys at least this long after they were recorded; "
+    "keys of pruned runs that are older go with them.",
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(1, 100_000),
+    default=1000,
+    show_default=True,
+    help="Runs deleted per statement (each commits on its own).",
+)
+@json_option
+def prune(
+    database_url: str | None,
+    handlers: str | None,
+    older_than: str,
+    statuses: str | None,
+    dry_run: bool,
+    keep_effects: str,
+    batch_size: int,
+    as_json: bool,
+) -> None:
+    """Delete finished runs (and their attempt history and ledger keys) in small batches.
+
+    Runs that can still execute (queued, running, failed) are never deleted.
+    """
+    from cronjob.health import seconds_text
+    from cronjob.inputs import parse_duration
+    from cronjob.prune import prune_runs
+
+    age = parse_duration(older_than, what="--older-than")
+    effects_age = parse_duration(keep_effects, what="--keep-effects")
+    chosen = prunable_statuses(statuses)
+    conn = _connect(database_url)
+    with conn:
+        report = prune_runs(
+            conn,
+            older_than=age,
+            statuses=chosen,
+            batch_size=batch_size,
+            dry_run=dry_run,
+            keep_effects=effects_age,
+        )
+    if as_json:
+        click.echo(json.dumps({
+            "dry_run": report.dry_run,
+            "older_than_seconds": age,
+            "statuses": list(chosen),
+            "pruned": {s: report.by_status.get(s, 0) for s in chosen},
+            "total": report.total,
+            "effects": report.effects,
+            "batches": report.batches,
+        }, indent=2))  # fmt: skip
+        return
+    verb = "would prune" if dry_run else "pruned"
+    detail = ", ".join(f"{s} {report.by_status.get(s, 0)}" for s in chosen)
+    effects = f"; {report.effects} effects-ledger key(s)" if report.effects else ""
+    click.echo(
+        f"{verb} {report.total} run(s) finished more than {seconds_text(age)} ago "
+        f"({detail}){effects}"
+    )
+
+
+def prunable_statuses(value: str | None) -> tuple[str, ...]:
+    from cronjob.models import Status
+    from cronjob.prune import PRUNABLE
+
+    chosen = [v.strip() for v in (value or "").split(",") if v.strip()]
+    if not chosen:
+        return PRUNABLE
+    for name in chosen:
+        if name not in {s.value for s in Status}:
+            raise BadInput(f"unknown status {name!r}: prune takes {', '.join(PRUNABLE)}")
+        if name not in PRUNABLE:
+            raise BadInput(
+                f"cannot prune {name} runs: they have not finished; "
+                f"--status takes {', '.join(PRUNABLE)}"
+            )
+    return tuple(dict.fromkeys(chosen))

@@ -1,0 +1,207 @@
+"""How the queue is doing, read off one snapshot: per job type, overall, and against
+the thresholds `jobrunner check` enforces.
+
+Pure functions over values from the store, so what `status`, `metrics` and
+`check` report is decided once and agrees between them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from cronjob.models import RunCell, RunSnapshot, Status
+
+DEFAULT_UNCLAIMED_AFTER = 600.0
+
+
+@dataclass(frozen=True)
+class TypeHealth:
+    """One job type: its runs by status, what is due, and what looks wrong."""
+
+    job_type: str
+    by_status: dict[str, int]  # every status, zero included
+    due: int
+    expired_leases: int
+    oldest_due_at: datetime | None
+    oldest_due_age: float | None  # seconds the oldest due run has waited
+    last_started_at: datetime | None
+
+    @property
+    def dead(self) -> int:
+        return self.by_status[Status.DEAD.value]
+
+
+@dataclass(frozen=True)
+class Overview:
+    """Every job type's health at one moment of the database clock."""
+
+    now: datetime
+    types: tuple[TypeHealth, ...]
+
+    @property
+    def by_status(self) -> dict[str, int]:
+        return {s.value: sum(t.by_status[s.value] for t in self.types) for s in Status}
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_status.values())
+
+    @property
+    def due(self) -> int:
+        return sum(t.due for t in self.types)
+
+    @property
+    def expired_leases(self) -> int:
+        return sum(t.expired_leases for t in self.types)
+
+    @property
+    def dead(self) -> int:
+        return sum(t.dead for t in self.types)
+
+    @property
+    def oldest_due(self) -> TypeHealth | None:
+        """The type whose due run has waited longest, if anything is due."""
+        waiting = [t for t in self.types if t.oldest_due_age is not None]
+        return max(waiting, key=lambda t: t.oldest_due_age or 0.0) if waiting else None
+
+    @property
+    def oldest_due_age(self) -> float | None:
+        oldest = self.oldest_due
+        return oldest.oldest_due_age if oldest else None
+
+    def unclaimed(self, after: float = DEFAULT_UNCLAIMED_AFTER) -> list[TypeHealth]:
+        """Job types nobody is working on.
+
+        A type is unclaimed when one of its runs has been due for longer than
+        `after` seconds and no run of that type has started within those
+        `after` seconds: no tick has a handler for it (module not loaded,
+        `--types` leaves it out) or every worker that has one is down or busy.
+        """
+        since = self.now - timedelta(seconds=after)
+        return [
+            t
+            for t in self.types
+            if t.oldest_due_age is not None
+            and t.oldest_due_age > after
+            and (t.last_started_at is None or t.last_started_at < since)
+        ]
+
+
+def summarize(snapshot: RunSnapshot) -> Overview:
+    cells_by_type: dict[str, list[RunCell]] = {}
+    for cell in snapshot.cells:
+        cells_by_type.setdefault(cell.job_type, []).append(cell)
+    types = []
+    for job_type in sorted(cells_by_type):
+        cells = cells_by_type[job_type]
+        by_status = {s.value: 0 for s in Status}
+        for cell in cells:
+            by_status[cell.status.value] = cell.runs
+        due_times = [c.oldest_due_at for c in cells if c.oldest_due_at is not None]
+        started = [c.last_started_at for c in cells if c.last_started_at is not None]
+        oldest = min(due_times) if due_times else None
+        types.append(
+            TypeHealth(
+                job_type=job_type,
+                by_status=by_status,
+                due=sum(c.due for c in cells),
+                expired_leases=sum(c.expired_leases for c in cells),
+                oldest_due_at=oldest,
+                oldest_due_age=(snapshot.now - oldest).total_seconds() if oldest else None,
+                last_started_at=max(started) if started else None,
+            )
+        )
+    return Overview(snapshot.now, tuple(types))
+
+
+# -- thresholds ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """What `check` tolerates; None leaves that aspect unchecked."""
+
+    max_queue_age: float | None = None
+    max_stuck: int | None = None
+    max_dead: int | None = None
+
+    @property
+    def any(self) -> bool:
+        return any(v is not None for v in (self.max_queue_age, self.max_stuck, self.max_dead))
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One threshold, the value it was held against, and whether it was breached."""
+
+    threshold: str  # the option's name without dashes, e.g. "max-queue-age"
+    value: float
+    limit: float
+    breached: bool
+    detail: str
+
+    @property
+    def line(self) -> str:
+        if self.breached:
+            return f"BREACHED {self.threshold}={self._show(self.limit)}: {self.detail}"
+        return f"OK {self.threshold}={self._show(self.limit)}: {self.detail}"
+
+    def _show(self, number: float) -> str:
+        return seconds_text(number) if self.threshold == "max-queue-age" else f"{number:g}"
+
+
+def evaluate(overview: Overview, thresholds: Thresholds) -> list[Finding]:
+    """One finding per threshold given, in the order the options are documented."""
+    findings = []
+    if thresholds.max_queue_age is not None:
+        oldest, age = overview.oldest_due, overview.oldest_due_age or 0.0
+        detail = (
+            f"the oldest due run ({oldest.job_type}) has waited {_age(age)}"
+            if oldest
+            else "nothing is waiting"
+        )
+        findings.append(_finding("max-queue-age", age, thresholds.max_queue_age, detail))
+    if thresholds.max_stuck is not None:
+        stuck = overview.expired_leases
+        per_type = _per_type({t.job_type: t.expired_leases for t in overview.types})
+        detail = f"{stuck} running run(s) with an expired lease{per_type}"
+        findings.append(_finding("max-stuck", stuck, thresholds.max_stuck, detail))
+    if thresholds.max_dead is not None:
+        dead = overview.dead
+        per_type = _per_type({t.job_type: t.dead for t in overview.types})
+        findings.append(
+            _finding("max-dead", dead, thresholds.max_dead, f"{dead} dead run(s){per_type}")
+        )
+    return findings
+
+
+def _finding(threshold: str, value: float, limit: float, detail: str) -> Finding:
+    return Finding(threshold, value, limit, value > limit, detail)
+
+
+def _age(seconds: float) -> str:
+    text = seconds_text(seconds)
+    return text if seconds < 60 else f"{text} ({seconds:.0f}s)"
+
+
+def _per_type(counts: dict[str, int]) -> str:
+    parts = [f"{job_type} {n}" for job_type, n in counts.items() if n]
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+def seconds_text(seconds: float) -> str:
+    """`742s` as an operator reads it at a glance: `12m22s`."""
+    if seconds < 10:
+        return f"{seconds:.1f}s".replace(".0s", "s")
+    whole = int(seconds)
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours:02d}h" if hours else f"{days}d"
+    if hours:
+        return f"{hours}h{minutes:02d}m" if minutes else f"{hours}h"
+    if minutes:
+        return f"{minutes}m{secs:02d}s" if secs else f"{minutes}m"
+    return f"{secs}s"

@@ -1,0 +1,171 @@
+"""Prometheus text exposition of the queue, for scraping or node_exporter's textfile collector.
+
+A cron-driven runner has no process to scrape, so the numbers come from the
+table itself: whoever runs `jobrunner metrics` (or a tick with
+`--metrics-textfile`) sees the same queue every host sees.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from cronjob.health import Overview, summarize
+from cronjob.models import DurationSummary, Status
+
+DURATION_WINDOW = 3600.0  # the run-time summary covers runs finished in the last hour
+QUANTILES = (0.5, 0.9, 0.99)
+
+
+def collect(conn: Any, *, now: datetime | None = None) -> str:
+    """Read the queue (two statements) and render it."""
+    from cronjob import store
+
+    overview = summarize(store.runs_snapshot(conn, now=now))
+    durations = store.runs_durations_recent(
+        conn, window=DURATION_WINDOW, quantiles=QUANTILES, now=now
+    )
+    return render(overview, durations)
+
+
+def render(overview: Overview, durations: Sequence[DurationSummary]) -> str:
+    lines: list[str] = []
+    types = overview.types
+
+    def family(name: str, kind: str, help_text: str, samples: Iterable[str]) -> None:
+        lines.append(f"# HELP {name} {_escape_help(help_text)}")
+        lines.append(f"# TYPE {name} {kind}")
+        lines.extend(samples)
+
+    # Every status of every type known to the table is written, zeros included,
+    # so a series does not vanish (and silence an alert) when its count drops to 0.
+    family(
+        "jobrunner_runs",
+        "gauge",
+        "Runs in the job_runs table, by status and job type.",
+        (
+            _sample("jobrunner_runs", {"job_type": t.job_type, "status": s.value},
+                    t.by_status[s.value])
+            for t in types
+            for s in Status
+        ),
+    )  # fmt: skip
+    family(
+        "jobrunner_due_runs",
+        "gauge",
+        "Queued or failed runs whose run_at has come: waiting for a tick to claim them.",
+        (_sample("jobrunner_due_runs", {"job_type": t.job_type}, t.due) for t in types),
+    )
+    family(
+        "jobrunner_oldest_due_age_seconds",
+        "gauge",
+        "How long the oldest due run of each job type has waited to be claimed (0: none due).",
+        (
+            _sample(
+                "jobrunner_oldest_due_age_seconds",
+                {"job_type": t.job_type},
+                t.oldest_due_age or 0.0,
+            )
+            for t in types
+        ),
+    )
+    family(
+        "jobrunner_expired_leases",
+        "gauge",
+        "Running runs whose lease expired: their worker crashed, was killed or stalled, "
+        "and no tick has rescued them yet.",
+        (_sample("jobrunner_expired_leases", {"job_type": t.job_type}, t.expired_leases)
+         for t in types),
+    )  # fmt: skip
+    family(
+        "jobrunner_dead_runs",
+        "gauge",
+        "Runs that gave up (out of attempts or failed permanently) and are not yet pruned.",
+        (_sample("jobrunner_dead_runs", {"job_type": t.job_type}, t.dead) for t in types),
+    )
+    family(
+        "jobrunner_last_started_timestamp_seconds",
+        "gauge",
+        "When a run of each job type was last claimed (Unix time).",
+        (
+            _sample(
+                "jobrunner_last_started_timestamp_seconds",
+                {"job_type": t.job_type},
+                t.last_started_at.timestamp(),
+            )
+            for t in types
+            if t.last_started_at is not None
+        ),
+    )
+    duration_samples = []
+    for d in durations:
+        for quantile, seconds in d.quantiles:
+            duration_samples.append(
+                _sample(
+                    "jobrunner_run_duration_seconds",
+                    {"job_type": d.job_type, "quantile": f"{quantile:g}"},
+                    seconds,
+                )
+            )
+        duration_samples.append(
+            _sample("jobrunner_run_duration_seconds_sum", {"job_type": d.job_type}, d.total)
+        )
+        duration_samples.append(
+            _sample("jobrunner_run_duration_seconds_count", {"job_type": d.job_type}, d.count)
+        )
+    family(
+        "jobrunner_run_duration_seconds",
+        "summary",
+        f"Run time (claim to finish) of runs that succeeded or died in the last "
+        f"{DURATION_WINDOW / 60:g} minutes; _sum and _count cover the same window, "
+        "they are not cumulative counters.",
+        duration_samples,
+    )
+    return "\n".join(lines) + "\n"
+
+
+def write_textfile(path: Path, text: str) -> None:
+    """Replace `path` atomically: node_exporter never reads a half-written file.
+
+    The temporary file lives in the same directory (a rename is only atomic
+    within one filesystem) and does not end in `.prom`, so the textfile
+    collector ignores it.
+    """
+    directory = path.parent
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        # mkstemp creates the file private; the collector usually runs as another user.
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+
+
+def _sample(name: str, labels: dict[str, str], value: float) -> str:
+    rendered = ",".join(f'{key}="{_escape_label(text)}"' for key, text in labels.items())
+    return f"{name}{{{rendered}}} {_number(value)}"
+
+
+def _number(value: float) -> str:
+    if isinstance(value, int):
+        return str(value)
+    return repr(float(value))
+
+
+def _escape_label(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")

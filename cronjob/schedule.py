@@ -1,0 +1,553 @@
+"""When a schedule fires: cron expressions and timezones turned into real instants.
+
+Pure functions, no I/O. Everything that creates runs, previews a schedule or computes a
+definition's next fire time goes through the same two streams here (one walking forward, one
+backward), so a preview is exactly what the materializer will create.
+
+Expressions are classic five-field cron (minute hour day-of-month month day-of-week) plus the
+aliases ``@hourly @daily @midnight @weekly @monthly @yearly @annually``. Each field accepts
+``*``, numbers, ranges ``a-b``, lists ``a,b``, steps ``*/n``, ``a-b/n`` and ``a/n`` (from ``a``
+to the field's end), and, for month and day-of-week, English three-letter names; day-of-week 7
+is Sunday. Non-standard extensions (seconds, years, ``L``, ``W``, ``#``, ``?``, ``H``, ``R``)
+are refused: they are not portable and ``R`` would not even be deterministic.
+
+Day-of-month and day-of-week combine as POSIX and Vixie cron do: when both fields are
+restricted (anything other than a bare ``*``), a day matches if *either* matches, so
+``0 0 13 * 5`` fires on every 13th and on every Friday; when one of them is ``*`` only the other
+one restricts.
+
+Daylight-saving time follows Vixie cron. Cron fields are matched against the wall clock of the
+schedule's timezone, and each matching wall time becomes real instants as follows:
+
+* The hour field decides the kind of schedule. If it starts with ``*`` (``*`` or ``*/n``) the
+  schedule is *wildcard-hour*; anything else (numbers, lists, ranges) is *fixed-hour*.
+* Wildcard-hour schedules fire at every real instant whose wall-clock reading matches. In a
+  repeated (fall-back) period a matching wall time is read twice and fires twice, because those
+  are two different real hours; a wall time inside a skipped (spring-forward) gap is never read
+  and does not fire, since the real hour simply is not there.
+* Fixed-hour schedules fire once per matching wall time. In a repeated period that is the first
+  (earlier, still-summer-time) reading. A wall time inside a gap fires at the transition
+  instant itself, i.e. right after the jump; several gap times collapse into that one run.
+
+Results are always aware datetimes in UTC, strictly ascending and free of duplicates.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from bisect import insort
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import lru_cache
+from itertools import islice, takewhile
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import CroniterBadDateError, croniter
+
+__all__ = [
+    "CATCH_UP_POLICIES",
+    "ScheduleError",
+    "apply_catch_up",
+    "latest_occurrence",
+    "latest_occurrences",
+    "next_after",
+    "occurrences",
+    "validate_expression",
+    "validate_timezone",
+]
+
+CATCH_UP_POLICIES = ("latest", "all", "none")
+
+_ALIASES = {
+    "@hourly": "0 * * * *",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@weekly": "0 0 * * 0",
+    "@monthly": "0 0 1 * *",
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+}
+
+_MONTH_NAMES = {
+    name: number
+    for number, name in enumerate(
+        ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"),
+        start=1,
+    )
+}
+_DAY_NAMES = {
+    name: number for number, name in enumerate(("sun", "mon", "tue", "wed", "thu", "fri", "sat"))
+}
+# February counts 29 days: a schedule for the 29th fires in leap years, so it is not dead.
+_LONGEST_MONTH = dict(enumerate((31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31), start=1))
+
+_NUMBER = re.compile(r"[0-9]+")
+_TIMEZONE_KEY = re.compile(r"[A-Za-z0-9_+\-]+(/[A-Za-z0-9_+\-]+)*")
+# Files that live in the zoneinfo directory but are not IANA zones: their meaning depends on
+# the host (localtime), or they count leap seconds and would shift every run (right/).
+_HOST_SPECIFIC_ZONES = ("localtime", "posixrules")
+_HOST_SPECIFIC_PREFIXES = ("right/", "posix/")
+
+_MINUTE = timedelta(minutes=1)
+# Offsets looked at around a boundary to find where wall-clock iteration must start. A wall time
+# earlier than `after`'s own reading still fires after it when `after` sits in the first half
+# of a repeated period; probing a few hours (and a day, for historic date-line moves) ahead
+# finds the smaller offset in force there.
+_OFFSET_PROBES = (timedelta(0), timedelta(hours=3), timedelta(hours=25))
+# croniter searches this many years for the next match before giving up. The longest gap a
+# valid expression can have is eight years (29 February across 2100); this keeps a bug from
+# turning into a long spin.
+_MAX_YEARS_BETWEEN_MATCHES = 10
+
+
+class ScheduleError(ValueError):
+    """A cron expression, timezone or catch-up policy that cannot be used.
+
+    The message is a single line naming the problem, fit to show a user as it is.
+    """
+
+
+@dataclass(frozen=True)
+class _Field:
+    name: str
+    low: int
+    high: int
+    names: dict[str, int]
+
+
+_FIELDS = (
+    _Field("minute", 0, 59, {}),
+    _Field("hour", 0, 23, {}),
+    _Field("day-of-month", 1, 31, {}),
+    _Field("month", 1, 12, _MONTH_NAMES),
+    # 7 is accepted as Sunday, as in Vixie cron, and folded to 0 when the field is expanded.
+    _Field("day-of-week", 0, 7, _DAY_NAMES),
+)
+_HOUR_FIELD, _DOM_FIELD, _MONTH_FIELD, _DOW_FIELD = range(1, 5)
+
+
+@dataclass(frozen=True)
+class _Cron:
+    """A validated expression.
+
+    `expression` is the normalized text users see and the database stores. `croniter_text` is
+    the same schedule with every restricted field spelled as a plain list of numbers, so that
+    croniter is never asked to interpret syntax whose meaning differs between cron dialects.
+    """
+
+    expression: str
+    croniter_text: str
+    wildcard_hour: bool
+
+
+@dataclass(frozen=True)
+class _Resolved:
+    """What one matching wall-clock time means in real time.
+
+    `instants` are the fire times it contributes (none, one, or two in a repeated period).
+    `earliest` and `latest` bound every instant this wall time or any later (respectively,
+    earlier) wall time can contribute; they let the merge in `_fire_times` release pending
+    instants as soon as nothing can come before (after) them any more.
+    """
+
+    instants: tuple[datetime, ...]
+    earliest: datetime
+    latest: datetime
+
+
+def _quoted(text: str) -> str:
+    # repr() escapes newlines and control characters, which keeps every message on one line.
+    if len(text) > 80:
+        text = text[:77] + "..."
+    return repr(text)
+
+
+def _invalid(expression: str, problem: str) -> ScheduleError:
+    return ScheduleError(f"invalid cron expression {_quoted(expression)}: {problem}")
+
+
+def _field_value(expression: str, field: _Field, token: str) -> int:
+    if token.lower() in field.names:
+        return field.names[token.lower()]
+    if not _NUMBER.fullmatch(token):
+        kind = "a number or name" if field.names else "a number"
+        raise _invalid(expression, f"{field.name} value {_quoted(token)} is not {kind}")
+    value = int(token)
+    if not field.low <= value <= field.high:
+        problem = f"{field.name} value {value} out of range ({field.low}-{field.high})"
+        raise _invalid(expression, problem)
+    return value
+
+
+def _expand_field(expression: str, field: _Field, text: str) -> frozenset[int]:
+    values: set[int] = set()
+    for item in text.split(","):
+        if not item:
+            raise _invalid(expression, f"empty item in {field.name} field {_quoted(text)}")
+        span, slash, step_text = item.partition("/")
+        step = 1
+        if slash:
+            if not _NUMBER.fullmatch(step_text) or int(step_text) == 0:
+                problem = f"{field.name} step {_quoted(step_text)} is not a positive number"
+                raise _invalid(expression, problem)
+            step = int(step_text)
+        if span == "*":
+            first, last = field.low, field.high
+        elif "-" in span:
+            start_text, _, end_text = span.partition("-")
+            if not start_text or not end_text:
+                raise _invalid(expression, f"{field.name} range {_quoted(span)} lacks a bound")
+            first = _field_value(expression, field, start_text)
+            last = _field_value(expression, field, end_text)
+            if first > last:
+                problem = f"{field.name} range {span} goes backwards"
+                raise _invalid(expression, problem)
+        else:
+            first = _field_value(expression, field, span)
+            # "a/n" runs from a to the end of the field, as in cronie and croniter.
+            last = field.high if slash else first
+        values.update(range(first, last + 1, step))
+    if field is _FIELDS[_DOW_FIELD] and 7 in values:
+        values.discard(7)
+        values.add(0)
+    return frozenset(values)
+
+
+@lru_cache(maxsize=4096)
+def _compile(expression: str) -> _Cron:
+    text = " ".join(expression.split())
+    if not text:
+        raise ScheduleError("empty cron expression")
+    if text.startswith("@"):
+        alias = text.lower()
+        if alias == "@reboot":
+            raise ScheduleError(
+                "unsupported cron alias '@reboot': only time-based schedules can be materialized"
+            )
+        if alias not in _ALIASES:
+            names = ", ".join(_ALIASES)
+            raise ScheduleError(f"unknown cron alias {_quoted(text)} (expected one of {names})")
+        text = _ALIASES[alias]
+    fields = text.split(" ")
+    if len(fields) != len(_FIELDS):
+        extra = "; seconds and years are not supported" if len(fields) in (6, 7) else ""
+        problem = (
+            "expected 5 fields (minute hour day-of-month month day-of-week), "
+            f"got {len(fields)}{extra}"
+        )
+        raise _invalid(expression, problem)
+    expanded = [
+        _expand_field(expression, field, field_text)
+        for field, field_text in zip(_FIELDS, fields, strict=True)
+    ]
+    restricted = [field_text != "*" for field_text in fields]
+
+    # Only a day-of-month that no listed month has can make a five-field expression dead, so
+    # this check is exact and needs no search.
+    longest = max(_LONGEST_MONTH[month] for month in expanded[_MONTH_FIELD])
+    days_never_occur = min(expanded[_DOM_FIELD]) > longest
+    if days_never_occur and not restricted[_DOW_FIELD]:
+        months = ",".join(str(month) for month in sorted(expanded[_MONTH_FIELD]))
+        first_day = min(expanded[_DOM_FIELD])
+        raise ScheduleError(
+            f"cron expression {_quoted(expression)} never fires: "
+            f"none of its months ({months}) has a day {first_day}"
+        )
+
+    parts = [
+        ",".join(str(value) for value in sorted(values)) if is_restricted else "*"
+        for values, is_restricted in zip(expanded, restricted, strict=True)
+    ]
+    if days_never_occur:
+        # Under OR semantics a day-of-month that cannot occur contributes nothing, so the
+        # schedule is its day-of-week alone. Saying so up front matters: croniter would
+        # otherwise search its whole horizon for the impossible day on every step.
+        parts[_DOM_FIELD] = "*"
+    return _Cron(
+        expression=text.lower(),
+        croniter_text=" ".join(parts),
+        wildcard_hour=fields[_HOUR_FIELD].startswith("*"),
+    )
+
+
+def _cron(expression: str) -> _Cron:
+    if not isinstance(expression, str):
+        raise ScheduleError(f"cron expression must be text, not {type(expression).__name__}")
+    return _compile(expression)
+
+
+def validate_expression(expr: str) -> str:
+    """Check a cron expression and return its normalized form.
+
+    Aliases become their five-field form, whitespace is collapsed and names are lower-cased,
+    e.g. ``"@weekly"`` → ``"0 0 * * 0"``. Raises `ScheduleError` for anything that is not a
+    five-field expression or a supported alias, for out-of-range values and for expressions
+    that can never fire (``0 0 31 2 *``).
+    """
+    return _cron(expr).expression
+
+
+@lru_cache(maxsize=1024)
+def _zone(name: str) -> ZoneInfo:
+    unknown = ScheduleError(f"unknown timezone {_quoted(name)}")
+    if (
+        not _TIMEZONE_KEY.fullmatch(name)
+        or name in _HOST_SPECIFIC_ZONES
+        or name.startswith(_HOST_SPECIFIC_PREFIXES)
+    ):
+        raise unknown
+    try:
+        return ZoneInfo(name)
+    # zoneinfo reports a missing key, a directory ("America") and a non-TZif file differently.
+    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
+        raise unknown from exc
+
+
+def validate_timezone(name: str) -> str:
+    """Check an IANA timezone name (``Europe/Amsterdam``, ``UTC``) and return it stripped.
+
+    Raises `ScheduleError` for empty or unknown names and for anything that is not a plain
+    zone key (absolute or relative paths, host-specific files such as ``localtime``).
+    """
+    if not isinstance(name, str):
+        raise ScheduleError(f"timezone must be text, not {type(name).__name__}")
+    stripped = name.strip()
+    if not stripped:
+        raise ScheduleError("empty timezone name")
+    _zone(stripped)
+    return stripped
+
+
+@lru_cache(maxsize=4096)
+def _croniter_template(croniter_text: str) -> croniter:
+    return croniter(
+        croniter_text,
+        datetime(2000, 1, 1),
+        day_or=True,
+        max_years_between_matches=_MAX_YEARS_BETWEEN_MATCHES,
+    )
+
+
+def _walls(cron: _Cron, start: datetime, forward: bool) -> Iterator[datetime]:
+    """Matching wall-clock times strictly after (or before) the naive wall time `start`.
+
+    croniter is handed naive datetimes on purpose: that way it does plain calendar arithmetic
+    and all daylight-saving decisions are made in `_resolve`, where they can follow Vixie cron.
+    """
+    # Parsing is the expensive part of building a croniter; a shallow copy of a parsed one
+    # shares the expanded fields (croniter never mutates them) and gets its own position.
+    walker = copy.copy(_croniter_template(cron.croniter_text))
+    walker.set_current(start, force=True)
+    step = walker.get_next if forward else walker.get_prev
+    while True:
+        try:
+            yield step(datetime)
+        except (CroniterBadDateError, OverflowError, ValueError):
+            # No further match within croniter's horizon, or the calendar ran out.
+            return
+
+
+def _offset_at(instant: datetime, zone: ZoneInfo) -> timedelta:
+    offset = instant.astimezone(zone).utcoffset()
+    assert offset is not None
+    return offset
+
+
+def _transition(zone: ZoneInfo, before: datetime, after: datetime) -> datetime:
+    """The instant in (before, after] at which `zone` leaves the offset it has at `before`."""
+    old = _offset_at(before, zone)
+    low, high = int(before.timestamp()), int(after.timestamp())
+    # tzdata transitions fall on whole seconds, so bisecting whole seconds finds it exactly.
+    while high - low > 1:
+        middle = (low + high) // 2
+        if _offset_at(datetime.fromtimestamp(middle, UTC), zone) == old:
+            low = middle
+        else:
+            high = middle
+    return datetime.fromtimestamp(high, UTC)
+
+
+def _resolve(wall: datetime, zone: ZoneInfo, wildcard_hour: bool) -> _Resolved:
+    first = wall.replace(tzinfo=zone, fold=0)
+    second = wall.replace(tzinfo=zone, fold=1)
+    first_offset, second_offset = first.utcoffset(), second.utcoffset()
+    assert first_offset is not None and second_offset is not None
+    earlier = (wall - first_offset).replace(tzinfo=UTC)
+    if first_offset == second_offset:
+        return _Resolved((earlier,), earlier, earlier)
+    later = (wall - second_offset).replace(tzinfo=UTC)
+    if first_offset > second_offset:
+        # Repeated period: fold=0 is the first reading, in the offset before the clocks went
+        # back; fold=1 the second one, an offset-change later.
+        instants = (earlier, later) if wildcard_hour else (earlier,)
+        return _Resolved(instants, earlier, later)
+    # Skipped period: fold=0 applies the old offset and lands after the jump, fold=1 the new
+    # offset and lands before it, so the jump lies between them.
+    jump = _transition(zone, later, earlier)
+    instants = () if wildcard_hour else (jump,)
+    return _Resolved(instants, jump, jump)
+
+
+def _floor_to_minute(moment: datetime) -> datetime:
+    return moment.replace(second=0, microsecond=0)
+
+
+def _local_reading(instant: datetime, offset: timedelta) -> datetime:
+    return instant.astimezone(UTC).replace(tzinfo=None) + offset
+
+
+def _fire_times(cron: _Cron, zone: ZoneInfo, start: datetime, forward: bool) -> Iterator[datetime]:
+    """Distinct fire instants, ascending from wall time `start` (or descending, backward).
+
+    Wall times arrive in order, but in a repeated period the second readings of earlier wall
+    times interleave with the first readings of later ones. Instants therefore wait in
+    `pending` until the bound of the current wall time proves nothing can still precede them.
+    """
+    pending: list[datetime] = []
+    last: datetime | None = None
+    for wall in _walls(cron, start, forward):
+        resolved = _resolve(wall, zone, cron.wildcard_hour)
+        for instant in resolved.instants:
+            insort(pending, instant)
+        while pending and (
+            pending[0] <= resolved.earliest if forward else pending[-1] >= resolved.latest
+        ):
+            instant = pending.pop(0) if forward else pending.pop()
+            # Several gap times collapse into the same jump instant; emit it once.
+            if last is None or (instant > last if forward else instant < last):
+                last = instant
+                yield instant
+    for instant in pending if forward else reversed(pending):
+        if last is None or (instant > last if forward else instant < last):
+            last = instant
+            yield instant
+
+
+def _forward_from(cron: _Cron, zone: ZoneInfo, after: datetime) -> Iterator[datetime]:
+    """Fire instants strictly after `after`, ascending."""
+    # Wall times above `after`'s own reading are the obvious candidates, but in a repeated
+    # period a lower wall time can still have its second reading ahead. Reading `after` in the
+    # smallest offset in force over the next day starts early enough for both; the extra walk
+    # only happens shortly before a fall-back.
+    offset = min(_offset_at(after + probe, zone) for probe in _OFFSET_PROBES)
+    start = _floor_to_minute(_local_reading(after, offset))
+    return (instant for instant in _fire_times(cron, zone, start, True) if instant > after)
+
+
+def _backward_from(cron: _Cron, zone: ZoneInfo, until: datetime) -> Iterator[datetime]:
+    """Fire instants at or before `until`, descending."""
+    # Mirror image of `_forward_from`: just after a fall-back, a wall time above `until`'s
+    # reading may have had its first reading already.
+    offset = max(_offset_at(until - probe, zone) for probe in _OFFSET_PROBES)
+    start = _floor_to_minute(_local_reading(until, offset)) + _MINUTE
+    return (instant for instant in _fire_times(cron, zone, start, False) if instant <= until)
+
+
+def _require_aware(name: str, moment: datetime) -> datetime:
+    if not isinstance(moment, datetime) or moment.utcoffset() is None:
+        raise ValueError(f"{name} must be a timezone-aware datetime, got {moment!r}")
+    return moment.astimezone(UTC)
+
+
+def _require_count(name: str, count: int | None) -> None:
+    if count is not None and count < 0:
+        raise ValueError(f"{name} must not be negative, got {count}")
+
+
+def occurrences(
+    expr: str, tz: str, after: datetime, until: datetime, limit: int | None = None
+) -> list[datetime]:
+    """Every fire time t with ``after < t <= until``, ascending, as UTC datetimes.
+
+    `after` and `until` are aware datetimes in any timezone and are compared as real instants,
+    so an occurrence equal to `after` is excluded even across a daylight-saving change. With
+    `limit`, only the first `limit` fire times are computed and returned.
+    """
+    cron, zone = _cron(expr), _zone(validate_timezone(tz))
+    after, until = _require_aware("after", after), _require_aware("until", until)
+    _require_count("limit", limit)
+    if until <= after:
+        return []
+    due = takewhile(lambda instant: instant <= until, _forward_from(cron, zone, after))
+    return list(islice(due, limit))
+
+
+def next_after(expr: str, tz: str, after: datetime, count: int = 1) -> list[datetime]:
+    """The next `count` fire times strictly after `after`, ascending, as UTC datetimes.
+
+    Shares its stream with `occurrences`, so a preview shows exactly the runs the
+    materializer will create.
+    """
+    cron, zone = _cron(expr), _zone(validate_timezone(tz))
+    after = _require_aware("after", after)
+    _require_count("count", count)
+    return list(islice(_forward_from(cron, zone, after), count))
+
+
+def latest_occurrences(
+    expr: str, tz: str, after: datetime, until: datetime, count: int
+) -> list[datetime]:
+    """The last `count` fire times t with ``after < t <= until``, ascending, as UTC datetimes.
+
+    Walks backward from `until`, so the work is proportional to `count` however far back
+    `after` lies: catching up a minutely schedule after a month of downtime does not
+    enumerate 43,000 occurrences. Equal to ``occurrences(expr, tz, after, until)[-count:]``.
+    """
+    cron, zone = _cron(expr), _zone(validate_timezone(tz))
+    after, until = _require_aware("after", after), _require_aware("until", until)
+    _require_count("count", count)
+    if until <= after:
+        return []
+    found = []
+    for instant in islice(_backward_from(cron, zone, until), count):
+        if instant <= after:
+            break
+        found.append(instant)
+    found.reverse()
+    return found
+
+
+def latest_occurrence(expr: str, tz: str, after: datetime, until: datetime) -> datetime | None:
+    """The last fire time t with ``after < t <= until``, or None; see `latest_occurrences`."""
+    latest = latest_occurrences(expr, tz, after, until, 1)
+    return latest[0] if latest else None
+
+
+def apply_catch_up(
+    due: Sequence[datetime],
+    policy: str,
+    now: datetime,
+    *,
+    bound: int = 100,
+    grace_seconds: float = 120,
+) -> list[datetime]:
+    """Choose which of the due fire times become runs, under a definition's catch-up policy.
+
+    `due` is what `occurrences` returned for (high-water mark, `now`], ascending. Every due
+    time was "missed" except possibly the newest, which is the one this tick exists for.
+
+    * ``latest`` (the default policy): only the newest due time runs, once, however many were
+      missed.
+    * ``all``: every due time runs, but at most the newest `bound` of them.
+    * ``none``: missed times are skipped. Only the newest due time runs, and only if it fired
+      no more than `grace_seconds` before `now`, i.e. it is the occurrence of the current tick
+      rather than a leftover from downtime. A tick delayed by more than the grace period
+      therefore skips it too.
+    """
+    if policy not in CATCH_UP_POLICIES:
+        raise ScheduleError(
+            f"unknown catch-up policy {_quoted(str(policy))} (expected latest, all or none)"
+        )
+    if bound < 1:
+        raise ValueError(f"bound must be at least 1, got {bound}")
+    now = _require_aware("now", now)
+    if not due:
+        return []
+    if policy == "all":
+        return list(due[-bound:])
+    newest = due[-1]
+    if policy == "none" and now - newest > timedelta(seconds=grace_seconds):
+        return []
+    return [newest]

@@ -1,0 +1,52 @@
+"""Bad input: one clear line naming the problem, exit 2, nothing written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import count, run_cli
+
+DEEP = "[" * 100 + "]" * 100
+HUGE = json.dumps({"blob": "x" * 1_100_000})
+
+CASES = {
+    "invalid JSON": (["enqueue", "t", "--payload", "{nope"], "invalid JSON"),
+    "JSON too deep": (["enqueue", "t", "--payload", DEEP], "nested deeper"),
+    "JSON far too deep": (["enqueue", "t", "--payload", "[" * 100_000], "nested"),
+    "payload too large": (["enqueue", "t", "--payload", HUGE], "too large"),
+    "NUL in payload": (["enqueue", "t", "--payload", '{"a": "x\\u0000y"}'], "NUL"),
+    "NaN in payload": (["enqueue", "t", "--payload", '{"a": NaN}'], "NaN"),
+    "bad duration": (["enqueue", "t", "--delay", "5 parsecs"], "invalid delay"),
+    "negative duration": (["enqueue", "t", "--delay", "-5m"], "invalid delay"),
+    "bad run-at": (["enqueue", "t", "--run-at", "next tuesday"], "ISO-8601"),
+    "run-at and delay": (["enqueue", "t", "--run-at", "2030-01-01", "--delay", "1m"], "either"),
+    "zero max attempts": (["enqueue", "t", "--max-attempts", "0"], "max attempts"),
+    "word priority": (["enqueue", "t", "--priority", "high"], "priority"),
+    "empty type": (["enqueue", ""], "TYPE"),
+    "NUL in type": (["enqueue", "a\x00b"], "NUL"),
+    "payload and file": (["enqueue", "t", "--payload", "{}", "--payload-file", "-"], "either"),
+    "jsonl not an object": (["enqueue", "--jsonl", "-"], "line 1"),
+    "bad id for show": (["show", "abc"], "invalid run id"),
+    "zero id": (["retry", "0"], "invalid run id"),
+    "unknown option": (["retry", "-5"], "No such option"),
+    "missing id": (["show"], "Missing argument"),
+    "out of range concurrency": (["tick", "--concurrency", "0"], "--concurrency"),
+    "huge id": (["cancel", str(2**70)], "invalid run id"),
+    "bad status filter": (["list", "--status", "exploded"], "unknown status"),
+    "bad tick duration": (["tick", "--max-runtime", "forever"], "max runtime"),
+}
+
+
+@pytest.mark.parametrize("args, message", CASES.values(), ids=CASES.keys())
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(db_url, conn, args, message):
+    stdin = "[1, 2]\n" if "--jsonl" in args else ""
+    result = run_cli(*args, "--database-url", db_url, input=stdin)
+    assert result.exit_code == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert message in lines[0]
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
+    assert count(conn, "SELECT count(*) FROM job_runs") == 0

@@ -1,0 +1,265 @@
+"""The command line, exercised as users type it: exit codes, stdout, stderr."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import psycopg
+import pytest
+
+from tests.conftest import count, jobrunner_process, run_cli
+
+HANDLERS = "tests.handlers.basic"
+
+
+def test_enqueue_prints_the_run_id_alone_on_stdout(db_url, conn):
+    result = run_cli("enqueue", "test.ok", "--payload", '{"a": 1}', "--database-url", db_url)
+    assert result.exit_code == 0, result.stderr
+    run_id = int(result.stdout)
+    assert result.stdout == f"{run_id}\n"
+    row = conn.execute("SELECT job_type, payload, status FROM job_runs WHERE id = %s", [run_id])
+    assert row.fetchone() == ("test.ok", {"a": 1}, "queued")
+
+
+def test_enqueue_reads_the_url_from_the_environment(db_url, conn):
+    result = run_cli("enqueue", "test.ok", env={"JOBRUNNER_DATABASE_URL": db_url})
+    assert result.exit_code == 0, result.stderr
+    assert count(conn, "SELECT count(*) FROM job_runs") == 1
+
+
+def test_enqueue_options_are_stored(db_url, conn):
+    result = run_cli(
+        "enqueue", "test.ok", "--database-url", db_url, "--delay", "5m", "--max-attempts", "7",
+        "--priority", "-3", "--tenant", "acme", "--idempotency-key", "k-1",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    row = conn.execute(
+        "SELECT max_attempts, priority, tenant_id, idempotency_key, run_at - created_at"
+        " FROM job_runs"
+    ).fetchone()
+    assert row[:4] == (7, -3, "acme", "k-1")
+    assert row[4] == timedelta(minutes=5)
+
+
+def test_enqueue_run_at_is_stored_as_given(db_url, conn):
+    result = run_cli(
+        "enqueue", "test.ok", "--database-url", db_url, "--run-at", "2030-01-05T09:00:00+01:00"
+    )
+    assert result.exit_code == 0, result.stderr
+    [run_at] = conn.execute("SELECT run_at AT TIME ZONE 'UTC' FROM job_runs").fetchone()
+    assert run_at.isoformat() == "2030-01-05T08:00:00"
+
+
+def test_enqueue_payload_file_and_stdin(db_url, conn, tmp_path):
+    path = tmp_path / "payload.json"
+    path.write_text('{"from": "file"}')
+    first = run_cli("enqueue", "test.ok", "--payload-file", str(path), "--database-url", db_url)
+    second = run_cli(
+        "enqueue", "test.ok", "--payload-file", "-", "--database-url", db_url,
+        input='{"from": "stdin"}',
+    )  # fmt: skip
+    assert (first.exit_code, second.exit_code) == (0, 0)
+    payloads = [r[0] for r in conn.execute("SELECT payload FROM job_runs ORDER BY id")]
+    assert payloads == [{"from": "file"}, {"from": "stdin"}]
+
+
+def test_an_existing_idempotency_key_prints_the_existing_id_and_exits_0(db_url, conn):
+    args = ("enqueue", "test.ok", "--idempotency-key", "weekly:1", "--database-url", db_url)
+    first, second = run_cli(*args), run_cli(*args)
+    assert (first.exit_code, second.exit_code) == (0, 0)
+    assert first.stdout == second.stdout
+    assert count(conn, "SELECT count(*) FROM job_runs") == 1
+
+
+def test_enqueue_jsonl_enqueues_every_line_and_prints_one_id_a_line(db_url, conn):
+    lines = [
+        json.dumps({"type": "test.ok", "payload": {"i": i}, "priority": i % 3}) for i in range(500)
+    ]
+    lines.insert(10, "")  # blank lines are skipped
+    lines.append(json.dumps({"type": "test.ok", "idempotency_key": "once", "delay": "1h"}))
+    lines.append(json.dumps({"type": "test.ok", "idempotency_key": "once"}))
+    result = run_cli("enqueue", "--jsonl", "-", "--database-url", db_url, input="\n".join(lines))
+    assert result.exit_code == 0, result.stderr
+    ids = [int(x) for x in result.stdout.split()]
+    assert len(ids) == 502 and ids[-1] == ids[-2]
+    assert count(conn, "SELECT count(*) FROM job_runs") == 501
+    assert conn.execute("SELECT payload FROM job_runs WHERE id = %s", [ids[7]]).fetchone()[0] == {
+        "i": 7
+    }
+
+
+def test_jsonl_with_one_bad_line_writes_nothing(db_url, conn):
+    lines = [json.dumps({"type": "test.ok"})] * 100 + ['{"type": "test.ok", "delay": "soon"}']
+    result = run_cli("enqueue", "--jsonl", "-", "--database-url", db_url, input="\n".join(lines))
+    assert result.exit_code == 2
+    assert "line 101" in result.stderr and "soon" in result.stderr
+    assert count(conn, "SELECT count(*) FROM job_runs") == 0
+
+
+def test_tick_runs_due_work_and_logs_one_event_per_outcome(db_url, conn):
+    for _ in range(3):
+        run_cli("enqueue", "test.ok", "--database-url", db_url)
+    run_cli("enqueue", "test.give_up", "--database-url", db_url)
+    result = run_cli("tick", "--database-url", db_url, "--handlers", HANDLERS, "--json")
+    assert result.exit_code == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert (summary["claimed"], summary["succeeded"], summary["dead"]) == (4, 3, 1)
+    events = [json.loads(line) for line in result.stderr.splitlines()]
+    outcomes = [e for e in events if e["event"] == "run finished"]
+    assert sorted(e["outcome"] for e in outcomes) == ["dead", "succeeded", "succeeded", "succeeded"]
+    assert all({"job_type", "run_id", "attempt", "duration_ms"} <= e.keys() for e in outcomes)
+    [finished] = [e for e in events if e["event"] == "tick finished"]
+    assert finished["succeeded"] == 3
+
+
+def test_tick_types_narrows_what_is_claimed(db_url, conn):
+    run_cli("enqueue", "test.ok", "--database-url", db_url)
+    run_cli("enqueue", "test.give_up", "--database-url", db_url)
+    result = run_cli(
+        "tick", "--database-url", db_url, "--handlers", HANDLERS, "--types", "test.ok", "--json"
+    )
+    assert json.loads(result.stdout)["claimed"] == 1
+    assert count(conn, "SELECT count(*) FROM job_runs WHERE status = 'queued'") == 1
+
+
+def test_tick_with_a_type_that_has_no_handler_is_bad_usage(db_url):
+    result = run_cli("tick", "--database-url", db_url, "--handlers", HANDLERS, "--types", "nope")
+    assert result.exit_code == 2
+    assert "nope" in result.stderr
+
+
+def test_handlers_load_from_the_environment(db_url, conn):
+    run_cli("enqueue", "test.ok", "--database-url", db_url)
+    result = run_cli("tick", "--database-url", db_url, env={"JOBRUNNER_HANDLERS": HANDLERS})
+    assert result.exit_code == 0, result.stderr
+    assert count(conn, "SELECT count(*) FROM job_runs WHERE status = 'succeeded'") == 1
+
+
+def test_a_handler_module_that_fails_to_import_is_exit_2_without_traceback(db_url):
+    result = run_cli("tick", "--database-url", db_url, "--handlers", "tests.handlers.broken_import")
+    assert result.exit_code == 2
+    assert "tests.handlers.broken_import" in result.stderr
+    assert "not installed" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_missing_handler_module_is_exit_2(db_url):
+    result = run_cli("tick", "--database-url", db_url, "--handlers", "no_such_module_xyz")
+    assert result.exit_code == 2
+    assert "no_such_module_xyz" in result.stderr
+
+
+def test_show_explains_a_dead_run_with_its_history(db_url):
+    run_id = run_cli("enqueue", "test.fail", "--max-attempts", "1", "--database-url", db_url)
+    run_cli("tick", "--database-url", db_url, "--handlers", HANDLERS)
+    result = run_cli("show", run_id.stdout.strip(), "--database-url", db_url)
+    assert result.exit_code == 0, result.stderr
+    assert "dead" in result.stdout and "RuntimeError: boom" in result.stdout
+    shown = json.loads(
+        run_cli("show", run_id.stdout.strip(), "--json", "--database-url", db_url).stdout
+    )
+    assert shown["status"] == "dead" and shown["attempts"] == 1
+    assert [a["error_type"] for a in shown["attempt_history"]] == ["RuntimeError"]
+
+
+def test_show_retry_cancel_of_an_unknown_run_exit_1(db_url):
+    for command in ("show", "retry", "cancel"):
+        result = run_cli(command, "424242", "--database-url", db_url)
+        assert result.exit_code == 1, command
+        assert "424242 not found" in result.stderr
+
+
+def test_cancel_of_a_finished_run_exits_1_with_the_reason(db_url):
+    run_id = run_cli("enqueue", "test.ok", "--database-url", db_url).stdout.strip()
+    run_cli("tick", "--database-url", db_url, "--handlers", HANDLERS)
+    result = run_cli("cancel", run_id, "--database-url", db_url)
+    assert result.exit_code == 1
+    assert f"cannot cancel run {run_id}: it is succeeded" in result.stderr
+
+
+def test_cancel_and_retry_take_several_ids(db_url, conn):
+    ids = [run_cli("enqueue", "test.ok", "--database-url", db_url).stdout.strip() for _ in range(3)]
+    result = run_cli("cancel", *ids, "--database-url", db_url)
+    assert result.exit_code == 0
+    assert result.stdout.split("\n")[:3] == [f"cancelled {i}" for i in ids]
+    result = run_cli("retry", *ids, "--database-url", db_url)
+    assert result.exit_code == 0
+    assert count(conn, "SELECT count(*) FROM job_runs WHERE status = 'queued'") == 3
+
+
+def test_list_filters_by_status_and_type(db_url):
+    run_cli("enqueue", "test.ok", "--database-url", db_url)
+    run_cli("enqueue", "test.give_up", "--database-url", db_url)
+    run_cli("tick", "--database-url", db_url, "--handlers", HANDLERS)
+    listed = json.loads(
+        run_cli("list", "--status", "dead", "--json", "--database-url", db_url).stdout
+    )
+    assert [r["job_type"] for r in listed] == ["test.give_up"]
+    listed = json.loads(
+        run_cli("list", "--type", "test.ok", "--json", "--database-url", db_url).stdout
+    )
+    assert [r["status"] for r in listed] == ["succeeded"]
+
+
+def test_every_command_refuses_a_database_without_the_schema(empty_database_url):
+    for args in (["tick", "--handlers", HANDLERS], ["enqueue", "test.ok"], ["show", "1"],
+                 ["list"], ["retry", "1"], ["cancel", "1"]):  # fmt: skip
+        result = run_cli(*args, "--database-url", empty_database_url)
+        assert result.exit_code == 1, args
+        assert "run `jobrunner migrate`" in result.stderr, args
+
+
+def test_an_outdated_schema_is_refused(db_url, conn):
+    [(version, name)] = conn.execute(
+        "DELETE FROM jobrunner_migrations WHERE version ="
+        " (SELECT max(version) FROM jobrunner_migrations) RETURNING version, name"
+    ).fetchall()
+    [previous] = conn.execute("SELECT max(version) FROM jobrunner_migrations").fetchone()
+    try:
+        result = run_cli("list", "--database-url", db_url)
+        assert result.exit_code == 1
+        assert f"at version {previous}" in result.stderr
+        assert "run `jobrunner migrate`" in result.stderr
+    finally:
+        conn.execute(
+            "INSERT INTO jobrunner_migrations (version, name) VALUES (%s, %s)", [version, name]
+        )
+
+
+def test_migrate_from_four_hosts_at_once_succeeds(empty_database_url):
+    from cronjob.migrate import shipped_migrations
+
+    url = empty_database_url
+    procs = [jobrunner_process("migrate", "--database-url", url) for _ in range(4)]
+    results = [(p.wait(timeout=60), p.stderr.read()) for p in procs]
+    assert [code for code, _ in results] == [0, 0, 0, 0], results
+    with psycopg.connect(url) as c:
+        versions = [r[0] for r in c.execute("SELECT version FROM jobrunner_migrations")]
+    assert sorted(versions) == [m.version for m in shipped_migrations()]
+    assert run_cli("list", "--database-url", url).exit_code == 0
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://app:s3cr3t-pw@127.0.0.1:1/app",
+        "host=127.0.0.1 port=1 user=app password=s3cr3t-pw dbname=app",
+    ],
+)
+def test_an_unreachable_database_is_exit_1_without_the_password(url):
+    result = run_cli("list", "--database-url", url)
+    assert result.exit_code == 1
+    assert "s3cr3t-pw" not in result.stderr + result.stdout
+    assert "cannot connect" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_help_is_available_for_every_command():
+    from cronjob.cli import COMMANDS
+
+    for name in COMMANDS:
+        result = run_cli(name, "--help")
+        assert result.exit_code == 0, name
+        assert "Usage:" in result.stdout

@@ -1,0 +1,40 @@
+"""The hammer: many real `jobrunner tick` processes drain one backlog, each run exactly once."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from tests.conftest import count, jobrunner_process
+
+JOBS = 5000
+TICKS = 8
+
+
+def test_eight_concurrent_ticks_execute_each_of_5000_jobs_exactly_once(db_url, conn, tmp_path):
+    conn.execute(
+        "INSERT INTO job_runs (job_type, payload)"
+        " SELECT 'test.ok', jsonb_build_object('i', i) FROM generate_series(1, %s) AS i",
+        [JOBS],
+    )
+    exec_log = tmp_path / "executions.log"
+    ticks = [
+        jobrunner_process(
+            "tick", "--database-url", db_url, "--handlers", "tests.handlers.basic",
+            "--concurrency", "4", "--batch-size", "50", "--max-runtime", "120s",
+            env={"JOBRUNNER_TEST_EXEC_LOG": str(exec_log)},
+        )
+        for _ in range(TICKS)
+    ]  # fmt: skip
+    for tick in ticks:
+        _, stderr = tick.communicate(timeout=180)
+        assert tick.returncode == 0, stderr[-2000:]
+
+    executions = Counter(int(line.split()[0]) for line in exec_log.read_text().splitlines())
+    ids = {r[0] for r in conn.execute("SELECT id FROM job_runs")}
+    assert len(ids) == JOBS
+    assert set(executions) == ids
+    assert max(executions.values()) == 1
+    assert count(conn, "SELECT count(*) FROM job_runs WHERE status <> 'succeeded'") == 0
+    assert count(conn, "SELECT count(*) FROM job_runs WHERE attempts <> 1") == 0
+    workers = {line.split()[2] for line in exec_log.read_text().splitlines()}
+    assert len(workers) > 1  # the work really was shared
