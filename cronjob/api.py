@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from cronjob.errors import BadInput
-from cronjob.inputs import check_payload, check_text, parse_duration, parse_int, parse_positive_int
+from cronjob.inputs import check_text, encode_payload, parse_duration, parse_int, parse_positive_int
 from cronjob.store import NewRun, runs_insert_many
 
 
@@ -29,7 +29,7 @@ def new_run(
         raise BadInput("run_at must be a timezone-aware datetime")
     return NewRun(
         job_type=job_type,
-        payload=check_payload({} if payload is None else payload),
+        payload_json=encode_payload({} if payload is None else payload),
         run_at=run_at,
         delay=None if delay is None else parse_duration(delay, what="delay"),
         idempotency_key=None

@@ -115,23 +115,57 @@ def parse_payload(text: str, *, source: str = "payload") -> Any:
     return value
 
 
-def loads(text: str) -> Any:
-    """json.loads, refusing NaN and Infinity, which are not JSON and jsonb cannot store."""
-    return json.loads(text, parse_constant=_reject_constant)
-
-
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+# Built once: json.loads/json.dumps with options build a new coder on every call.
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
+
+
+def loads(text: str) -> Any:
+    """json.loads, refusing NaN and Infinity, which are not JSON and jsonb cannot store."""
+    return _DECODER.decode(text)
+
+
 def check_payload(value: Any, *, source: str = "payload") -> Any:
     """Check an already-decoded payload: depth, size, and what jsonb can store."""
-    _check_depth_and_text(value, source)
-    if len(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")) > (
+    encode_payload(value, source=source)
+    return value
+
+
+def encode_payload(value: Any, *, source: str = "payload") -> str:
+    """The payload as JSON text, once checked: depth, size, and what jsonb can store."""
+    try:
+        text = _ENCODER.encode(value)
+    except RecursionError:
+        raise BadInput(f"{source} nested deeper than {MAX_PAYLOAD_DEPTH} levels") from None
+    except (TypeError, ValueError):
+        # The walk names the offending value precisely.
+        _check_depth_and_text(value, source)
+        raise BadInput(f"{source} is not JSON") from None
+    if len(text) * 4 > MAX_PAYLOAD_BYTES and len(text.encode("utf-8", "surrogatepass")) > (
         MAX_PAYLOAD_BYTES
     ):
         raise BadInput(f"{source} too large: more than {MAX_PAYLOAD_BYTES} bytes of JSON")
-    return value
+    # The full walk only when the text cannot rule a problem out: too many
+    # brackets to be sure of the depth, an escaped NUL, or a lone surrogate.
+    if (
+        text.count("[") + text.count("{") > MAX_PAYLOAD_DEPTH
+        or "\\u0000" in text
+        or not _is_utf8(text)
+    ):
+        _check_depth_and_text(value, source)
+    return text
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _check_depth_and_text(root: Any, source: str) -> None:

@@ -31,14 +31,20 @@ def configure(level: str = "info", *, json: bool | None = None) -> None:
         json = not sys.stderr.isatty()
     renderer: Any
     if json:
-        renderer = structlog.processors.JSONRenderer()
+        import json as json_module
+
+        # One encoder for every event: json.dumps with options builds a new one
+        # per call, which adds up at one event per run.
+        encoder = json_module.JSONEncoder(default=repr, ensure_ascii=False)
+        renderer = structlog.processors.JSONRenderer(
+            serializer=lambda event, **_: encoder.encode(event)
+        )
         timestamper = structlog.processors.TimeStamper(fmt="iso", utc=True)
     else:
         renderer = structlog.dev.ConsoleRenderer(colors=True)
         timestamper = structlog.processors.TimeStamper(fmt="%H:%M:%S", utc=False)
     structlog.configure(
         processors=[
-            structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             timestamper,
             structlog.processors.format_exc_info,

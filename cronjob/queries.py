@@ -19,13 +19,15 @@ RUN_COLUMNS = (
 
 # Ids are drawn from the sequence up front so each input row can be matched to
 # the id it got, whether it was inserted now or already existed under its key.
+# The arrays travel in binary: text arrays of JSON would otherwise be quoted and
+# escaped element by element.
 RUN_INSERT_MANY = f"""
 WITH input AS (
     SELECT nextval('job_runs_id_seq') AS new_id, i.*
     FROM unnest(
-        %(job_types)s::text[], %(payloads)s::text[], %(run_ats)s::timestamptz[],
-        %(delays)s::float8[], %(keys)s::text[], %(max_attempts)s::int[],
-        %(priorities)s::int[], %(tenants)s::text[]
+        %(job_types)b::text[], %(payloads)b::text[], %(run_ats)b::timestamptz[],
+        %(delays)b::float8[], %(keys)b::text[], %(max_attempts)b::int[],
+        %(priorities)b::int[], %(tenants)b::text[]
     ) WITH ORDINALITY AS i(job_type, payload, run_at, delay, idempotency_key, max_attempts,
                            priority, tenant_id, ord)
 ),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -27,7 +26,7 @@ class NewRun:
     """A run to enqueue, already validated."""
 
     job_type: str
-    payload: Any = None
+    payload_json: str = "{}"
     run_at: datetime | None = None
     delay: float | None = None
     idempotency_key: str | None = None
@@ -58,7 +57,7 @@ def runs_insert_many(
         return []
     params = {
         "job_types": [r.job_type for r in runs],
-        "payloads": [json.dumps({} if r.payload is None else r.payload) for r in runs],
+        "payloads": [r.payload_json for r in runs],
         "run_ats": [r.run_at for r in runs],
         "delays": [r.delay for r in runs],
         "keys": [r.idempotency_key for r in runs],

@@ -50,3 +50,32 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(db_url, conn, args, mes
     assert "Traceback" not in result.stderr
     assert result.stdout == ""
     assert count(conn, "SELECT count(*) FROM job_runs") == 0
+
+
+@pytest.mark.parametrize(
+    "payload, problem",
+    [
+        ({"a": "x\x00y"}, "NUL"),
+        ({"\x00": 1}, "NUL"),
+        ({"a": "\ud800"}, "surrogate"),
+        ({"a": float("nan")}, "not valid JSON"),
+        ({"a": {1, 2}}, "set"),
+        (json.loads("[" * 65 + "]" * 65), "nested deeper"),
+        ({"blob": "é" * 600_000}, "too large"),
+    ],
+)
+def test_the_python_api_refuses_what_jsonb_cannot_store(conn, payload, problem):
+    from cronjob.api import enqueue
+    from cronjob.errors import BadInput
+
+    with pytest.raises(BadInput, match=problem):
+        enqueue(conn, "t", payload)
+    assert count(conn, "SELECT count(*) FROM job_runs") == 0
+
+
+def test_text_that_only_looks_like_an_escaped_nul_is_accepted(conn):
+    from cronjob.api import enqueue
+
+    run_id = enqueue(conn, "t", {"a": "\\u0000", "brackets": "[[[[{{{{" * 20})
+    stored = conn.execute("SELECT payload FROM job_runs WHERE id = %s", [run_id]).fetchone()[0]
+    assert stored == {"a": "\\u0000", "brackets": "[[[[{{{{" * 20}

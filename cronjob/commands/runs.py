@@ -7,8 +7,10 @@ from typing import IO, Any
 
 import click
 
+from cronjob.api import new_run
 from cronjob.cli import database_options, json_option
 from cronjob.errors import BadInput
+from cronjob.inputs import MAX_PAYLOAD_BYTES, loads, parse_payload, parse_timestamp
 from cronjob.settings import Settings
 
 JSONL_KEYS = {
@@ -114,9 +116,6 @@ def _payload_text(payload: str | None, payload_file: IO[str] | None) -> str | No
 
 
 def _new_run(fields: dict[str, Any], *, payload_is_text: bool = False, where: str = "") -> Any:
-    from cronjob.api import new_run
-    from cronjob.inputs import parse_payload, parse_timestamp
-
     try:
         raw_payload = fields.get("payload")
         if payload_is_text:
@@ -143,8 +142,6 @@ def _new_run(fields: dict[str, Any], *, payload_is_text: bool = False, where: st
 
 
 def _read_jsonl(stream: IO[str]) -> list[Any]:
-    from cronjob.inputs import MAX_PAYLOAD_BYTES, loads
-
     runs = []
     for number, line in enumerate(stream, start=1):
         if not line.strip():
