@@ -28,6 +28,7 @@ COMMANDS = {
     "metrics": "cronjob.commands.ops:metrics",
     "check": "cronjob.commands.ops:check",
     "prune": "cronjob.commands.ops:prune",
+    "schedule": "cronjob.commands.schedule:schedule",
 }
 
 

@@ -27,3 +27,12 @@ def broken(ctx: Any, payload: dict[str, Any]) -> None:
     if payload.get("permanent"):
         raise Fail("the account was deleted: nothing to retry")
     raise ValueError(f"cannot parse invoice {payload.get('invoice')!r}")
+
+
+# The demo's tenants: any query whose first column is a tenant id will do.
+DEMO_TENANTS_SQL = "VALUES ('acme'), ('globex'), ('initech')"
+
+
+@handler("demo.digest", max_attempts=3, backoff=_IMMEDIATE)
+def digest(ctx: Any, payload: dict[str, Any]) -> None:
+    ctx.log.info("digest sent", tenant=ctx.tenant_id, scheduled_for=str(ctx.scheduled_for))

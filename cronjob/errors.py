@@ -46,3 +46,15 @@ class RunNotFound(JobrunnerError):
 
 class InvalidTransition(JobrunnerError):
     """The run is in a state that does not allow the requested change."""
+
+
+class DefinitionNotFound(JobrunnerError):
+    """No schedule definition has the given name."""
+
+
+class DefinitionExists(JobrunnerError):
+    """A schedule definition with that name exists already."""
+
+
+class ScheduleProblems(JobrunnerError):
+    """Some due schedules could not be materialized; everything else was done."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from cronjob.errors import BadInput
@@ -52,7 +52,6 @@ def parse_run_id(text: str | int) -> int:
 
 def parse_timestamp(text: str, *, what: str = "timestamp") -> datetime:
     """An ISO-8601 timestamp; one without an offset is taken as UTC."""
-    from datetime import timezone
 
     try:
         value = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
@@ -61,7 +60,7 @@ def parse_timestamp(text: str, *, what: str = "timestamp") -> datetime:
             f"invalid {what} {text!r}: expected ISO-8601, e.g. 2026-01-05T09:00:00+01:00"
         ) from None
     if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
+        value = value.replace(tzinfo=UTC)
     return value
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from uuid import UUID
 
 
-class Status(str, enum.Enum):
+class Status(enum.StrEnum):
     QUEUED = "queued"
     RUNNING = "running"
     SUCCEEDED = "succeeded"
@@ -202,3 +202,69 @@ class PruneReport:
     @property
     def total(self) -> int:
         return sum(self.by_status.values())
+
+
+@dataclass(frozen=True)
+class Definition:
+    """A row of job_definitions: a schedule that materializes runs."""
+
+    id: int
+    name: str
+    job_type: str
+    payload: Any
+    schedule: str
+    timezone: str
+    scope: str
+    max_attempts: int | None
+    priority: int
+    catch_up: str
+    catch_up_limit: int
+    enabled: bool
+    materialized_through: datetime
+    next_fire_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+
+DEFAULT_CATCH_UP_LIMIT = 100  # as the schema's default for job_definitions.catch_up_limit
+
+
+@dataclass(frozen=True)
+class DefinitionSpec:
+    """A definition as a user asks for it (add, sync), every field already validated."""
+
+    name: str
+    job_type: str
+    schedule: str  # the user's text, whitespace collapsed (`@daily` stays `@daily`)
+    timezone: str = "UTC"
+    payload: Any = field(default_factory=dict)
+    scope: str = "global"
+    max_attempts: int | None = None
+    priority: int = 0
+    catch_up: str = "latest"
+    catch_up_limit: int = DEFAULT_CATCH_UP_LIMIT
+    enabled: bool | None = None  # None: a new definition is enabled, an existing one unchanged
+
+
+@dataclass(frozen=True)
+class DueDefinition:
+    """What materializing needs of a definition that is due: its timing, not its payload."""
+
+    id: int
+    name: str
+    schedule: str
+    timezone: str
+    scope: str
+    catch_up: str
+    catch_up_limit: int
+    materialized_through: datetime
+
+
+@dataclass(frozen=True)
+class Advance:
+    """What one definition's due occurrences become: runs, and a new high-water mark."""
+
+    definition: DueDefinition
+    scheduled_fors: tuple[datetime, ...]  # runs to create, after the catch-up policy
+    materialized_through: datetime  # the newest due occurrence, kept or not
+    next_fire_at: datetime | None  # None: the schedule never fires again

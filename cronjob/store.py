@@ -9,10 +9,14 @@ from typing import Any
 
 from cronjob import queries
 from cronjob.models import (
+    Advance,
     Attempt,
     ClaimedRun,
     Decision,
+    Definition,
     DefinitionSchedule,
+    DefinitionSpec,
+    DueDefinition,
     DurationSummary,
     Run,
     RunCell,
@@ -303,3 +307,162 @@ def runs_prune_count(
 ) -> dict[str, int]:
     params = {"statuses": list(statuses), "older_than": older_than, "now": now}
     return dict(conn.execute(queries.RUN_PRUNE_COUNT, params).fetchall())
+
+
+# -- schedules --
+
+
+@dataclass(frozen=True)
+class DefinitionRun:
+    """A run of a definition, as `schedule show` lists it."""
+
+    id: int
+    tenant_id: str | None
+    scheduled_for: datetime | None
+    status: Status
+    attempts: int
+
+
+def clock_now(conn: Any, *, now: datetime | None = None) -> datetime:
+    """The database clock (or the pinned `now`): the only clock anything stored comes from."""
+    return conn.execute(queries.CLOCK_NOW, {"now": now}).fetchone()[0]
+
+
+def definition_insert(
+    conn: Any, spec: DefinitionSpec, *, enabled: bool, now: datetime,
+    next_fire_at: datetime | None,
+) -> Definition | None:  # fmt: skip
+    """Insert a definition starting at `now`; None when the name is taken."""
+    row = conn.execute(
+        queries.DEFINITION_INSERT,
+        {**_spec_params(spec), "enabled": enabled, "now": now, "next_fire_at": next_fire_at},
+    ).fetchone()
+    return Definition(*row) if row else None
+
+
+def definition_update(
+    conn: Any, definition_id: int, spec: DefinitionSpec, *, enabled: bool, now: datetime,
+    materialized_through: datetime, next_fire_at: datetime | None,
+) -> Definition:  # fmt: skip
+    row = conn.execute(
+        queries.DEFINITION_UPDATE,
+        {**_spec_params(spec), "id": definition_id, "enabled": enabled, "now": now,
+         "materialized_through": materialized_through, "next_fire_at": next_fire_at},
+    ).fetchone()  # fmt: skip
+    return Definition(*row)
+
+
+def definition_set_enabled(
+    conn: Any, definition_id: int, enabled: bool, *, now: datetime,
+    materialized_through: datetime, next_fire_at: datetime | None,
+) -> Definition:  # fmt: skip
+    row = conn.execute(
+        queries.DEFINITION_SET_ENABLED,
+        {"id": definition_id, "enabled": enabled, "now": now,
+         "materialized_through": materialized_through, "next_fire_at": next_fire_at},
+    ).fetchone()  # fmt: skip
+    return Definition(*row)
+
+
+def _spec_params(spec: DefinitionSpec) -> dict[str, Any]:
+    import json
+
+    return {
+        "name": spec.name, "job_type": spec.job_type, "payload": json.dumps(spec.payload),
+        "schedule": spec.schedule, "timezone": spec.timezone, "scope": spec.scope,
+        "max_attempts": spec.max_attempts, "priority": spec.priority,
+        "catch_up": spec.catch_up, "catch_up_limit": spec.catch_up_limit,
+    }  # fmt: skip
+
+
+def definition_get(conn: Any, name: str, *, lock: bool = False) -> Definition | None:
+    sql = queries.DEFINITION_LOCK_BY_NAME if lock else queries.DEFINITION_GET_BY_NAME
+    row = conn.execute(sql, {"name": name}).fetchone()
+    return Definition(*row) if row else None
+
+
+def definitions_list(conn: Any, *, lock: bool = False) -> list[Definition]:
+    sql = queries.DEFINITION_LOCK_ALL if lock else queries.DEFINITION_LIST
+    return [Definition(*row) for row in conn.execute(sql).fetchall()]
+
+
+def definition_delete(conn: Any, definition_id: int) -> None:
+    conn.execute(queries.DEFINITION_DELETE, {"id": definition_id})
+
+
+def definition_run_counts(conn: Any, definition_id: int) -> dict[Status, int]:
+    rows = conn.execute(queries.DEFINITION_RUN_COUNTS, {"id": definition_id}).fetchall()
+    return {Status(status): number for status, number in rows}
+
+
+def definition_runs_recent(conn: Any, definition_id: int, *, limit: int) -> list[DefinitionRun]:
+    rows = conn.execute(
+        queries.DEFINITION_RUNS_RECENT, {"id": definition_id, "limit": limit}
+    ).fetchall()
+    return [DefinitionRun(r[0], r[1], r[2], Status(r[3]), r[4]) for r in rows]
+
+
+def definitions_due_exists(conn: Any, *, now: datetime | None = None) -> tuple[datetime, bool]:
+    """The clock this tick materializes by, and whether any definition is due by it."""
+    clock, due = conn.execute(queries.DEFINITION_DUE_EXISTS, {"now": now}).fetchone()
+    return clock, due
+
+
+def definitions_claim_due_many(
+    conn: Any, *, now: datetime, limit: int, skip: Sequence[int] = ()
+) -> list[DueDefinition]:
+    """Lock up to `limit` due definitions no other tick holds; call inside a transaction."""
+    rows = conn.execute(
+        queries.DEFINITION_CLAIM_DUE_MANY, {"now": now, "limit": limit, "skip": list(skip)}
+    ).fetchall()
+    return [DueDefinition(*row) for row in rows]
+
+
+def runs_materialize_many(
+    conn: Any, advances: Sequence[Advance], *, global_runs: Sequence[Advance], now: datetime
+) -> int:
+    """Create the runs of `global_runs` and move every advance's high-water mark; one statement.
+
+    Returns the number of runs created (occurrences that already had a run are skipped).
+    """
+    run_definition_ids: list[int] = []
+    scheduled_fors: list[datetime] = []
+    for advance in global_runs:
+        run_definition_ids.extend([advance.definition.id] * len(advance.scheduled_fors))
+        scheduled_fors.extend(advance.scheduled_fors)
+    created, _ = conn.execute(
+        queries.RUN_MATERIALIZE_MANY,
+        {
+            "run_definition_ids": run_definition_ids,
+            "scheduled_fors": scheduled_fors,
+            "ids": [a.definition.id for a in advances],
+            "throughs": [a.materialized_through for a in advances],
+            "next_fire_ats": [a.next_fire_at for a in advances],
+            "now": now,
+        },
+    ).fetchone()
+    return int(created)
+
+
+def runs_materialize_tenants(
+    conn: Any, advance: Advance, *, tenants_sql: str, now: datetime
+) -> int:
+    """Create one run per tenant and occurrence of a tenant-scoped definition.
+
+    Call while holding the definition's row lock (as materializing does).
+    """
+    params = {
+        "id": advance.definition.id,
+        "scheduled_fors": list(advance.scheduled_fors),
+        "now": now,
+    }
+    first = not conn.execute(queries.RUN_OCCURRENCES_EXIST, params).fetchone()[0]
+    template = queries.RUN_MATERIALIZE_TENANTS_FIRST if first else queries.RUN_MATERIALIZE_TENANTS
+    # The tenant query is the operator's own SQL: `%` in it must not read as a placeholder.
+    sql = template.replace("{tenants_sql}", tenants_sql.replace("%", "%%"))
+    return conn.execute(sql, params).rowcount
+
+
+def definitions_sync_lock(conn: Any) -> None:
+    """Wait for any other `schedule sync` to finish; held until this transaction ends."""
+    conn.execute(queries.DEFINITION_SYNC_LOCK)

@@ -163,7 +163,7 @@ class Tick:
             for step in self.steps_before_claim:
                 if self.stop.reason is not None:
                     break
-                name = getattr(step, "__name__", "step before claim")
+                name = getattr(step, "__name__", type(step).__name__.lower())
                 self._on_connection(name, lambda conn, step=step: step(conn, self.report))
             if self.handlers:
                 self._drain(deadline)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -14,7 +14,7 @@ from cronjob.transitions import backoff_delay, decide
 
 
 def claimed(attempt: int, max_attempts: int = 5) -> ClaimedRun:
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     return ClaimedRun(1, "t", {}, None, None, attempt, max_attempts, uuid.uuid4(), now)
 
 

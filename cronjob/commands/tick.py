@@ -44,7 +44,7 @@ def _duration(what: str, minimum: float = 0.0):
     type=click.IntRange(1, 10000),
     default=DEFAULT_BATCH_SIZE,
     show_default=True,
-    help="Runs claimed, and finalized, per statement.",
+    help="Runs claimed, and finalized, per statement; due schedules materialized per transaction.",
 )
 @click.option(
     "--max-runtime",
@@ -116,22 +116,29 @@ def tick(
     from cronjob.errors import ConnectionLost
     from cronjob.handlers import require_types
     from cronjob.log import get_logger
+    from cronjob.materialize import BATCH_FACTOR, Materializer
     from cronjob.tick import Tick, TickOptions
 
     metrics_path = textfile_path(metrics_textfile) if metrics_textfile is not None else None
     settings = Settings.build(database_url, handlers, tenants_sql)
     load_handlers(settings)
     specs = require_types([t.strip() for t in types.split(",") if t.strip()] if types else None)
+    options = TickOptions(
+        concurrency=concurrency,
+        batch_size=batch_size,
+        max_runtime=max_runtime,
+        grace=grace,
+        lease=lease,
+    )
+    materializer = Materializer(
+        tenants_sql=settings.tenants_sql, now=options.now, batch_size=batch_size * BATCH_FACTOR
+    )
     database, conn = open_database(settings)
     try:
-        options = TickOptions(
-            concurrency=concurrency,
-            batch_size=batch_size,
-            max_runtime=max_runtime,
-            grace=grace,
-            lease=lease,
-        )
-        ticker = Tick(conn, specs, connect=database.connect, options=options)
+        ticker = Tick(
+            conn, specs, connect=database.connect, options=options,
+            steps_before_claim=[materializer],
+        )  # fmt: skip
         try:
             report = ticker.run()
         except ConnectionLost as exc:
@@ -146,6 +153,13 @@ def tick(
     get_logger().info("tick finished", **summary)
     if as_json:
         click.echo(json.dumps(summary))
+    if materializer.problems:
+        # Everything else was done; a misconfiguration that silently skipped work is worse
+        # than a failing cron line.
+        from cronjob.errors import ScheduleProblems
+        from cronjob.materialize import describe_problems
+
+        raise ScheduleProblems(describe_problems(materializer.problems))
 
 
 def _after_tick(

@@ -13,7 +13,7 @@ import pytest
 
 import tests.handlers.faults  # noqa: F401 - registers the fault handlers in this process too
 from cronjob import store
-from cronjob.api import enqueue
+from cronjob.api import enqueue, new_run
 from tests.conftest import count, run_cli
 from tests.faults.conftest import db_now, wait_for
 from tests.test_lifecycle import tick
@@ -130,9 +130,7 @@ def test_a_drain_under_random_sigkills_loses_nothing_and_repeats_only_killed_wor
     exec_log = exec_log_here
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
-    store.runs_insert_many(
-        conn, [store.NewRun("fault.work", {"ms": 15}) for _ in range(DRAIN_RUNS)]
-    )
+    store.runs_insert_many(conn, [new_run("fault.work", {"ms": 15}) for _ in range(DRAIN_RUNS)])
     args = ("--lease", "3s", "--concurrency", "4", "--batch-size", "25")
     ticks = [start_tick(db_url, *args) for _ in range(DRAIN_TICKS)]
 

@@ -8,7 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -42,8 +42,8 @@ def _finish(proc: subprocess.Popen, input: str | None = None) -> str:
 @pytest.mark.skipif(FAKETIME is None, reason="needs faketime (Debian package: faketime)")
 @pytest.mark.parametrize("shift", ["+5h", "-5h"])
 def test_a_host_clock_hours_off_the_database_changes_nothing(db_url, conn, exec_log, shift):
-    """Scenario: enqueue and tick under faketime, 5 h ahead or behind; delays, leases and
-    backoff all follow the database clock."""
+    """Scenario: enqueue, add a schedule and tick under faketime, 5 h ahead or behind; delays,
+    leases, backoff and materialization all follow the database clock."""
     env = {**os.environ, "JOBRUNNER_DATABASE_URL": db_url, "JOBRUNNER_HANDLERS": HANDLERS,
            "JOBRUNNER_TEST_EXEC_LOG": str(exec_log.path)}  # fmt: skip
     skewed = (FAKETIME, "-m", "-f", shift)
@@ -59,10 +59,30 @@ def test_a_host_clock_hours_off_the_database_changes_nothing(db_url, conn, exec_
     ahead = "SELECT extract(epoch FROM {} - now()) FROM job_runs WHERE id = %s"
     assert 80 < conn.execute(ahead.format("run_at"), (delayed,)).fetchone()[0] <= 90
 
+    _finish(_jobrunner("schedule", "add", "minutely", "--cron", "* * * * *", "--type",
+                       "fault.work", env=env, prefix=skewed))  # fmt: skip
+    definition = "SELECT extract(epoch FROM {} - now()) FROM job_definitions"
+    assert -60 < conn.execute(definition.format("materialized_through")).fetchone()[0] <= 0
+    assert 0 < conn.execute(definition.format("next_fire_at")).fetchone()[0] <= 60
+    # As if created ten minutes ago: by the database clock one occurrence is due now
+    # (catch-up "latest"); by a host clock 5 h off, none or one 5 h away would be.
+    conn.execute(
+        "UPDATE job_definitions SET materialized_through = now() - interval '10 minutes',"
+        " next_fire_at = date_trunc('minute', now() - interval '10 minutes') + interval '1 minute'"
+    )
+    minute = "SELECT date_trunc('minute', now())"
+    earliest = conn.execute(minute).fetchone()[0]
+
     ticking = _jobrunner("tick", "--lease", "60s", env=env, prefix=skewed)
     wait_for(lambda: exec_log.of(sleeping), "the sleeping handler to start")
     assert 55 < conn.execute(ahead.format("locked_until"), (sleeping,)).fetchone()[0] <= 60
     _finish(ticking)
+    latest = conn.execute(minute).fetchone()[0]
+
+    [(scheduled_for,)] = conn.execute(
+        "SELECT scheduled_for FROM job_runs WHERE definition_id IS NOT NULL"
+    ).fetchall()
+    assert earliest <= scheduled_for <= latest
 
     assert store.run_get(conn, delayed).status == "queued"  # not due for another ~90 s
     assert store.run_get(conn, sleeping).status == "succeeded"
@@ -111,7 +131,7 @@ def test_a_tick_under_crons_minimal_environment_behaves_as_from_a_shell(db_url, 
     cron_outcome, shell_outcome = outcomes
     assert cron_outcome[:4] == (
         "succeeded",
-        datetime(2020, 1, 5, 9, tzinfo=timezone.utc),
+        datetime(2020, 1, 5, 9, tzinfo=UTC),
         {"text": text},
         text,
     )

@@ -1,0 +1,367 @@
+"""Commands about schedules: add, list, show, pause, resume, remove, sync, preview."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime
+from typing import IO, Any
+
+import click
+
+from cronjob.cli import database_options, json_option
+from cronjob.errors import BadInput
+from cronjob.settings import Settings
+
+UPCOMING_SHOWN = 5
+RECENT_RUNS_SHOWN = 10
+
+
+@click.group()
+def schedule() -> None:
+    """Cron schedules: definitions that `jobrunner tick` turns into runs.
+
+    \b
+    jobrunner schedule add nightly-report --cron '30 2 * * *' --type reports.nightly \\
+        --timezone Europe/Amsterdam
+    jobrunner schedule preview '30 2 * * *' --timezone Europe/Amsterdam --from 2026-10-24
+    jobrunner schedule sync schedules.toml --dry-run
+    """
+
+
+@schedule.command()
+@click.argument("name")
+@database_options
+@click.option(
+    "--cron", required=True, metavar="EXPR", help="Five-field cron text or @daily-style alias."
+)
+@click.option("--type", "job_type", required=True, metavar="TYPE", help="The job type to run.")
+@click.option("--payload", metavar="JSON", help="The payload of every run, as JSON (default {}).")
+@click.option(
+    "--timezone",
+    default="UTC",
+    show_default=True,
+    metavar="TZ",
+    help="IANA timezone the cron fields are read in.",
+)
+@click.option(
+    "--scope",
+    type=click.Choice(["global", "tenant"]),
+    default="global",
+    show_default=True,
+    help="tenant: one run per tenant of the tenant query at each fire time.",
+)
+@click.option(
+    "--max-attempts", metavar="N", help="Attempt budget of each run (default: the handler's)."
+)
+@click.option("--priority", metavar="N", help="Priority of each run; lower runs first (default 0).")
+@click.option(
+    "--catch-up",
+    type=click.Choice(["latest", "all", "none"]),
+    default="latest",
+    show_default=True,
+    help="Missed occurrences: run the latest once, all of them (bounded), or none.",
+)
+@click.option(
+    "--catch-up-limit", metavar="N", help="With --catch-up all: at most this many (default 100)."
+)
+def add(
+    name: str,
+    database_url: str | None,
+    handlers: str | None,
+    cron: str,
+    job_type: str,
+    payload: str | None,
+    timezone: str,
+    scope: str,
+    max_attempts: str | None,
+    priority: str | None,
+    catch_up: str,
+    catch_up_limit: str | None,
+) -> None:
+    """Define a schedule NAME. It first fires at its first occurrence from now on."""
+    from cronjob import definitions
+    from cronjob.inputs import parse_payload
+
+    spec = definitions.definition_spec(
+        name,
+        cron=cron,
+        job_type=job_type,
+        payload=None if payload is None else parse_payload(payload),
+        timezone=timezone,
+        scope=scope,
+        max_attempts=max_attempts,
+        priority=priority,
+        catch_up=catch_up,
+        catch_up_limit=catch_up_limit,
+    )
+    conn = _connect(database_url, handlers)
+    with conn:
+        created = definitions.add(conn, spec)
+    click.echo(f"added schedule {created.name}: next run {_next_run(created)}")
+    if scope == "tenant" and not os.environ.get("JOBRUNNER_TENANTS_SQL"):
+        click.echo(
+            "note: ticks materialize a tenant-scoped schedule only with a tenant query "
+            "(--tenants-sql or JOBRUNNER_TENANTS_SQL)",
+            err=True,
+        )
+
+
+@schedule.command(name="list")
+@database_options
+@json_option
+def list_schedules(database_url: str | None, handlers: str | None, as_json: bool) -> None:
+    """List every schedule with its next run."""
+    from cronjob import store
+
+    conn = _connect(database_url, handlers)
+    with conn:
+        found = store.definitions_list(conn)
+    if as_json:
+        click.echo(json.dumps([_definition_json(d) for d in found], indent=2))
+        return
+    if not found:
+        click.echo("No schedules. Add one with `jobrunner schedule add` or `schedule sync FILE`.")
+        return
+    rows = [("NAME", "SCHEDULE", "TIMEZONE", "SCOPE", "TYPE", "NEXT RUN")] + [
+        (d.name, d.schedule, d.timezone, d.scope, d.job_type, _next_run(d)) for d in found
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=True)]
+        click.echo("  ".join(cells).rstrip())
+
+
+@schedule.command()
+@click.argument("name")
+@database_options
+@json_option
+def show(name: str, database_url: str | None, handlers: str | None, as_json: bool) -> None:
+    """One schedule: its settings, next fire times, high-water mark and recent runs."""
+    from cronjob import definitions, store
+
+    conn = _connect(database_url, handlers)
+    with conn:
+        found = definitions.get(conn, name)
+        counts = store.definition_run_counts(conn, found.id)
+        recent = store.definition_runs_recent(conn, found.id, limit=RECENT_RUNS_SHOWN)
+    upcoming = definitions.upcoming_fire_times(found, UPCOMING_SHOWN)
+    local = _in_zone(found.timezone)
+    if as_json:
+        shown = _definition_json(found)
+        shown["upcoming"] = [local(t) for t in upcoming]
+        shown["run_counts"] = {status.value: number for status, number in counts.items()}
+        shown["recent_runs"] = [
+            {"id": r.id, "tenant_id": r.tenant_id, "scheduled_for": local(r.scheduled_for),
+             "status": r.status.value, "attempts": r.attempts}
+            for r in recent
+        ]  # fmt: skip
+        click.echo(json.dumps(shown, indent=2))
+        return
+    lines = [
+        ("schedule", f"{found.name} (id {found.id})"),
+        ("state", "enabled" if found.enabled else "paused"),
+        ("type", found.job_type),
+        ("cron", f"{found.schedule}  ({found.timezone})"),
+        ("scope", found.scope),
+        ("payload", json.dumps(found.payload)),
+        ("max attempts", str(found.max_attempts or "the handler's")),
+        ("priority", str(found.priority)),
+        ("catch-up", found.catch_up + (f" (at most {found.catch_up_limit})"
+                                       if found.catch_up == "all" else "")),
+        ("materialized through", local(found.materialized_through)),
+        ("next runs", "\n".join(local(t) for t in upcoming) or "none (paused)"),
+        ("runs", ", ".join(f"{n} {s.value}" for s, n in sorted(counts.items())) or "none yet"),
+    ]  # fmt: skip
+    for label, value in lines:
+        first, *rest = value.split("\n")
+        click.echo(f"{label:<21} {first}")
+        for more in rest:
+            click.echo(f"{'':<21} {more}")
+    if recent:
+        click.echo("\nrecent runs:")
+        click.echo(f"{'ID':>8}  {'SCHEDULED FOR':<25}  {'TENANT':<16}  {'STATUS':<10}  ATTEMPTS")
+        for run in recent:
+            click.echo(
+                f"{run.id:>8}  {local(run.scheduled_for):<25}  {run.tenant_id or '-':<16}  "
+                f"{run.status.value:<10}  {run.attempts}"
+            )
+
+
+@schedule.command()
+@click.argument("name")
+@database_options
+def pause(name: str, database_url: str | None, handlers: str | None) -> None:
+    """Stop materializing runs of NAME (runs already created are untouched)."""
+    from cronjob import definitions
+
+    conn = _connect(database_url, handlers)
+    with conn:
+        _, changed = definitions.pause(conn, name)
+    click.echo(f"paused {name}" if changed else f"{name} was already paused")
+
+
+@schedule.command()
+@click.argument("name")
+@database_options
+def resume(name: str, database_url: str | None, handlers: str | None) -> None:
+    """Materialize runs of NAME again, from now on: time spent paused is not made up."""
+    from cronjob import definitions
+
+    conn = _connect(database_url, handlers)
+    with conn:
+        found, changed = definitions.resume(conn, name)
+    if changed:
+        click.echo(f"resumed {name}: next run {_next_run(found)}")
+    else:
+        click.echo(f"{name} was not paused")
+
+
+@schedule.command()
+@click.argument("name")
+@database_options
+def remove(name: str, database_url: str | None, handlers: str | None) -> None:
+    """Delete the schedule NAME. Its runs are kept; queued ones still run."""
+    from cronjob import definitions
+
+    conn = _connect(database_url, handlers)
+    with conn:
+        definitions.remove(conn, name)
+    click.echo(f"removed {name}")
+
+
+@schedule.command()
+@click.argument("file", type=click.File("r", encoding="utf-8"))
+@database_options
+@click.option("--prune", is_flag=True, help="Remove schedules that are not in FILE.")
+@click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
+def sync(
+    file: IO[str], database_url: str | None, handlers: str | None, prune: bool, dry_run: bool
+) -> None:
+    """Make the schedules match a TOML FILE (- for stdin), upserting by name.
+
+    \b
+    [schedules.nightly-report]
+    cron = "30 2 * * *"               # required
+    type = "reports.nightly"          # required
+    timezone = "Europe/Amsterdam"     # default UTC
+    payload = { format = "pdf" }      # default {}
+    scope = "global"                  # or "tenant"
+    max_attempts = 5                  # default: the handler's
+    priority = 0
+    catch_up = "latest"               # or "all" (with catch_up_limit, default 100), "none"
+    enabled = true                    # leave out to keep a paused schedule paused
+
+    The whole file is checked before anything is written; one bad entry rejects it.
+    Prints one line per schedule: add, change (with the fields), unchanged, remove,
+    or keep (not in the file, and no --prune).
+    """
+    from cronjob import definitions
+
+    specs = definitions.load_file(file.read(), source=getattr(file, "name", "FILE"))
+    conn = _connect(database_url, handlers)
+    with conn:
+        items = definitions.sync(conn, specs, prune=prune, dry_run=dry_run)
+    for item in items:
+        detail = ""
+        if item.changes:
+            detail = f"  ({', '.join(item.changes)})"
+        elif item.action == "keep":
+            detail = "  (not in the file; --prune removes it)"
+        click.echo(f"{item.action:<10}{item.name}{detail}")
+    add, change, unchanged, remove = (
+        sum(i.action == action for i in items)
+        for action in ("add", "change", "unchanged", "remove")
+    )
+    if dry_run:
+        click.echo(
+            f"dry run, nothing written: {add} to add, {change} to change, {unchanged} unchanged,"
+            f" {remove} to remove"
+        )
+    else:
+        click.echo(
+            f"synced: {add} added, {change} changed, {unchanged} unchanged, {remove} removed"
+        )
+
+
+@schedule.command()
+@click.argument("expr", metavar="EXPR")
+@click.option("--timezone", default="UTC", show_default=True, metavar="TZ")
+@click.option(
+    "--from", "start", metavar="ISO8601",
+    help="Show fire times strictly after this (default: now). Without an offset it is read "
+    "in --timezone.",
+)  # fmt: skip
+@click.option("--count", type=click.IntRange(1, 10000), default=10, show_default=True)
+def preview(expr: str, timezone: str, start: str | None, count: int) -> None:
+    """Print the next fire times of EXPR, one ISO-8601 timestamp a line.
+
+    Computed by the same code that materializes runs, daylight-saving rules included;
+    needs no database.
+    """
+    from zoneinfo import ZoneInfo
+
+    from cronjob import schedule as cron
+
+    try:
+        zone_name = cron.validate_timezone(timezone)
+        cron.validate_expression(expr)
+    except cron.ScheduleError as exc:
+        raise BadInput(str(exc)) from None
+    zone = ZoneInfo(zone_name)
+    after = _parse_from(start, zone) if start is not None else datetime.now(zone)
+    for moment in cron.next_after(expr, zone_name, after, count):
+        click.echo(moment.astimezone(zone).isoformat())
+
+
+def _parse_from(text: str, zone: Any) -> datetime:
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise BadInput(
+            f"invalid --from {text!r}: expected ISO-8601, e.g. 2026-10-24T00:00:00+02:00"
+        ) from None
+    # An offset-less time means the schedule's own wall clock (its first reading, if the
+    # clocks go back then).
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=zone)
+
+
+def _connect(database_url: str | None, handlers: str | None) -> Any:
+    from cronjob.commands import open_database
+
+    _, conn = open_database(Settings.build(database_url, handlers))
+    return conn
+
+
+def _in_zone(name: str) -> Any:
+    from zoneinfo import ZoneInfo
+
+    zone = ZoneInfo(name)
+
+    def local(moment: datetime | None) -> str:
+        return "-" if moment is None else moment.astimezone(zone).isoformat()
+
+    return local
+
+
+def _next_run(definition: Any) -> str:
+    if not definition.enabled:
+        return "paused"
+    if definition.next_fire_at is None:
+        return "never"
+    return _in_zone(definition.timezone)(definition.next_fire_at)
+
+
+def _definition_json(d: Any) -> dict[str, Any]:
+    def iso(moment: datetime | None) -> str | None:
+        return None if moment is None else moment.isoformat()
+
+    return {
+        "id": d.id, "name": d.name, "type": d.job_type, "cron": d.schedule,
+        "timezone": d.timezone, "scope": d.scope, "payload": d.payload,
+        "max_attempts": d.max_attempts, "priority": d.priority, "catch_up": d.catch_up,
+        "catch_up_limit": d.catch_up_limit, "enabled": d.enabled,
+        "materialized_through": iso(d.materialized_through),
+        "next_fire_at": iso(d.next_fire_at), "created_at": iso(d.created_at),
+        "updated_at": iso(d.updated_at),
+    }  # fmt: skip

@@ -1,0 +1,367 @@
+"""Schedule definitions: validated whole, then added, changed, paused, resumed, removed, synced.
+
+Everything is checked before anything is written; a bad field raises BadInput naming it. Times
+that decide what runs (a new definition's start, a resumed one's restart) come from the
+database clock, read inside the transaction that writes them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from cronjob import store
+from cronjob.errors import BadInput, DefinitionExists, DefinitionNotFound
+from cronjob.inputs import check_payload, check_text, parse_int, parse_positive_int
+from cronjob.models import DEFAULT_CATCH_UP_LIMIT, Definition, DefinitionSpec
+
+SCOPES = ("global", "tenant")
+CATCH_UP_POLICIES = ("latest", "all", "none")  # as in cronjob.schedule, without importing it
+MAX_CATCH_UP_LIMIT = 10000
+MAX_ATTEMPTS_LIMIT = 1000
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]{0,199}")
+
+# TOML keys of one definition, and the keyword each becomes.
+FILE_KEYS = {
+    "cron": "cron",
+    "type": "job_type",
+    "payload": "payload",
+    "timezone": "timezone",
+    "scope": "scope",
+    "max_attempts": "max_attempts",
+    "priority": "priority",
+    "catch_up": "catch_up",
+    "catch_up_limit": "catch_up_limit",
+    "enabled": "enabled",
+}
+
+
+def check_name(name: Any) -> str:
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        shown = name if isinstance(name, str) else type(name).__name__
+        raise BadInput(
+            f"invalid schedule name {_quoted(shown)}: use letters, digits and _ . : / - "
+            "(starting with a letter or digit, at most 200 characters)"
+        )
+    return name
+
+
+def definition_spec(
+    name: Any,
+    *,
+    cron: Any,
+    job_type: Any,
+    payload: Any = None,
+    timezone: Any = "UTC",
+    scope: Any = "global",
+    max_attempts: Any = None,
+    priority: Any = None,
+    catch_up: Any = "latest",
+    catch_up_limit: Any = None,
+    enabled: Any = None,
+) -> DefinitionSpec:
+    """Validate every field of a definition; raises BadInput naming the first problem."""
+    from cronjob import schedule
+
+    name = check_name(name)
+    job_type = check_text(job_type, what="job type", max_length=200)
+    if not isinstance(cron, str):
+        raise BadInput(f"invalid cron expression {cron!r}: expected a string")
+    if not isinstance(timezone, str):
+        raise BadInput(f"invalid timezone {timezone!r}: expected a string")
+    try:
+        schedule.validate_expression(cron)
+        timezone = schedule.validate_timezone(timezone)
+    except schedule.ScheduleError as exc:
+        raise BadInput(str(exc)) from None
+    if scope not in SCOPES:
+        raise BadInput(f"invalid scope {_quoted(str(scope))}: expected global or tenant")
+    if catch_up not in CATCH_UP_POLICIES:
+        raise BadInput(
+            f"invalid catch-up policy {_quoted(str(catch_up))}: expected latest, all or none"
+        )
+    if catch_up_limit is not None and catch_up != "all":
+        raise BadInput("a catch-up limit applies to catch-up policy 'all' only")
+    if enabled is not None and not isinstance(enabled, bool):
+        raise BadInput(f"invalid enabled {enabled!r}: expected true or false")
+    return DefinitionSpec(
+        name=name,
+        job_type=job_type,
+        schedule=" ".join(cron.split()),
+        timezone=timezone,
+        payload=check_payload({} if payload is None else payload),
+        scope=scope,
+        max_attempts=None
+        if max_attempts is None
+        else parse_positive_int(max_attempts, what="max attempts", maximum=MAX_ATTEMPTS_LIMIT),
+        priority=0 if priority is None else parse_int(priority, what="priority"),
+        catch_up=catch_up,
+        catch_up_limit=DEFAULT_CATCH_UP_LIMIT
+        if catch_up_limit is None
+        else parse_positive_int(catch_up_limit, what="catch-up limit", maximum=MAX_CATCH_UP_LIMIT),
+        enabled=enabled,
+    )
+
+
+def _quoted(text: str) -> str:
+    return repr(text if len(text) <= 80 else text[:77] + "...")
+
+
+# -- timing --------------------------------------------------------------
+
+
+def first_fire_after(definition: DefinitionSpec | Definition, moment: datetime) -> datetime | None:
+    """The first occurrence strictly after `moment`: a definition's `next_fire_at`."""
+    from cronjob import schedule
+
+    upcoming = schedule.next_after(definition.schedule, definition.timezone, moment)
+    return upcoming[0] if upcoming else None
+
+
+def upcoming_fire_times(definition: Definition, count: int) -> list[datetime]:
+    """The next `count` fire times of an enabled definition, from its next one on."""
+    from cronjob import schedule
+
+    if not definition.enabled or definition.next_fire_at is None or count < 1:
+        return []
+    first = definition.next_fire_at
+    return [first, *schedule.next_after(definition.schedule, definition.timezone, first, count - 1)]
+
+
+def _same_timing(definition: Definition, spec: DefinitionSpec) -> bool:
+    from cronjob import schedule
+
+    return definition.timezone == spec.timezone and schedule.validate_expression(
+        definition.schedule
+    ) == schedule.validate_expression(spec.schedule)
+
+
+# -- one definition at a time ---------------------------------------------
+
+
+def add(conn: Any, spec: DefinitionSpec, *, now: datetime | None = None) -> Definition:
+    """Create a definition. It starts from now: nothing earlier is ever materialized."""
+    with conn.transaction():
+        clock = store.clock_now(conn, now=now)
+        created = store.definition_insert(
+            conn, spec, enabled=spec.enabled is not False, now=clock,
+            next_fire_at=first_fire_after(spec, clock),
+        )  # fmt: skip
+    if created is None:
+        raise DefinitionExists(
+            f"schedule {spec.name!r} already exists "
+            "(remove it first, or manage definitions with `jobrunner schedule sync`)"
+        )
+    return created
+
+
+def get(conn: Any, name: str) -> Definition:
+    found = store.definition_get(conn, name)
+    if found is None:
+        raise DefinitionNotFound(f"schedule {name!r} not found")
+    return found
+
+
+def pause(conn: Any, name: str, *, now: datetime | None = None) -> tuple[Definition, bool]:
+    """Stop materializing; returns the definition and whether it was running before."""
+    return _set_enabled(conn, name, False, now)
+
+
+def resume(conn: Any, name: str, *, now: datetime | None = None) -> tuple[Definition, bool]:
+    """Start materializing again from now: occurrences while paused are not made up.
+
+    Returns the definition and whether it was paused before.
+    """
+    return _set_enabled(conn, name, True, now)
+
+
+def _set_enabled(
+    conn: Any, name: str, enabled: bool, now: datetime | None
+) -> tuple[Definition, bool]:
+    with conn.transaction():
+        current = store.definition_get(conn, name, lock=True)
+        if current is None:
+            raise DefinitionNotFound(f"schedule {name!r} not found")
+        if current.enabled == enabled:
+            return current, False
+        clock = store.clock_now(conn, now=now)
+        mark, next_fire_at = current.materialized_through, current.next_fire_at
+        if enabled:
+            mark, next_fire_at = _restarted(current, current, clock)
+        updated = store.definition_set_enabled(
+            conn, current.id, enabled, now=clock, materialized_through=mark,
+            next_fire_at=next_fire_at,
+        )  # fmt: skip
+    return updated, True
+
+
+def _restarted(
+    current: Definition, timing: DefinitionSpec | Definition, clock: datetime
+) -> tuple[datetime, datetime | None]:
+    """A high-water mark and next fire time that start `timing`'s schedule afresh at `clock`.
+
+    Used when a paused definition resumes and when a schedule or timezone changes: what
+    would have fired before is not made up (it was paused, or it was another schedule).
+    """
+    mark = max(current.materialized_through, clock)
+    return mark, first_fire_after(timing, mark)
+
+
+def remove(conn: Any, name: str) -> Definition:
+    """Delete a definition. Its runs stay (unlinked from it); queued ones still run."""
+    with conn.transaction():
+        current = store.definition_get(conn, name, lock=True)
+        if current is None:
+            raise DefinitionNotFound(f"schedule {name!r} not found")
+        store.definition_delete(conn, current.id)
+    return current
+
+
+# -- declarative files ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlanItem:
+    """What `sync` does (or would do) to one definition."""
+
+    action: str  # add | change | unchanged | remove | keep (absent from the file, no --prune)
+    name: str
+    changes: tuple[str, ...] = ()
+
+
+def load_file(text: str, *, source: str) -> list[DefinitionSpec]:
+    """Parse and validate a TOML file of definitions; raises BadInput for the first problem.
+
+    [schedules.nightly-report]
+    cron = "30 2 * * *"
+    type = "reports.nightly"
+    timezone = "Europe/Amsterdam"
+    payload = { format = "pdf" }
+    """
+    import tomllib
+
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise BadInput(f"{source}: invalid TOML: {exc}") from None
+    unknown = sorted(set(document) - {"schedules"})
+    if unknown:
+        raise BadInput(
+            f"{source}: unknown top-level key {unknown[0]!r} "
+            "(definitions go in [schedules.NAME] tables)"
+        )
+    tables = document.get("schedules", {})
+    if not isinstance(tables, dict):
+        raise BadInput(f"{source}: 'schedules' must be a table of [schedules.NAME] tables")
+    return [_spec_from_table(name, table, source) for name, table in tables.items()]
+
+
+def _spec_from_table(name: str, table: Any, source: str) -> DefinitionSpec:
+    where = f"{source}: schedule {name!r}"
+    if not isinstance(table, dict):
+        raise BadInput(f"{where}: expected a table of settings ([schedules.{name}])")
+    unknown = sorted(set(table) - set(FILE_KEYS))
+    if unknown:
+        raise BadInput(f"{where}: unknown key {unknown[0]!r} (expected {', '.join(FILE_KEYS)})")
+    for required in ("cron", "type"):
+        if required not in table:
+            raise BadInput(f"{where}: missing key {required!r}")
+    try:
+        return definition_spec(name, **{FILE_KEYS[key]: value for key, value in table.items()})
+    except BadInput as exc:
+        raise BadInput(f"{where}: {exc}") from None
+
+
+def plan_sync(
+    existing: Sequence[Definition], specs: Sequence[DefinitionSpec], *, prune: bool
+) -> list[PlanItem]:
+    """Pure: compare the database's definitions with the file's, in file order."""
+    current = {d.name: d for d in existing}
+    wanted = {spec.name for spec in specs}
+    items = []
+    for spec in specs:
+        found = current.get(spec.name)
+        if found is None:
+            items.append(PlanItem("add", spec.name))
+            continue
+        changes = _differences(found, spec)
+        items.append(PlanItem("change" if changes else "unchanged", spec.name, changes))
+    for name in sorted(set(current) - wanted):
+        items.append(PlanItem("remove" if prune else "keep", name))
+    return items
+
+
+def _differences(current: Definition, spec: DefinitionSpec) -> tuple[str, ...]:
+    import json
+
+    def canonical(payload: Any) -> str:
+        # json.dumps, not ==: True == 1 in Python but not in JSON.
+        return json.dumps(payload, sort_keys=True)
+
+    pairs: list[tuple[str, Any, Any]] = [
+        ("type", current.job_type, spec.job_type),
+        ("cron", current.schedule, spec.schedule),
+        ("timezone", current.timezone, spec.timezone),
+        ("payload", canonical(current.payload), canonical(spec.payload)),
+        ("scope", current.scope, spec.scope),
+        ("max_attempts", current.max_attempts, spec.max_attempts),
+        ("priority", current.priority, spec.priority),
+        ("catch_up", current.catch_up, spec.catch_up),
+        ("catch_up_limit", current.catch_up_limit, spec.catch_up_limit),
+    ]
+    if spec.enabled is not None:
+        pairs.append(("enabled", current.enabled, spec.enabled))
+    return tuple(name for name, old, new in pairs if old != new)
+
+
+def sync(
+    conn: Any,
+    specs: Sequence[DefinitionSpec],
+    *,
+    prune: bool = False,
+    dry_run: bool = False,
+    now: datetime | None = None,
+) -> list[PlanItem]:
+    """Make the database's definitions match `specs` (upsert by name), in one transaction.
+
+    A definition whose schedule or timezone changes, or that the file enables again, starts
+    afresh from now, like a new one. A paused definition stays paused unless the file says
+    `enabled = true`. With `prune`, definitions absent from `specs` are removed.
+    """
+    with conn.transaction():
+        if not dry_run:
+            store.definitions_sync_lock(conn)
+        existing = store.definitions_list(conn, lock=not dry_run)
+        items = plan_sync(existing, specs, prune=prune)
+        if dry_run:
+            return items
+        clock = store.clock_now(conn, now=now)
+        current = {d.name: d for d in existing}
+        by_name: Mapping[str, DefinitionSpec] = {spec.name: spec for spec in specs}
+        for item in items:
+            if item.action == "add":
+                spec = by_name[item.name]
+                store.definition_insert(
+                    conn, spec, enabled=spec.enabled is not False, now=clock,
+                    next_fire_at=first_fire_after(spec, clock),
+                )  # fmt: skip
+            elif item.action == "change":
+                _apply_change(conn, current[item.name], by_name[item.name], clock)
+            elif item.action == "remove":
+                store.definition_delete(conn, current[item.name].id)
+    return items
+
+
+def _apply_change(conn: Any, current: Definition, spec: DefinitionSpec, clock: datetime) -> None:
+    enabled = current.enabled if spec.enabled is None else spec.enabled
+    mark, next_fire_at = current.materialized_through, current.next_fire_at
+    if not _same_timing(current, spec) or (enabled and not current.enabled):
+        mark, next_fire_at = _restarted(current, spec, clock)
+    store.definition_update(
+        conn, current.id, spec, enabled=enabled, now=clock, materialized_through=mark,
+        next_fire_at=next_fire_at,
+    )  # fmt: skip
