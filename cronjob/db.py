@@ -21,13 +21,17 @@ RUNNER_OPTIONS = (
     "-c statement_timeout=30000 -c lock_timeout=5000 -c idle_in_transaction_session_timeout=600000"
 )
 
-_PASSWORD_IN_URL = re.compile(r"(://[^:/@\s]*:)([^@\s]*)(@)")
+# A password runs to the last @ of its token, as libpq reads it. Besides URLs,
+# libpq quotes a connection string it cannot parse, scheme or not.
+_PASSWORD_IN_URL = re.compile(r"(://[^:/@\s]*:)([^\s\"']*)(@)")
+_PASSWORD_BARE = re.compile(r"((?:^|[\s\"'(=])[^:/@\s\"']+:)([^\s\"'/]*)(@)")
 _PASSWORD_PARAM = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
 
 
 def redact(text: str) -> str:
     """Remove passwords from URLs and key=value connection strings in `text`."""
     text = _PASSWORD_IN_URL.sub(r"\1***\3", text)
+    text = _PASSWORD_BARE.sub(r"\1***\3", text)
     return _PASSWORD_PARAM.sub(r"\1***", text)
 
 

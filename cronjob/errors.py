@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class JobrunnerError(Exception):
     """Base class: a command could not do its work (exit 1)."""
@@ -21,6 +23,17 @@ class HandlerImportError(BadInput):
 
 class DatabaseUnavailable(JobrunnerError):
     """The database could not be reached."""
+
+
+class ConnectionLost(DatabaseUnavailable):
+    """The database went away mid-tick and what the tick held could not all be recorded.
+
+    `report` is the tick's report up to that point, so the summary can still be shown.
+    """
+
+    def __init__(self, message: str, *, report: Any = None) -> None:
+        super().__init__(message)
+        self.report = report
 
 
 class SchemaNotReady(JobrunnerError):

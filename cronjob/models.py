@@ -119,6 +119,10 @@ class TickReport:
     dead: int = 0
     lost: int = 0  # outcome discarded: lease lost, run cancelled or re-claimed
     handed_back: int = 0
+    handed_back_ids: list[int] = field(default_factory=list)
+    # Claimed, but neither finalized nor handed back because the database failed:
+    # recovered by a later tick once their leases expire.
+    unrecorded: int = 0
     stopped_by: str | None = None
     elapsed: float = 0.0
     by_type: dict[str, int] = field(default_factory=dict)
@@ -133,6 +137,8 @@ class TickReport:
             "dead": self.dead,
             "lost": self.lost,
             "handed_back": self.handed_back,
+            **({"handed_back_ids": self.handed_back_ids[:100]} if self.handed_back_ids else {}),
+            **({"unrecorded": self.unrecorded} if self.unrecorded else {}),
             "elapsed_s": round(self.elapsed, 3),
             **({"stopped_by": self.stopped_by} if self.stopped_by else {}),
         }

@@ -8,6 +8,7 @@ handler code (except the handler's own `ctx.db`).
 
 from __future__ import annotations
 
+import enum
 import os
 import queue
 import signal
@@ -18,10 +19,12 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 from cronjob import store, transitions
 from cronjob.context import JobContext
+from cronjob.errors import ConnectionLost, JobrunnerError
 from cronjob.handlers import Fail, HandlerSpec, Retry
 from cronjob.models import ClaimedRun, Decision, Errored, Outcome, Status, Succeeded, TickReport
 
@@ -31,6 +34,15 @@ DEFAULT_MAX_RUNTIME = 50.0  # ends inside the cron minute that started it
 DEFAULT_GRACE = 25.0  # below systemd's and Kubernetes' default 30 s stop timeout
 TRACEBACK_LIMIT = 8000
 FLUSH_INTERVAL = 0.2  # finalize at least this often while handlers are busy
+# After a lost connection: pauses before each reconnect attempt (each one itself
+# retries briefly), enough for a fast restart or a failover, bounded all the same.
+RECONNECT_PAUSES = (0.0, 1.0, 2.0)
+# How long a hand-back waits for handlers that already returned to finish their
+# own bookkeeping (committing `ctx.db`), so their outcome is not thrown away.
+SETTLE_WAIT = 2.0
+SUMMARY_IDS = 100
+
+T = TypeVar("T")
 
 
 def worker_name() -> str:
@@ -48,19 +60,28 @@ class TickOptions:
     handle_signals: bool = True
 
 
+class _State(enum.Enum):
+    QUEUED = "queued"  # claimed, waiting for a worker
+    STARTED = "started"  # a worker is running its handler
+    DONE = "done"  # the handler returned; its result is on the way to the main thread
+    SETTLED = "settled"  # the main thread decided its fate first: any late result is discarded
+
+
+@dataclass
+class _Slot:
+    """A worker thread's place; retired when its handler overran its timeout."""
+
+    retired: bool = False
+
+
 @dataclass
 class _InFlight:
     run: ClaimedRun
     spec: HandlerSpec
     ctx: JobContext
+    state: _State = _State.QUEUED
     started: float | None = None
-    # Set once the main thread has written this run's fate (handed back, timed
-    # out, lease lost); whatever the handler returns afterwards is discarded.
-    settled: bool = False
-    # Set by the worker just before it records success in the handler's own
-    # transaction: from then on a heartbeat that misses the run may only mean
-    # that the commit went through, so the main thread waits for the result.
-    finalizing: bool = False
+    slot: _Slot | None = None
 
 
 @dataclass
@@ -90,7 +111,7 @@ class Tick:
         conn: Any,
         handlers: dict[str, HandlerSpec],
         *,
-        connect: Callable[[], Any],
+        connect: Callable[..., Any],
         options: TickOptions = TickOptions(),
         steps_before_claim: list[Callable[[Any, TickReport], None]] | None = None,
         log: Any = None,
@@ -104,11 +125,12 @@ class Tick:
         self.report = TickReport()
         self.stop = _Stop()
         self._log = log
+        self._lock = threading.Lock()  # guards every _InFlight.state change
         self._inflight: dict[int, _InFlight] = {}
         self._decisions: list[Decision] = []
         self._work: queue.SimpleQueue[_InFlight | None] = queue.SimpleQueue()
         self._done: queue.SimpleQueue[_Result] = queue.SimpleQueue()
-        self._threads: list[threading.Thread] = []
+        self._slots: list[_Slot] = []
         types = sorted(handlers)
         self._claim_args = {
             "job_types": types,
@@ -134,14 +156,22 @@ class Tick:
         deadline = started + self.options.max_runtime
         restore = self._install_signal_handlers()
         try:
-            self.report.rescued = len(store.runs_rescue_many(self.conn, now=self.options.now))
+            rescued = self._on_connection(
+                "rescue", partial(store.runs_rescue_many, now=self.options.now)
+            )
+            self.report.rescued = len(rescued or [])
             for step in self.steps_before_claim:
-                step(self.conn, self.report)
+                if self.stop.reason is not None:
+                    break
+                name = getattr(step, "__name__", type(step).__name__.lower())
+                self._on_connection(name, lambda conn, step=step: step(conn, self.report))
             if self.handlers:
                 self._drain(deadline)
+            self._require_everything_recorded()
         finally:
             restore()
             self._stop_workers()
+            self.report.stopped_by = self.stop.reason
             self.report.elapsed = time.monotonic() - started
         return self.report
 
@@ -150,54 +180,85 @@ class Tick:
         # previous one still runs; heartbeats cover queued runs too.
         batch = self.options.batch_size
         capacity = self.options.concurrency + batch
-        exhausted = False
+        exhausted = stopping = False
         last_flush = last_beat = time.monotonic()
         beat_every = min(self._lease(s) for s in self.handlers.values()) / 3
         while True:
             now = time.monotonic()
             if self.stop.reason is None and now >= deadline:
-                self.stop.reason = "max-runtime"
-                self.stop.at = now
-            if self.stop.reason is None and not exhausted:
-                room = capacity - len(self._inflight)
-                if room >= max(1, batch // 2) or not self._inflight:
-                    limit = min(room, batch)
-                    exhausted = len(self._claim(limit)) < limit
+                self._stop("max-runtime")
+            if self._may_claim(exhausted, capacity):
+                limit = min(capacity - len(self._inflight), batch)
+                claimed = self._claim(limit)
+                exhausted = claimed is not None and len(claimed) < limit
+            if self.stop.reason is not None:
+                if not stopping:
+                    stopping = True
+                    self._log_stopping()
+                # What no worker has started yet goes back at once; what runs now
+                # gets the grace period to finish.
+                self._hand_back(self._settle_all({_State.QUEUED}))
+                if self._grace_spent(now):
+                    self._hand_back_unfinished()
+                    break
             if not self._inflight and (exhausted or self.stop.reason is not None):
                 break
-            if self.stop.reason is not None and self._grace_spent(now):
-                self._hand_back_unfinished()
-                break
-            self._collect(wait=self._wait_time(exhausted, len(self._inflight) >= capacity))
+            # Block for a result unless there is room to claim more right away.
+            self._collect(wait=0.0 if self._may_claim(exhausted, capacity) else 0.05)
             now = time.monotonic()
+            self._enforce_timeouts(now)
             if len(self._decisions) >= self.options.batch_size or (
                 self._decisions and (exhausted or now - last_flush >= FLUSH_INTERVAL)
             ):
                 self._flush()
                 last_flush = now
-            if now - last_beat >= beat_every and self._inflight:
-                self._heartbeat()
+            if now - last_beat >= beat_every and self._inflight and self._heartbeat():
                 last_beat = now
             if exhausted and self.stop.reason is None and not self._inflight:
                 # Everything we claimed is done; look once more before leaving, since
                 # retries with a short delay may be due already.
                 exhausted = False
-        self._flush()
+        if not self._flush():
+            self._flush()  # once more, on the fresh connection if it was lost
 
-    def _wait_time(self, exhausted: bool, full: bool) -> float:
-        if self.stop.reason is not None or exhausted or full:
-            return 0.05
-        return 0.0
+    def _may_claim(self, exhausted: bool, capacity: int) -> bool:
+        if self.stop.reason is not None or exhausted:
+            return False
+        room = capacity - len(self._inflight)
+        return room >= max(1, self.options.batch_size // 2) or not self._inflight
 
     def _grace_spent(self, now: float) -> bool:
         return self.stop.urgent or now - self.stop.at >= self.options.grace
 
+    def _stop(self, reason: str) -> None:
+        if self.stop.reason is None:
+            self.stop.reason = reason
+            self.stop.at = time.monotonic()
+
+    def _log_stopping(self) -> None:
+        if self._inflight:
+            self.log.info(
+                "stopping: claiming nothing more",
+                reason=self.stop.reason,
+                running=sum(f.state is _State.STARTED for f in self._inflight.values()),
+                grace_s=self.options.grace,
+            )
+
     # -- claim and run -----------------------------------------------------
 
-    def _claim(self, limit: int) -> list[ClaimedRun]:
-        claimed = store.runs_claim_many(
-            self.conn, limit=limit, worker=self.worker, now=self.options.now, **self._claim_args
+    def _claim(self, limit: int) -> list[ClaimedRun] | None:
+        claimed = self._on_connection(
+            "claim",
+            partial(
+                store.runs_claim_many,
+                limit=limit,
+                worker=self.worker,
+                now=self.options.now,
+                **self._claim_args,
+            ),
         )
+        if claimed is None:
+            return None
         self.report.claimed += len(claimed)
         for run in claimed:
             flight = _InFlight(run, self.handlers[run.job_type], JobContext(run, self.connect))
@@ -207,36 +268,55 @@ class Tick:
         return claimed
 
     def _ensure_workers(self) -> None:
-        if len(self._threads) < min(self.options.concurrency, len(self._inflight)):
+        active = sum(not s.retired for s in self._slots)
+        wanted = min(self.options.concurrency, len(self._inflight))
+        for _ in range(wanted - active):
+            slot = _Slot()
             thread = threading.Thread(
-                target=self._worker_loop, name=f"jobrunner-worker-{len(self._threads)}", daemon=True
+                target=self._worker_loop,
+                args=(slot,),
+                name=f"jobrunner-worker-{len(self._slots)}",
+                daemon=True,  # a handler stuck past its timeout must not keep the process alive
             )
+            self._slots.append(slot)
             thread.start()
-            self._threads.append(thread)
 
     def _stop_workers(self) -> None:
-        for _ in self._threads:
-            self._work.put(None)
+        for slot in self._slots:
+            if not slot.retired:
+                self._work.put(None)
 
-    def _worker_loop(self) -> None:
+    def _worker_loop(self, slot: _Slot) -> None:
         while True:
             flight = self._work.get()
             if flight is None:
                 return
-            if flight.settled:
-                continue
-            flight.started = time.monotonic()
+            with self._lock:
+                if flight.state is not _State.QUEUED:
+                    continue  # handed back or lost before a worker got to it
+                flight.state = _State.STARTED
+                flight.started = time.monotonic()
+                flight.slot = slot
             outcome = execute(flight.spec, flight.run, flight.ctx)
-            duration = time.monotonic() - flight.started
-            result = _Result(flight, outcome, duration)
+            result = _Result(flight, outcome, time.monotonic() - flight.started)
             try:
-                if flight.ctx.used_db:
+                if self._mark_done(flight) and flight.ctx.used_db:
                     self._finish_in_handler_transaction(result)
             finally:
                 # Before the result is handed over: a failure is recorded only
                 # once the handler's transaction is gone.
                 flight.ctx.close()
             self._done.put(result)
+            if slot.retired:
+                return  # this handler overran its timeout; a replacement took our place
+
+    def _mark_done(self, flight: _InFlight) -> bool:
+        """Claim the right to report this run's outcome; False if it was settled already."""
+        with self._lock:
+            if flight.state is _State.STARTED:
+                flight.state = _State.DONE
+                return True
+            return False
 
     def _finish_in_handler_transaction(self, result: _Result) -> None:
         """Record success in the handler's own transaction, or leave its writes to roll back.
@@ -245,14 +325,14 @@ class Tick:
         the run was cancelled, handed back or re-claimed meanwhile, it matches no
         row and everything rolls back. It takes the run's row lock last, just
         before COMMIT, so the tick's heartbeat and hand-back wait at most that
-        long for it, and never in a cycle.
+        long for it, and never in a cycle. The run is DONE by now, so the main
+        thread neither hands it back nor times it out while this commits.
         """
         flight = result.flight
-        if not isinstance(result.outcome, Succeeded) or flight.settled:
+        if not isinstance(result.outcome, Succeeded):
             return  # closing the connection rolls the handler's writes back
         try:
             conn = flight.ctx.handler_transaction()
-            flight.finalizing = True
             kept = store.runs_finalize_many(
                 conn,
                 [transitions.succeeded(flight.run, result.duration)],
@@ -282,10 +362,10 @@ class Tick:
 
     def _record(self, result: _Result) -> None:
         flight = result.flight
-        if flight.settled:
-            return
+        if flight.state is not _State.DONE:
+            return  # settled first (handed back, timed out, lease lost): already counted
         self._inflight.pop(flight.run.id, None)
-        flight.settled = True
+        flight.state = _State.SETTLED
         if result.finalized:
             self._count(Status.SUCCEEDED if result.kept else None, flight.run, result.duration)
             return
@@ -293,16 +373,29 @@ class Tick:
             transitions.decide(flight.run, result.outcome, flight.spec.backoff, result.duration)
         )
 
-    def _flush(self) -> None:
+    def _flush(self) -> bool:
+        """Finalize the decisions taken so far; False if the database failed (kept for later)."""
         if not self._decisions:
-            return
+            return True
         decisions, self._decisions = self._decisions, []
-        kept = store.runs_finalize_many(
-            self.conn, decisions, worker=self.worker, now=self.options.now
+        kept = self._on_connection(
+            "finalize",
+            partial(
+                store.runs_finalize_many,
+                decisions=decisions,
+                worker=self.worker,
+                now=self.options.now,
+            ),
         )
+        if kept is None:
+            # Kept for the next flush; the statement is fenced by lease token, so
+            # writing a decision that did land before the error changes nothing.
+            self._decisions = decisions + self._decisions
+            return False
         for decision in decisions:
             status = decision.status if decision.run.id in kept else None
             self._count(status, decision.run, decision.duration, decision.error)
+        return True
 
     def _count(
         self,
@@ -310,6 +403,7 @@ class Tick:
         run: ClaimedRun,
         duration: float,
         error: Errored | None = None,
+        discarded_because: str = "lease lost",
     ) -> None:
         report = self.report
         if status is Status.SUCCEEDED:
@@ -334,7 +428,7 @@ class Tick:
             fields["error_type"] = error.error_type
             fields["error"] = error.message
         if status is None:
-            self.log.warning("run outcome discarded: lease lost", **fields)
+            self.log.warning(f"run outcome discarded: {discarded_because}", **fields)
         elif status is Status.SUCCEEDED:
             self.log.info("run finished", **fields)
         else:
@@ -342,18 +436,24 @@ class Tick:
 
     # -- leases ------------------------------------------------------------
 
-    def _heartbeat(self) -> None:
-        flights = [f for f in self._inflight.values() if not f.settled]
+    def _heartbeat(self) -> bool:
+        """Renew every lease this tick holds, running or queued; False if it must be retried."""
+        flights = list(self._inflight.values())
         if not flights:
-            return
+            return True
         import psycopg
 
+        beat = partial(
+            store.runs_heartbeat_many,
+            runs=[f.run for f in flights],
+            leases=[self._lease(f.spec) for f in flights],
+            now=self.options.now,
+        )
         try:
-            held = store.runs_heartbeat_many(
-                self.conn,
-                [f.run for f in flights],
-                [self._lease(f.spec) for f in flights],
-                now=self.options.now,
+            held = self._on_connection(
+                "heartbeat",
+                beat,
+                raising=(psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected),
             )
         except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected) as exc:
             # Only a handler that locks job_runs rows in its own ctx.db transaction
@@ -361,30 +461,180 @@ class Tick:
             from cronjob.db import describe
 
             self.log.warning("heartbeat skipped: a run's row is locked", error=describe(exc))
-            return
+            return True
+        if held is None:
+            return False
         for flight in flights:
-            if flight.run.id not in held and not flight.finalizing:
-                self._lose(flight, "lease lost: run cancelled or claimed by another tick")
+            if flight.run.id not in held:
+                self._lose(flight)
+        return True
 
-    def _lose(self, flight: _InFlight, why: str) -> None:
-        flight.settled = True
+    def _lose(self, flight: _InFlight) -> None:
+        if not self._settle(flight):
+            return  # its handler returned already: the fenced finalize will say so
         flight.ctx.cancelled.set()
         self._inflight.pop(flight.run.id, None)
-        self._count(None, flight.run, 0.0)
-        self.log.warning(why, run_id=flight.run.id, job_type=flight.run.job_type)
+        ran = time.monotonic() - flight.started if flight.started is not None else 0.0
+        self._count(
+            None,
+            flight.run,
+            ran,
+            discarded_because="lease lost (run cancelled, or claimed by another tick after "
+            "this one stalled); the handler is told through ctx.cancelled",
+        )
+
+    def _settle(self, flight: _InFlight) -> bool:
+        with self._lock:
+            if flight.state in (_State.QUEUED, _State.STARTED):
+                flight.state = _State.SETTLED
+                return True
+            return False
+
+    def _settle_all(self, states: set[_State]) -> list[_InFlight]:
+        """Settle every in-flight run in `states`, in one step so no worker slips in between."""
+        with self._lock:
+            chosen = [f for f in self._inflight.values() if f.state in states]
+            for flight in chosen:
+                flight.state = _State.SETTLED
+        for flight in chosen:
+            flight.ctx.cancelled.set()
+            self._inflight.pop(flight.run.id, None)
+        return chosen
+
+    def _enforce_timeouts(self, now: float) -> None:
+        for flight in list(self._inflight.values()):
+            timeout = flight.spec.timeout
+            if (
+                timeout is None
+                or flight.started is None
+                or now - flight.started < timeout
+                or not self._settle(flight)
+            ):
+                continue
+            flight.ctx.cancelled.set()
+            self._inflight.pop(flight.run.id, None)
+            if flight.slot is not None:
+                # The thread is stuck in the handler; let another take its place
+                # so the rest of the tick keeps its concurrency.
+                flight.slot.retired = True
+            error = Errored("timeout", f"handler still running after its {timeout:g}s timeout")
+            self._decisions.append(
+                transitions.decide(flight.run, error, flight.spec.backoff, now - flight.started)
+            )
+            self.log.warning(
+                "handler timed out: attempt recorded as failed, anything it returns later "
+                "is discarded",
+                run_id=flight.run.id,
+                job_type=flight.run.job_type,
+                timeout_s=timeout,
+            )
+        self._ensure_workers()
 
     def _hand_back_unfinished(self) -> None:
-        flights = list(self._inflight.values())
-        for flight in flights:
-            flight.settled = True
-            flight.ctx.cancelled.set()
-        self._inflight.clear()
-        handed = store.runs_hand_back_many(
-            self.conn, [f.run for f in flights], now=self.options.now
+        self._collect(wait=0)
+        self._hand_back(self._settle_all({_State.QUEUED, _State.STARTED}))
+        # Handlers that returned are finishing their bookkeeping; record them
+        # rather than lose a finished outcome, but never wait long.
+        until = time.monotonic() + SETTLE_WAIT
+        while self._inflight and time.monotonic() < until:
+            self._collect(wait=0.05)
+
+    def _hand_back(self, flights: list[_InFlight]) -> None:
+        if not flights:
+            return
+        hand_back = partial(
+            store.runs_hand_back_many, runs=[f.run for f in flights], now=self.options.now
         )
-        self.report.handed_back += len(handed)
-        if handed:
-            self.log.info("handed back unfinished runs", count=len(handed), reason=self.stop.reason)
+        handed = self._on_connection("hand back", hand_back)
+        if handed is None:  # once more, on the fresh connection if it was lost
+            handed = self._on_connection("hand back", hand_back)
+        if handed is None:
+            self.report.unrecorded += len(flights)
+            return
+        for flight in flights:
+            if flight.run.id not in handed:
+                self._count(None, flight.run, 0.0, discarded_because="lease lost before hand-back")
+        ids = sorted(handed)
+        self.report.handed_back += len(ids)
+        self.report.handed_back_ids.extend(ids)
+        self.log.info(
+            "handed back unfinished runs: due again, attempt not counted",
+            count=len(ids),
+            run_ids=ids[:SUMMARY_IDS],
+            reason=self.stop.reason,
+        )
+
+    # -- the database connection ---------------------------------------------
+
+    def _on_connection(
+        self, what: str, op: Callable[[Any], T], *, raising: tuple[type[Exception], ...] = ()
+    ) -> T | None:
+        """Run `op` on the tick's connection; None if the database failed it.
+
+        Any database error stops claiming (the tick winds down as on SIGTERM). A
+        lost connection is re-opened, so what finishes can still be recorded; if
+        that fails too the tick gives up, and what it held is recovered once the
+        leases expire.
+        """
+        import psycopg
+
+        try:
+            return op(self.conn)
+        except raising:
+            raise
+        except psycopg.OperationalError as exc:
+            from cronjob.db import describe
+
+            self.log.warning("database error", during=what, error=describe(exc))
+            self._stop("database error")
+            if self.conn.broken or self.conn.closed:
+                self._reconnect()
+            return None
+
+    def _reconnect(self) -> None:
+        import psycopg
+
+        from cronjob.db import describe
+
+        last: BaseException | None = None
+        for pause in RECONNECT_PAUSES:
+            time.sleep(pause)
+            try:
+                conn = self.connect()
+            except (JobrunnerError, OSError, psycopg.Error) as exc:
+                last = exc
+                continue
+            try:
+                self.conn.close()
+            finally:
+                self.conn = conn
+            self.log.info("reconnected to the database")
+            return
+        self._settle_all({_State.QUEUED, _State.STARTED})
+        r = self.report
+        accounted = r.succeeded + r.failed + r.dead + r.lost + r.handed_back + r.unrecorded
+        r.unrecorded += max(r.claimed - accounted, 0)
+        self.report.stopped_by = self.stop.reason
+        message = "lost the database connection mid-tick and could not reconnect"
+        if self.report.unrecorded:
+            message += (
+                f" ({describe(last) if last else 'unknown error'}); "
+                f"{self.report.unrecorded} run(s) not finalized become claimable again when "
+                "their leases expire"
+            )
+        else:
+            message += f": {describe(last) if last else 'unknown error'}"
+        raise ConnectionLost(message, report=self.report)
+
+    def _require_everything_recorded(self) -> None:
+        if self._decisions:
+            self.report.unrecorded += len(self._decisions)
+        if self.report.unrecorded:
+            raise ConnectionLost(
+                f"the database failed while this tick finished: {self.report.unrecorded} "
+                "run(s) not finalized become claimable again when their leases expire",
+                report=self.report,
+            )
 
     # -- signals -----------------------------------------------------------
 
@@ -417,13 +667,20 @@ class Tick:
 def execute(spec: HandlerSpec, run: ClaimedRun, ctx: JobContext) -> Outcome:
     """Call the handler and turn whatever happens into an Outcome. Never raises."""
     try:
-        spec.func(ctx, run.payload)
+        returned = spec.func(ctx, run.payload)
+        if hasattr(returned, "__await__"):
+            close = getattr(returned, "close", None)
+            if close is not None:
+                close()  # no "never awaited" warning: the error below says it all
+            raise TypeError(
+                f"the handler for {spec.job_type!r} returned an awaitable: "
+                "handlers must be plain functions, not async ones"
+            )
     except Retry as exc:
-        return Errored("Retry", str(exc), None, retry_delay=exc.delay)
+        return Errored("Retry", _storable(_message(exc)), None, retry_delay=exc.delay)
     except Fail as exc:
-        return Errored(
-            "Fail", str(exc) or "failed permanently", _trimmed_traceback(exc), permanent=True
-        )
+        message = _storable(_message(exc) or "failed permanently")
+        return Errored("Fail", message, _trimmed_traceback(exc), permanent=True)
     except BaseException as exc:  # even SystemExit: a handler's failure is recorded, never raised
         return _errored(exc)
     return Succeeded()
@@ -434,12 +691,30 @@ def _errored(exc: BaseException) -> Errored:
     name = (
         cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
     )
-    message = " ".join(str(exc).split())[:2000] or name
-    return Errored(name, message, _trimmed_traceback(exc))
+    message = _message(exc)[:2000] or name
+    return Errored(_storable(name), _storable(message), _trimmed_traceback(exc))
 
 
-def _trimmed_traceback(exc: BaseException) -> str:
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+def _message(exc: BaseException) -> str:
+    # A handler's exception is arbitrary code: its __str__ may itself raise.
+    try:
+        return " ".join(str(exc).split())
+    except BaseException:
+        return f"<{type(exc).__name__} whose message could not be read>"
+
+
+def _trimmed_traceback(exc: BaseException) -> str | None:
+    try:
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    except BaseException:
+        return None
     if len(text) > TRACEBACK_LIMIT:
         text = "…(trimmed)…\n" + text[-TRACEBACK_LIMIT:]
-    return text
+    return _storable(text)
+
+
+def _storable(text: str) -> str:
+    # PostgreSQL text holds neither NUL nor unpaired surrogates; one odd error
+    # message must not fail the finalize of a whole batch.
+    text = text.replace("\x00", "\\x00")
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")

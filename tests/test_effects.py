@@ -27,7 +27,7 @@ from cronjob import store
 from cronjob.api import enqueue
 from cronjob.context import JobContext
 from cronjob.models import TickReport
-from cronjob.tick import Tick, _InFlight
+from cronjob.tick import Tick, _InFlight, _State
 from tests.conftest import ROOT, count, jobrunner_process
 from tests.test_lifecycle import db_now, run_row, tick
 
@@ -345,15 +345,18 @@ def test_a_heartbeat_that_misses_a_run_being_committed_does_not_call_it_lost(eff
     store.runs_finalize_many(conn, [transitions.succeeded(run)], worker="w:1")
     spec = registry()["effects.record"]
     t = Tick(conn, {spec.job_type: spec}, connect=lambda **_: None)
-    flight = _InFlight(run, spec, JobContext(run, lambda **_: None), finalizing=True)
+    # DONE: the handler returned and its worker is committing the outcome.
+    flight = _InFlight(run, spec, JobContext(run, lambda **_: None), state=_State.DONE)
     t._inflight[run.id] = flight
 
     t._heartbeat()
-    assert (t.report.lost, flight.settled, flight.ctx.cancelled.is_set()) == (0, False, False)
+    assert (t.report.lost, flight.state, flight.ctx.cancelled.is_set()) == (0, _State.DONE, False)
 
-    flight.finalizing = False
+    flight.state = _State.STARTED
     t._heartbeat()
-    assert (t.report.lost, flight.settled, flight.ctx.cancelled.is_set()) == (1, True, True)
+    assert (t.report.lost, flight.state, flight.ctx.cancelled.is_set()) == (
+        1, _State.SETTLED, True
+    )  # fmt: skip
 
 
 def test_a_heartbeat_blocked_by_a_row_lock_is_skipped_and_the_tick_goes_on(

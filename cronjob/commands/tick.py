@@ -12,7 +12,7 @@ from cronjob.settings import Settings
 from cronjob.tick import DEFAULT_BATCH_SIZE, DEFAULT_CONCURRENCY, DEFAULT_GRACE, DEFAULT_MAX_RUNTIME
 
 
-def _duration(what: str):
+def _duration(what: str, minimum: float = 0.0):
     def convert(_ctx: click.Context, _param: click.Parameter, value: str | None) -> float | None:
         if value is None:
             return None
@@ -20,9 +20,12 @@ def _duration(what: str):
         from cronjob.inputs import parse_duration
 
         try:
-            return parse_duration(value, what=what)
+            seconds = parse_duration(value, what=what)
         except BadInput as exc:
             raise click.BadParameter(str(exc)) from None
+        if seconds < minimum:
+            raise click.BadParameter(f"invalid {what} {value!r}: must be at least {minimum:g}s")
+        return seconds
 
     return convert
 
@@ -53,8 +56,9 @@ def _duration(what: str):
 @click.option(
     "--lease",
     default=None,
-    callback=_duration("lease"),
-    help="Lease for every run claimed, overriding each handler's own.",
+    callback=_duration("lease", minimum=1.0),
+    help="Lease for every run claimed, overriding each handler's own (default 2m "
+    "unless the handler sets one). Heartbeats renew it every third of its length.",
 )
 @click.option(
     "--grace",
@@ -109,6 +113,7 @@ def tick(
     """
     from cronjob.commands import load_handlers, open_database
     from cronjob.commands.ops import textfile_path
+    from cronjob.errors import ConnectionLost
     from cronjob.handlers import require_types
     from cronjob.log import get_logger
     from cronjob.materialize import BATCH_FACTOR, Materializer
@@ -130,10 +135,17 @@ def tick(
     )
     database, conn = open_database(settings)
     try:
-        report = Tick(
+        ticker = Tick(
             conn, specs, connect=database.connect, options=options,
             steps_before_claim=[materializer],
-        ).run()  # fmt: skip
+        )  # fmt: skip
+        try:
+            report = ticker.run()
+        except ConnectionLost as exc:
+            get_logger().warning("tick stopped", **exc.report.summary())
+            raise
+        finally:
+            conn = ticker.conn  # a new one if the tick had to reconnect
         after = _after_tick(conn, report, prune_older_than, metrics_path)
     finally:
         conn.close()

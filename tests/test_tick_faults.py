@@ -1,0 +1,139 @@
+"""The orchestrator's own fault handling, driven through the library on a real
+database: leases, stopping, and a connection that goes away under the tick."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+import tests.handlers.faults  # noqa: F401 - registers the fault handlers
+from cronjob import store
+from cronjob.api import enqueue
+from cronjob.db import connect
+from cronjob.errors import ConnectionLost, DatabaseUnavailable
+from cronjob.handlers import handler, registry
+from cronjob.tick import Tick, TickOptions
+from tests.conftest import count
+from tests.test_lifecycle import db_now, tick
+
+
+def _locked_for(conn: psycopg.Connection[Any], run_id: int) -> float:
+    return conn.execute(
+        "SELECT extract(epoch FROM locked_until - started_at) FROM job_runs WHERE id = %s",
+        (run_id,),
+    ).fetchone()[0]
+
+
+def test_a_run_is_leased_for_its_handlers_lease_unless_the_tick_overrides_it(db_url, conn):
+    seen: dict[str, float] = {}
+
+    @handler("lease.probe", lease="7m")
+    def probe(ctx: Any, payload: Any) -> None:
+        with psycopg.connect(db_url, autocommit=True) as c:
+            seen[payload["as"]] = _locked_for(c, ctx.run_id)
+
+    try:
+        enqueue(conn, "lease.probe", {"as": "own"})
+        tick(db_url, "lease.probe")
+        enqueue(conn, "lease.probe", {"as": "overridden"})
+        tick(db_url, "lease.probe", lease=45.0)
+    finally:
+        registry().pop("lease.probe")
+    assert seen == {"own": 420.0, "overridden": 45.0}
+
+
+def test_max_runtime_hands_back_runs_no_worker_has_started(db_url, conn):
+    first, *waiting = [enqueue(conn, "fault.sleep", {"seconds": 1}) for _ in range(3)]
+
+    report = tick(db_url, "fault.sleep", concurrency=1, max_runtime=0.3, grace=10)
+
+    assert report.stopped_by == "max-runtime"
+    assert (report.succeeded, report.handed_back) == (1, 2)
+    assert sorted(report.handed_back_ids) == waiting
+    assert store.run_get(conn, first).status == "succeeded"
+    for run_id in waiting:
+        run = store.run_get(conn, run_id)
+        assert (run.status, run.attempts, run.started_at) == ("queued", 0, None)
+
+
+def test_the_summary_says_what_was_handed_back_and_why(db_url, conn):
+    ids = [enqueue(conn, "fault.sleep", {"seconds": 30}) for _ in range(2)]
+    report = tick(db_url, "fault.sleep", concurrency=1, max_runtime=0.2, grace=0.2)
+    summary = report.summary()
+    assert summary["stopped_by"] == "max-runtime"
+    assert summary["handed_back"] == 2 and sorted(summary["handed_back_ids"]) == ids
+
+
+def _terminate(db_url: str, application_name: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE application_name = %s AND datname = current_database()",
+            (application_name,),
+        )
+
+
+def _tick_on(db_url: str, specs: dict[str, Any], connect_again: Any) -> Tick:
+    conn = connect(db_url, application_name="jobrunner-under-test")
+    return Tick(conn, specs, connect=connect_again, options=TickOptions(handle_signals=False))
+
+
+def test_a_tick_whose_connection_is_killed_reconnects_and_records_the_outcome(db_url, conn):
+    ran = threading.Event()
+
+    @handler("conn.victim")
+    def victim(ctx: Any, payload: Any) -> None:
+        _terminate(db_url, "jobrunner-under-test")
+        ran.set()
+
+    try:
+        run_id = enqueue(conn, "conn.victim")
+        later = enqueue(conn, "conn.victim")
+        ticker = _tick_on(
+            db_url,
+            {"conn.victim": registry()["conn.victim"]},
+            lambda autocommit=True: connect(db_url, autocommit=autocommit),
+        )
+        try:
+            report = ticker.run()
+        finally:
+            ticker.conn.close()
+    finally:
+        registry().pop("conn.victim")
+    assert ran.is_set()
+    assert report.stopped_by == "database error"
+    assert store.run_get(conn, run_id).status == "succeeded"
+    # Claiming stopped: the other run either ran alongside and was recorded too,
+    # or had not started and went back.
+    assert store.run_get(conn, later).status in {"succeeded", "queued"}
+    assert count(conn, "SELECT count(*) FROM job_runs WHERE status = 'running'") == 0
+
+
+def test_a_tick_that_cannot_reconnect_raises_connection_lost_with_its_report(
+    db_url, conn, monkeypatch
+):
+    monkeypatch.setattr("cronjob.tick.RECONNECT_PAUSES", (0.0, 0.0))
+
+    @handler("conn.victim")
+    def victim(ctx: Any, payload: Any) -> None:
+        _terminate(db_url, "jobrunner-under-test")
+
+    def refuse(**_: Any) -> Any:
+        raise DatabaseUnavailable("cannot connect to the database: the test says no")
+
+    try:
+        run_id = enqueue(conn, "conn.victim")
+        ticker = _tick_on(db_url, {"conn.victim": registry()["conn.victim"]}, refuse)
+        with pytest.raises(ConnectionLost) as lost:
+            ticker.run()
+    finally:
+        registry().pop("conn.victim")
+    assert "could not reconnect" in str(lost.value)
+    assert "1 run(s) not finalized" in str(lost.value)
+    assert lost.value.report.unrecorded == 1
+    assert store.run_get(conn, run_id).status == "running"  # until its lease expires
+    assert tick(db_url, "fault.work", now=db_now(conn) + timedelta(minutes=3)).rescued == 1
