@@ -213,7 +213,10 @@ class Tick:
             if len(self._decisions) >= self.options.batch_size or (
                 self._decisions and (exhausted or now - last_flush >= FLUSH_INTERVAL)
             ):
-                self._flush()
+                # The next claim, if one is due right away, carries these decisions
+                # in its own commit; otherwise they are written now.
+                if not self._may_claim(exhausted, capacity):
+                    self._flush()
                 last_flush = now
             if now - last_beat >= beat_every and self._inflight and self._heartbeat():
                 last_beat = now
