@@ -91,18 +91,26 @@ def runs_claim_many(
     worker: str,
     now: datetime | None = None,
 ) -> list[ClaimedRun]:
-    rows = conn.execute(
-        queries.RUN_CLAIM_MANY,
-        {
-            "job_types": list(job_types),
-            "leases": list(leases),
-            "max_attempts": list(max_attempts),
-            "limit": limit,
-            "worker": worker,
-            "now": now,
-        },
-    ).fetchall()
-    return [ClaimedRun(*row) for row in rows]
+    params = _claim_params(job_types, leases, max_attempts, limit, worker, now)
+    return [ClaimedRun(*row) for row in conn.execute(queries.RUN_CLAIM_MANY, params).fetchall()]
+
+
+def _claim_params(
+    job_types: Sequence[str],
+    leases: Sequence[float],
+    max_attempts: Sequence[int],
+    limit: int,
+    worker: str,
+    now: datetime | None,
+) -> dict[str, Any]:
+    return {
+        "job_types": list(job_types),
+        "leases": list(leases),
+        "max_attempts": list(max_attempts),
+        "limit": limit,
+        "worker": worker,
+        "now": now,
+    }
 
 
 def runs_finalize_many(
@@ -131,16 +139,10 @@ def runs_finalize_and_claim_many(
     On an autocommit connection each statement would commit, and wait for the
     log flush, on its own; together they pay for one commit.
     """
+    claim_params = _claim_params(job_types, leases, max_attempts, limit, worker, now)
     if not decisions:
-        claimed = runs_claim_many(
-            conn, job_types=job_types, leases=leases, max_attempts=max_attempts,
-            limit=limit, worker=worker, now=now,
-        )  # fmt: skip
-        return set(), claimed
-    claim_params = {
-        "job_types": list(job_types), "leases": list(leases), "max_attempts": list(max_attempts),
-        "limit": limit, "worker": worker, "now": now,
-    }  # fmt: skip
+        claiming = conn.execute(queries.RUN_CLAIM_MANY, claim_params)
+        return set(), [ClaimedRun(*r) for r in claiming.fetchall()]
     with conn.pipeline(), conn.transaction():
         finalized = conn.execute(
             queries.RUN_FINALIZE_MANY, _finalize_params(decisions, worker, now)
