@@ -15,6 +15,7 @@ The harness only ever calls these methods, in this order:
 
 from __future__ import annotations
 
+import abc
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -65,7 +66,7 @@ class NotRun(Exception):
     """A measurement that could not be taken here; the message says why."""
 
 
-class System:
+class System(abc.ABC):
     name = ""  # key for --systems and results.json
     label = ""  # shown in tables
     kind = "peer"  # "peer" | "ceiling" | "subject"
@@ -81,19 +82,19 @@ class System:
         return None
 
     def install(self) -> None:
-        pass
+        return None
 
     def versions(self) -> dict[str, str]:
         return {}
 
-    def setup(self, dburl: str) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def setup(self, dburl: str) -> None: ...
 
-    def enqueue(self, dburl: str, n: int) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def enqueue(self, dburl: str, n: int) -> None: ...
 
-    def drain_commands(self, dburl: str, variant: Variant) -> list[Command]:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def drain_commands(self, dburl: str, variant: Variant) -> list[Command]: ...
 
     def drain(self, dburl: str, variant: Variant, timeout: float) -> Drain:
         tag = f"{self.name}-{variant.name}-drain".replace(" ", "_")
@@ -103,8 +104,8 @@ class System:
                 raise CommandFailed(f"{tag}: worker exited {result.returncode}\n{tail(result.log)}")
         return Drain(max(e.seconds for e in exits), max(e.max_rss_kb for e in exits))
 
-    def unfinished(self, dburl: str) -> int:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def unfinished(self, dburl: str) -> int: ...
 
     def idle_command(self, dburl: str) -> Command | None:
         return None
