@@ -7,14 +7,14 @@ line can exit 2 before anything is written.
 from __future__ import annotations
 
 import json
-import re
 from datetime import UTC, datetime
 from typing import Any
 
 from cronjob.errors import BadInput
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+# "ms" before "s" and "m": the first unit the text ends with wins.
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DIGITS = frozenset("0123456789")
 
 # Poison payloads are refused at the door: a handler should never be the first
 # to discover that a document is gigabytes large or nested thousands deep.
@@ -28,16 +28,32 @@ def parse_duration(text: str | float | int, *, what: str = "duration") -> float:
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         seconds = float(text)
     else:
-        match = _DURATION.match(str(text))
-        if not match:
+        number, unit = _split_unit(str(text))
+        whole, _, fraction = number.partition(".")
+        if (
+            not whole
+            or not _DIGITS.issuperset(whole)
+            or not _DIGITS.issuperset(fraction)
+            or (number.endswith("."))
+        ):
             raise BadInput(
                 f"invalid {what} {str(text)!r}: expected a number with an optional unit "
                 "ms, s, m, h or d (e.g. 90s, 5m, 2h, 1d)"
             )
-        seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+        seconds = float(number) * _UNIT_SECONDS.get(unit, 1.0)
     if seconds < 0 or seconds != seconds or seconds > 10 * 365 * 86400:
         raise BadInput(f"invalid {what} {text!r}: out of range")
     return seconds
+
+
+def _split_unit(text: str) -> tuple[str, str | None]:
+    # A hand-written split rather than a regular expression: durations are parsed on
+    # every tick's start, and compiling a pattern costs more than the whole parse.
+    body = text.strip()
+    for unit in _UNIT_SECONDS:
+        if body.endswith(unit):
+            return body[: -len(unit)].rstrip(), unit
+    return body, None
 
 
 def parse_run_id(text: str | int) -> int:
@@ -209,3 +225,19 @@ def _check_string(value: str, source: str) -> None:
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
+
+
+def check_tenants_sql(text: str | None) -> str | None:
+    """The tenant query as it will be embedded, or None; raises BadInput if unusable."""
+    if text is None:
+        return None
+    query = text.strip()
+    # A trailing semicolon is natural to type and harmless to drop; the query is embedded
+    # as a subquery, where it would be a syntax error.
+    while query.endswith(";"):
+        query = query[:-1].rstrip()
+    if not query:
+        raise BadInput("empty tenant query: give a query whose first column is the tenant id")
+    if "\x00" in query:
+        raise BadInput("invalid tenant query: contains a NUL character")
+    return query

@@ -17,8 +17,9 @@ from datetime import datetime
 from typing import Any
 
 from cronjob import store
-from cronjob.errors import BadInput
-from cronjob.models import Advance, DueDefinition, TickReport
+from cronjob.inputs import check_tenants_sql
+from cronjob.models import Advance, DueDefinition
+from cronjob.report import TickReport
 
 # Due definitions locked and written per transaction. A claim batch is bounded by how many
 # runs a tick can start at once; this one only by how long its row locks last (tens of
@@ -38,22 +39,6 @@ class Problem:
 
     definition: str
     reason: str
-
-
-def check_tenants_sql(text: str | None) -> str | None:
-    """The tenant query as it will be embedded, or None; raises BadInput if unusable."""
-    if text is None:
-        return None
-    query = text.strip()
-    # A trailing semicolon is natural to type and harmless to drop; the query is embedded
-    # as a subquery, where it would be a syntax error.
-    while query.endswith(";"):
-        query = query[:-1].rstrip()
-    if not query:
-        raise BadInput("empty tenant query: give a query whose first column is the tenant id")
-    if "\x00" in query:
-        raise BadInput("invalid tenant query: contains a NUL character")
-    return query
 
 
 class Materializer:

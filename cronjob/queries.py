@@ -56,6 +56,17 @@ RUN_GET_IDS_BY_KEY = (
     "SELECT idempotency_key, id FROM job_runs WHERE idempotency_key = ANY(%(keys)s)"
 )
 
+# One question before a tick sets anything up: is there a due run of a type this
+# tick handles, a lease to rescue, or a schedule to materialize? Most ticks on most
+# hosts find nothing, and then cost this one round trip.
+TICK_WORK_EXISTS = f"""
+SELECT EXISTS (SELECT 1 FROM job_runs
+               WHERE status IN ('queued', 'failed') AND run_at <= {_NOW}
+                 AND job_type = ANY(%(job_types)s::text[]))
+    OR EXISTS (SELECT 1 FROM job_runs WHERE status = 'running' AND locked_until < {_NOW})
+    OR EXISTS (SELECT 1 FROM job_definitions WHERE enabled AND next_fire_at <= {_NOW})
+"""
+
 # The locking subquery is a MATERIALIZED CTE: as `WHERE id IN (SELECT ... LIMIT n)`
 # the planner may re-run it and claim more than n rows. The update finds its rows
 # through `id = ANY(array)`, a primary-key lookup whatever the table's size, and

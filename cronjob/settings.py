@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+DEFAULT_CONCURRENCY = 4
+DEFAULT_BATCH_SIZE = 100
+DEFAULT_MAX_RUNTIME = 50.0  # ends inside the cron minute that started it
+DEFAULT_GRACE = 25.0  # below systemd's and Kubernetes' default 30 s stop timeout
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -18,5 +23,7 @@ class Settings:
         handlers: str | None = None,
         tenants_sql: str | None = None,
     ) -> Settings:
+        from cronjob.inputs import check_tenants_sql
+
         modules = tuple(m.strip() for m in (handlers or "").split(",") if m.strip())
-        return cls(database_url or None, modules, tenants_sql or None)
+        return cls(database_url or None, modules, check_tenants_sql(tenants_sql or None))

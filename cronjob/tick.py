@@ -26,12 +26,15 @@ from cronjob import store, transitions
 from cronjob.context import JobContext
 from cronjob.errors import ConnectionLost, JobrunnerError
 from cronjob.handlers import Fail, HandlerSpec, Retry
-from cronjob.models import ClaimedRun, Decision, Errored, Outcome, Status, Succeeded, TickReport
+from cronjob.models import ClaimedRun, Decision, Errored, Outcome, Status, Succeeded
+from cronjob.report import TickReport
+from cronjob.settings import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_CONCURRENCY,
+    DEFAULT_GRACE,
+    DEFAULT_MAX_RUNTIME,
+)
 
-DEFAULT_CONCURRENCY = 4
-DEFAULT_BATCH_SIZE = 100
-DEFAULT_MAX_RUNTIME = 50.0  # ends inside the cron minute that started it
-DEFAULT_GRACE = 25.0  # below systemd's and Kubernetes' default 30 s stop timeout
 TRACEBACK_LIMIT = 8000
 FLUSH_INTERVAL = 0.2  # finalize at least this often while handlers are busy
 # After a lost connection: pauses before each reconnect attempt (each one itself

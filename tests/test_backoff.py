@@ -57,3 +57,26 @@ def test_fail_is_dead_at_once():
 
 def test_success_is_succeeded():
     assert decide(claimed(1), Succeeded(), Backoff()).status is Status.SUCCEEDED
+
+
+@pytest.mark.parametrize(
+    "text, seconds",
+    [("90s", 90), ("5m", 300), ("2h", 7200), ("1d", 86400), ("250ms", 0.25), ("1.5h", 5400),
+     (" 5 m ", 300), ("10", 10), ("0", 0), (42, 42)],
+)  # fmt: skip
+def test_durations_are_parsed(text, seconds):
+    from cronjob.inputs import parse_duration
+
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "s", "5 parsecs", "-5m", "1.", ".5", "5x", "1e3", "5mm", "²", "nan", "inf", "1..5s"],
+)
+def test_malformed_durations_are_bad_input(text):
+    from cronjob.errors import BadInput
+    from cronjob.inputs import parse_duration
+
+    with pytest.raises(BadInput, match="invalid duration"):
+        parse_duration(text)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from datetime import timedelta
 
 import psycopg
 import pytest
 
-from tests.conftest import count, jobrunner_process, run_cli
+from tests.conftest import ROOT, count, jobrunner_process, run_cli
 
 HANDLERS = "tests.handlers.basic"
 
@@ -263,3 +265,39 @@ def test_help_is_available_for_every_command():
         result = run_cli(name, "--help")
         assert result.exit_code == 0, name
         assert "Usage:" in result.stdout
+
+
+def test_an_idle_tick_asks_one_question_and_imports_no_tick_machinery(db_url, conn):
+    conn.execute(
+        "INSERT INTO job_runs (job_type, run_at) VALUES ('test.ok', now() + interval '1 hour')"
+    )
+    code = (
+        "import sys\n"
+        "from cronjob.cli import main\n"
+        "try:\n"
+        f"    main(['tick', '--database-url', {db_url!r}, '--handlers', {HANDLERS!r}])\n"
+        "except SystemExit as exc:\n"
+        "    assert exc.code == 0, exc.code\n"
+        "heavy = ('cronjob.tick', 'cronjob.models', 'cronjob.store', 'cronjob.materialize',\n"
+        "         'croniter', 'cronjob.commands.ops')\n"
+        "print(sorted(m for m in sys.modules if m.startswith(heavy)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+    [finished] = [json.loads(x) for x in result.stderr.splitlines() if "tick finished" in x]
+    assert finished["claimed"] == 0
+
+
+def test_a_tick_with_only_an_expired_lease_to_rescue_does_the_full_tick(db_url, conn):
+    conn.execute(
+        "INSERT INTO job_runs (job_type, status, attempts, max_attempts, lease_token,"
+        " locked_until, locked_by, started_at)"
+        " VALUES ('other.type', 'running', 1, 5, gen_random_uuid(), now() - interval '1s',"
+        " 'gone:1', now() - interval '1 minute')"
+    )
+    result = run_cli("tick", "--database-url", db_url, "--handlers", HANDLERS, "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["rescued"] == 1

@@ -26,7 +26,7 @@ import tests.handlers.effects  # noqa: F401 - registers the effects handlers
 from cronjob import store
 from cronjob.api import enqueue
 from cronjob.context import JobContext
-from cronjob.models import TickReport
+from cronjob.report import TickReport
 from cronjob.tick import Tick, _InFlight, _State
 from tests.conftest import ROOT, count, jobrunner_process
 from tests.test_lifecycle import db_now, run_row, tick

@@ -16,7 +16,7 @@ from cronjob import store
 from cronjob.api import enqueue
 from cronjob.db import connect
 from cronjob.handlers import registry
-from cronjob.models import TickReport
+from cronjob.report import TickReport
 from cronjob.tick import Tick, TickOptions
 from tests.conftest import count
 

@@ -21,7 +21,8 @@ from cronjob import definitions
 from cronjob.db import connect
 from cronjob.handlers import handler, registry
 from cronjob.materialize import Materializer, plan
-from cronjob.models import DueDefinition, TickReport
+from cronjob.models import DueDefinition
+from cronjob.report import TickReport
 from cronjob.schedule import apply_catch_up, next_after, occurrences
 from cronjob.tick import Tick, TickOptions
 from tests.conftest import ROOT, count

@@ -7,9 +7,14 @@ from typing import Any
 import click
 
 from cronjob.cli import database_options, json_option
-from cronjob.models import TickReport
-from cronjob.settings import Settings
-from cronjob.tick import DEFAULT_BATCH_SIZE, DEFAULT_CONCURRENCY, DEFAULT_GRACE, DEFAULT_MAX_RUNTIME
+from cronjob.report import TickReport
+from cronjob.settings import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_CONCURRENCY,
+    DEFAULT_GRACE,
+    DEFAULT_MAX_RUNTIME,
+    Settings,
+)
 
 
 def _duration(what: str, minimum: float = 0.0):
@@ -112,40 +117,30 @@ def tick(
     --grace, hand back the rest (due again, attempt not counted), exit 0.
     """
     from cronjob.commands import load_handlers, open_database
-    from cronjob.commands.ops import textfile_path
-    from cronjob.errors import ConnectionLost
     from cronjob.handlers import require_types
     from cronjob.log import get_logger
-    from cronjob.materialize import BATCH_FACTOR, Materializer
-    from cronjob.tick import Tick, TickOptions
+    from cronjob.waiting import work_waiting
 
-    metrics_path = textfile_path(metrics_textfile) if metrics_textfile is not None else None
+    metrics_path = None
+    if metrics_textfile is not None:
+        from cronjob.commands.ops import textfile_path
+
+        metrics_path = textfile_path(metrics_textfile)
     settings = Settings.build(database_url, handlers, tenants_sql)
     load_handlers(settings)
     specs = require_types([t.strip() for t in types.split(",") if t.strip()] if types else None)
-    options = TickOptions(
-        concurrency=concurrency,
-        batch_size=batch_size,
-        max_runtime=max_runtime,
-        grace=grace,
-        lease=lease,
-    )
-    materializer = Materializer(
-        tenants_sql=settings.tenants_sql, now=options.now, batch_size=batch_size * BATCH_FACTOR
-    )
+    problems: list[Any] = []
     database, conn = open_database(settings)
     try:
-        ticker = Tick(
-            conn, specs, connect=database.connect, options=options,
-            steps_before_claim=[materializer],
-        )  # fmt: skip
-        try:
-            report = ticker.run()
-        except ConnectionLost as exc:
-            get_logger().warning("tick stopped", **exc.report.summary())
-            raise
-        finally:
-            conn = ticker.conn  # a new one if the tick had to reconnect
+        if work_waiting(conn, specs):
+            report, conn, problems = _run_tick(
+                conn, database, specs, settings,
+                concurrency=concurrency, batch_size=batch_size, max_runtime=max_runtime,
+                grace=grace, lease=lease,
+            )  # fmt: skip
+        else:
+            # Nothing due anywhere: the tick machinery is not even imported.
+            report = TickReport()
         after = _after_tick(conn, report, prune_older_than, metrics_path)
     finally:
         conn.close()
@@ -153,13 +148,43 @@ def tick(
     get_logger().info("tick finished", **summary)
     if as_json:
         click.echo(json.dumps(summary))
-    if materializer.problems:
+    if problems:
         # Everything else was done; a misconfiguration that silently skipped work is worse
         # than a failing cron line.
         from cronjob.errors import ScheduleProblems
         from cronjob.materialize import describe_problems
 
-        raise ScheduleProblems(describe_problems(materializer.problems))
+        raise ScheduleProblems(describe_problems(problems))
+
+
+def _run_tick(
+    conn: Any, database: Any, specs: dict[str, Any], settings: Settings, **options: Any
+) -> tuple[TickReport, Any, list[Any]]:
+    """The full tick; returns its report, the connection it ended with, schedule problems."""
+    from cronjob.errors import ConnectionLost
+    from cronjob.log import get_logger
+    from cronjob.materialize import BATCH_FACTOR, Materializer
+    from cronjob.tick import Tick, TickOptions
+
+    tick_options = TickOptions(**options)
+    materializer = Materializer(
+        tenants_sql=settings.tenants_sql,
+        now=tick_options.now,
+        batch_size=tick_options.batch_size * BATCH_FACTOR,
+    )
+    ticker = Tick(
+        conn, specs, connect=database.connect, options=tick_options,
+        steps_before_claim=[materializer],
+    )  # fmt: skip
+    try:
+        report = ticker.run()
+    except ConnectionLost as exc:
+        get_logger().warning("tick stopped", **exc.report.summary())
+        if ticker.conn is not conn:  # the caller closes the one it opened
+            ticker.conn.close()
+        raise
+    # A new connection if the tick had to reconnect.
+    return report, ticker.conn, materializer.problems
 
 
 def _after_tick(

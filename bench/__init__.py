@@ -1,0 +1,1 @@
+"""Benchmark suite for jobrunner (see bench/README.md)."""

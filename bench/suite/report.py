@@ -1,0 +1,451 @@
+"""Tables on stdout, bench/RESULTS.md and bench/results.json from a finished Bench."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.suite.procs import GNU_TIME
+from bench.suite.results import Row, find
+from bench.suite.sections import IDLE_ROUND
+from bench.suite.systems import System, Variant
+from bench.suite.timing import WARMUP, hyperfine_version
+
+Table = tuple[list[str], list[list[str]]]
+
+
+# -- facts about the run ---------------------------------------------------------------
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _memory() -> str:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                return f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
+    except (OSError, ValueError):
+        pass
+    return "unknown"
+
+
+def _git_commit(repo: Path) -> str:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "--short", "HEAD"],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() or "unknown"
+
+
+def load_average() -> str:
+    """1/5/15-minute load: other work on a shared machine shows up here."""
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
+def machine(repo: Path) -> dict[str, str]:
+    node = shutil.which("node")
+    node_version = ""
+    if node:
+        out = subprocess.run(
+            [node, "--version"], check=False, capture_output=True, text=True, timeout=30
+        )
+        node_version = out.stdout.strip().lstrip("v")
+    return {
+        "cpu": _cpu_model(),
+        "cores": str(os.cpu_count()),
+        "memory": _memory(),
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "node": node_version or "not installed",
+        "hyperfine": hyperfine_version() or "not installed (subprocess loop used)",
+        "repository commit": _git_commit(repo),
+    }
+
+
+@dataclass
+class Report:
+    command: str
+    date: str
+    machine: dict[str, str]
+    server: dict[str, str]
+    options: dict[str, Any]
+    sections: list[str]
+    systems: list[System]
+    versions: dict[str, dict[str, str]]
+    skipped: dict[str, str]
+    rows: list[Row] = field(default_factory=list)
+
+
+# -- formatting --------------------------------------------------------------------------
+def _num(value: float | None, digits: int = 0) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def _ratio(value: float | None, base: float | None) -> str:
+    if value is None or not base:
+        return "-"
+    return f"{value / base:.2f}x"
+
+
+def _median_or_status(row: Row, digits: int = 0) -> str:
+    return _num(row.median, digits) if row.ok else row.status
+
+
+def _range(row: Row, digits: int = 0) -> str:
+    if not row.ok or len(row.samples) < 2:
+        return "-"
+    return f"{_num(min(row.samples), digits)}-{_num(max(row.samples), digits)}"
+
+
+def _settings(settings: dict[str, Any]) -> str:
+    return (
+        ", ".join(f"{k}={json.dumps(v) if isinstance(v, dict) else v}" for k, v in settings.items())
+        or "-"
+    )
+
+
+def _section(rows: list[Row], section: str, order: list[System] | None = None) -> list[Row]:
+    """The section's rows; with `order`, the floor first and then in registry order."""
+    picked = [r for r in rows if r.section == section]
+    if order:
+        rank = {s.name: i for i, s in enumerate(order)}
+        picked.sort(key=lambda r: -1 if r.system == "floor" else rank.get(r.system, len(rank)))
+    return picked
+
+
+def _median(row: Row | None) -> float | None:
+    return row.median if row is not None and row.ok else None
+
+
+# -- tables ------------------------------------------------------------------------------
+def drain_table(report: Report) -> tuple[Table, str]:
+    rows = _section(report.rows, "drain", report.systems)
+    kinds = {s.name: s.kind for s in report.systems}
+    graphile = _median(find(rows, "drain", "graphile-worker", "tuned"))
+    ceiling = _median(find(rows, "drain", "raw-sql", "psycopg"))
+    peer_defaults = [
+        r for r in rows if kinds.get(r.system) == "peer" and r.variant == "default" and r.ok
+    ]
+    best = max(peer_defaults, key=lambda r: r.median or 0.0, default=None)
+    best_value = _median(best)
+    headers = [
+        "system",
+        "variant",
+        "settings",
+        "procs",
+        "N",
+        "median jobs/s",
+        "range",
+        "reps",
+        "vs graphile-worker tuned",
+        "vs best peer default",
+        "vs raw-SQL ceiling",
+    ]
+    body = []
+    for r in rows:
+        m = _median(r)
+        body.append(
+            [
+                r.label,
+                r.variant,
+                _settings(r.settings) if r.ok else "-",
+                str(r.extra.get("processes", "-")),
+                _num(r.extra.get("n")),
+                _median_or_status(r),
+                _range(r),
+                str(len(r.samples)),
+                _ratio(m, graphile),
+                _ratio(m, best_value),
+                _ratio(m, ceiling),
+            ]
+        )
+    legend = (
+        f"N no-op jobs per drain (--n {report.options['n']:,}; variants too slow for that "
+        "within the run's time budget drain fewer, shown in column N), enqueued before "
+        "timing; time = from starting the worker process(es) until the last one exits with "
+        "the queue empty (start-up and shutdown included). Ratios divide the median jobs/s: "
+        f"above 1.00x is faster than the baseline. Best peer default: "
+        f"{best.label if best else '-'}."
+    )
+    return (headers, body), legend
+
+
+def idle_table(report: Report) -> tuple[Table, str]:
+    rows = _section(report.rows, "idle", report.systems)
+    floor = _median(find(rows, "idle", "floor", "one-shot"))
+    headers = ["system", "command", "median ms", "mean ms", "stdev ms", "runs", "vs floor"]
+    body = []
+    for r in rows:
+        body.append(
+            [
+                r.label,
+                r.settings.get("command", "-"),
+                _median_or_status(r, 1),
+                _num(r.extra.get("mean_ms"), 1),
+                _num(r.extra.get("stdev_ms"), 1),
+                str(r.extra.get("runs", "-")),
+                _ratio(_median(r), floor),
+            ]
+        )
+    tool = next((r.extra["tool"] for r in rows if r.extra.get("tool")), "-")
+    legend = (
+        "One invocation of each system's exit-when-empty mode against a migrated, warm, "
+        f"empty database ({tool}; {WARMUP} warm-up runs, then rounds of "
+        f"{IDLE_ROUND} timed runs of each command in turn). vs floor = median / floor "
+        "median: how many times the bare cost of starting Python and opening one "
+        "connection."
+    )
+    return (headers, body), legend
+
+
+def growth_table(report: Report) -> tuple[Table, str]:
+    rows = _section(report.rows, "growth", report.systems)
+    history = report.options["history_rows"]
+    hist = f"{history:,} finished"
+    headers = ["system", "metric", "empty table", f"with {hist} runs", "history / empty"]
+    body = []
+    seen: set[tuple[str, str]] = set()
+    for r in rows:
+        if (r.system, r.metric) in seen:
+            continue
+        seen.add((r.system, r.metric))
+        if r.variant == "-":
+            body.append([r.label, r.metric, r.status, "-", "-"])
+            continue
+        empty = find(rows, "growth", r.system, "empty", r.metric)
+        full = find(rows, "growth", r.system, hist, r.metric)
+        digits = 2 if r.metric == "claim ms" else 0
+        body.append(
+            [
+                r.label,
+                r.metric,
+                _median_or_status(empty, digits) if empty else "-",
+                _median_or_status(full, digits) if full else "-",
+                _ratio(_median(full), _median(empty)),
+            ]
+        )
+    legend = (
+        f"claim ms: median latency of jobrunner's claim statement (batch of 100) over "
+        f"{report.options['claim_probes']} claims; jobs/s: drain of N jobs (raw-SQL: 2 "
+        "clients; jobrunner: one `tick`, default flags). The history is inserted with "
+        "one INSERT ... SELECT generate_series, then VACUUM ANALYZE."
+    )
+    return (headers, body), legend
+
+
+def enqueue_table(report: Report) -> tuple[Table, str]:
+    rows = _section(report.rows, "enqueue", report.systems)
+    copy = _median(find(rows, "enqueue", "raw-sql", "COPY from the same JSONL"))
+    headers = ["system", "how", "runs", "median runs/s", "range", "vs raw COPY"]
+    body = [
+        [
+            r.label,
+            r.variant,
+            _num(r.settings.get("runs")),
+            _median_or_status(r),
+            _range(r),
+            _ratio(_median(r), copy),
+        ]
+        for r in rows
+    ]
+    legend = (
+        'Bulk enqueue of one JSONL stream of `{"type":"noop","payload":{}}` lines, '
+        "timed as the whole process (start-up included)."
+    )
+    return (headers, body), legend
+
+
+def rss_table(report: Report) -> tuple[Table, str]:
+    rows = _section(report.rows, "rss", report.systems)
+    headers = ["system", "variant", "N", "median peak RSS MiB", "range"]
+    body = [
+        [r.label, r.variant, _num(r.extra.get("n")), _median_or_status(r, 1), _range(r, 1)]
+        for r in rows
+    ]
+    source = (
+        "GNU time's %M for each worker process"
+        if os.access(GNU_TIME, os.X_OK)
+        else "wait4() of each worker process, which cannot read below the harness's own RSS"
+    )
+    legend = (
+        f"Peak resident set size of the largest worker process while draining N jobs ({source})."
+    )
+    return (headers, body), legend
+
+
+def schedules_table(report: Report) -> tuple[Table, str]:
+    rows = _section(report.rows, "schedules", report.systems)
+    headers = ["system", "benchmark", "metric", "median", "range", "target"]
+    body = [
+        [r.label, r.variant, r.metric, _median_or_status(r, 2), _range(r, 2), "under 2 s"]
+        for r in rows
+    ]
+    legend = (
+        "Seconds of one materialize pass (bench/schedules.py, called from "
+        "bench/suite/schedules.py), on a fresh database per repetition."
+    )
+    return (headers, body), legend
+
+
+TABLES = {
+    "drain": ("Drain throughput", drain_table),
+    "idle": ("Idle one-shot", idle_table),
+    "growth": ("Growth: finished history vs empty table", growth_table),
+    "enqueue": ("Bulk enqueue", enqueue_table),
+    "rss": ("Peak RSS while draining", rss_table),
+    "schedules": ("Schedules", schedules_table),
+}
+
+
+# -- renderers ---------------------------------------------------------------------------
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(table: Table) -> str:
+    headers, body = table
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in body]
+    return "\n".join(lines)
+
+
+def text_table(table: Table, max_width: int = 48) -> str:
+    headers, body = table
+    clipped = [
+        [c if len(c) <= max_width else c[: max_width - 1] + "~" for c in row]
+        for row in [headers, *body]
+    ]
+    widths = [max(len(row[i]) for row in clipped) for i in range(len(headers))]
+    out = []
+    for n, row in enumerate(clipped):
+        out.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+        if n == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def print_tables(report: Report) -> None:
+    for key in report.sections:
+        title, build = TABLES[key]
+        table, _ = build(report)
+        print(f"\n{title}\n{text_table(table)}")
+    sys.stdout.flush()
+
+
+def _variant(v: Variant) -> str:
+    plural = "es" if v.processes > 1 else ""
+    return f"{_settings(v.settings)} ({v.processes} process{plural})"
+
+
+def _bullets(items: Iterable[tuple[str, str]]) -> str:
+    return "\n".join(f"- {k}: {v}" for k, v in items)
+
+
+def write_markdown(report: Report, path: Path) -> None:
+    parts = [
+        "# jobrunner benchmark results",
+        "",
+        (
+            "Generated by `bench/run.py`; see bench/README.md for what each section measures. "
+            "Absolute numbers depend on this machine and whatever else ran on it: read the "
+            "ratios, which compare systems measured in the same run."
+        ),
+        "",
+        f"- Command: `{report.command}`",
+        f"- Date: {report.date}",
+        f"- Options: {_settings(report.options)}",
+        "",
+        "## Machine",
+        "",
+        _bullets(report.machine.items()),
+        "",
+        "## PostgreSQL server",
+        "",
+        (
+            "A throwaway cluster made by initdb for this run; every system gets its own "
+            "freshly created database on it. Settings are initdb's defaults (durability "
+            "untouched):"
+        ),
+        "",
+        _bullets(report.server.items()),
+        "",
+        "## Systems",
+        "",
+    ]
+    for s in report.systems:
+        versions = report.versions.get(s.name, {})
+        parts.append(f"### {s.label}")
+        parts.append("")
+        if s.name in report.skipped:
+            parts.append(f"Not run: {report.skipped[s.name]}.")
+            parts.append("")
+            continue
+        parts.append(
+            _bullets(
+                [
+                    ("versions", ", ".join(f"{k} {v}" for k, v in versions.items()) or "-"),
+                    ("how it was run", s.how_run),
+                    ("idle one-shot", f"`{s.idle_how}`"),
+                    *[(f"variant `{v.name}`", _variant(v)) for v in s.variants],
+                ]
+            )
+        )
+        parts.append("")
+    for key in report.sections:
+        title, build = TABLES[key]
+        table, legend = build(report)
+        parts += [f"## {title}", "", legend, "", markdown_table(table), ""]
+    path.write_text("\n".join(parts))
+
+
+def write_json(report: Report, path: Path) -> None:
+    data = {
+        "command": report.command,
+        "date": report.date,
+        "machine": report.machine,
+        "server": report.server,
+        "options": report.options,
+        "sections": report.sections,
+        "systems": {
+            s.name: {
+                "label": s.label,
+                "kind": s.kind,
+                "versions": report.versions.get(s.name, {}),
+                "skipped": report.skipped.get(s.name),
+                "how_run": s.how_run,
+                "idle": s.idle_how,
+                "variants": [
+                    {"name": v.name, "settings": v.settings, "processes": v.processes}
+                    for v in s.variants
+                ],
+            }
+            for s in report.systems
+        },
+        "rows": [r.to_json() for r in report.rows],
+    }
+    path.write_text(json.dumps(data, indent=2, default=str) + "\n")
