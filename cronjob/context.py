@@ -25,6 +25,9 @@ class HandlerTransactionError(Exception):
     """`ctx.db`'s transaction can no longer commit together with the run's success."""
 
 
+_EVENT_LOCK = threading.Lock()
+
+
 class JobContext:
     """Everything a handler may need about the run it is executing.
 
@@ -40,12 +43,23 @@ class JobContext:
         self.attempt: int = run.attempt
         self.tenant_id: str | None = run.tenant_id
         self.scheduled_for: datetime | None = run.scheduled_for
-        self.cancelled = threading.Event()
+        self._cancelled: threading.Event | None = None
         self._run = run
         self._connect = connect
         self._db: Any = None
         self._side: Any = None
         self._log: Any = None
+
+    @property
+    def cancelled(self) -> threading.Event:
+        """Set when the run is cancelled or its lease is lost; check it in long loops."""
+        # Made on first use: an Event costs more than a no-op handler, and most
+        # handlers never look at it.
+        if self._cancelled is None:
+            with _EVENT_LOCK:
+                if self._cancelled is None:
+                    self._cancelled = threading.Event()
+        return self._cancelled
 
     @property
     def log(self) -> Any:

@@ -120,14 +120,19 @@ def parse_payload(text: str, *, source: str = "payload") -> Any:
     """Decode a JSON payload and check it is safe to store and hand to a handler."""
     if len(text.encode("utf-8", "surrogatepass")) > MAX_PAYLOAD_BYTES:
         raise BadInput(f"{source} too large: more than {MAX_PAYLOAD_BYTES} bytes of JSON")
+    value = decode_json(text, source=source)
+    check_payload(value, source=source)
+    return value
+
+
+def decode_json(text: str, *, source: str) -> Any:
+    """Decode JSON text, naming `source` in the one-line error."""
     try:
-        value = loads(text)
+        return loads(text)
     except RecursionError:
         raise BadInput(f"{source} nested deeper than {MAX_PAYLOAD_DEPTH} levels") from None
     except ValueError as exc:
         raise BadInput(f"invalid JSON in {source}: {_one_line(str(exc))}") from None
-    check_payload(value, source=source)
-    return value
 
 
 def _reject_constant(name: str) -> Any:

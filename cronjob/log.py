@@ -55,7 +55,7 @@ def configure(level: str = "info", *, json: bool | None = None) -> None:
             if hasattr(logging, "getLevelNamesMapping")
             else logging.INFO
         ),
-        logger_factory=structlog.PrintLoggerFactory(_Stderr()),  # type: ignore[arg-type]
+        logger_factory=structlog.WriteLoggerFactory(_Stderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=True,
     )
     _configured = True

@@ -91,18 +91,26 @@ def runs_claim_many(
     worker: str,
     now: datetime | None = None,
 ) -> list[ClaimedRun]:
-    rows = conn.execute(
-        queries.RUN_CLAIM_MANY,
-        {
-            "job_types": list(job_types),
-            "leases": list(leases),
-            "max_attempts": list(max_attempts),
-            "limit": limit,
-            "worker": worker,
-            "now": now,
-        },
-    ).fetchall()
-    return [ClaimedRun(*row) for row in rows]
+    params = _claim_params(job_types, leases, max_attempts, limit, worker, now)
+    return [ClaimedRun(*row) for row in conn.execute(queries.RUN_CLAIM_MANY, params).fetchall()]
+
+
+def _claim_params(
+    job_types: Sequence[str],
+    leases: Sequence[float],
+    max_attempts: Sequence[int],
+    limit: int,
+    worker: str,
+    now: datetime | None,
+) -> dict[str, Any]:
+    return {
+        "job_types": list(job_types),
+        "leases": list(leases),
+        "max_attempts": list(max_attempts),
+        "limit": limit,
+        "worker": worker,
+        "now": now,
+    }
 
 
 def runs_finalize_many(
@@ -111,6 +119,41 @@ def runs_finalize_many(
     """Apply decisions; returns the ids whose lease was still held (the others are lost)."""
     if not decisions:
         return set()
+    rows = conn.execute(queries.RUN_FINALIZE_MANY, _finalize_params(decisions, worker, now))
+    return {row[0] for row in rows.fetchall()}
+
+
+def runs_finalize_and_claim_many(
+    conn: Any,
+    decisions: Sequence[Decision],
+    *,
+    job_types: Sequence[str],
+    leases: Sequence[float],
+    max_attempts: Sequence[int],
+    limit: int,
+    worker: str,
+    now: datetime | None = None,
+) -> tuple[set[int], list[ClaimedRun]]:
+    """Finalize one batch and claim the next in one transaction and one round trip.
+
+    On an autocommit connection each statement would commit, and wait for the
+    log flush, on its own; together they pay for one commit.
+    """
+    claim_params = _claim_params(job_types, leases, max_attempts, limit, worker, now)
+    if not decisions:
+        claiming = conn.execute(queries.RUN_CLAIM_MANY, claim_params)
+        return set(), [ClaimedRun(*r) for r in claiming.fetchall()]
+    with conn.pipeline(), conn.transaction():
+        finalized = conn.execute(
+            queries.RUN_FINALIZE_MANY, _finalize_params(decisions, worker, now)
+        )
+        claiming = conn.execute(queries.RUN_CLAIM_MANY, claim_params)
+    return {row[0] for row in finalized.fetchall()}, [ClaimedRun(*r) for r in claiming.fetchall()]
+
+
+def _finalize_params(
+    decisions: Sequence[Decision], worker: str, now: datetime | None
+) -> dict[str, Any]:
     params: dict[str, Any] = {
         "ids": [], "tokens": [], "statuses": [], "delays": [],
         "error_types": [], "messages": [], "tracebacks": [], "worker": worker, "now": now,
@@ -123,7 +166,7 @@ def runs_finalize_many(
         params["error_types"].append(d.error.error_type if d.error else None)
         params["messages"].append(d.error.message if d.error else None)
         params["tracebacks"].append(d.error.traceback if d.error else None)
-    return {row[0] for row in conn.execute(queries.RUN_FINALIZE_MANY, params).fetchall()}
+    return params
 
 
 def runs_heartbeat_many(

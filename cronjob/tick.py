@@ -213,7 +213,10 @@ class Tick:
             if len(self._decisions) >= self.options.batch_size or (
                 self._decisions and (exhausted or now - last_flush >= FLUSH_INTERVAL)
             ):
-                self._flush()
+                # The next claim, if one is due right away, carries these decisions
+                # in its own commit; otherwise they are written now.
+                if not self._may_claim(exhausted, capacity):
+                    self._flush()
                 last_flush = now
             if now - last_beat >= beat_every and self._inflight and self._heartbeat():
                 last_beat = now
@@ -250,18 +253,26 @@ class Tick:
     # -- claim and run -----------------------------------------------------
 
     def _claim(self, limit: int) -> list[ClaimedRun] | None:
-        claimed = self._on_connection(
+        """Claim up to `limit` runs, finalizing the decisions taken so far in the same commit."""
+        decisions, self._decisions = self._decisions, []
+        done = self._on_connection(
             "claim",
             partial(
-                store.runs_claim_many,
+                store.runs_finalize_and_claim_many,
+                decisions=decisions,
                 limit=limit,
                 worker=self.worker,
                 now=self.options.now,
                 **self._claim_args,
             ),
         )
-        if claimed is None:
+        if done is None:
+            # Kept for the next flush; finalizing is fenced by lease token, so a
+            # decision that did land before the error changes nothing the second time.
+            self._decisions = decisions + self._decisions
             return None
+        kept, claimed = done
+        self._count_finalized(decisions, kept)
         self.report.claimed += len(claimed)
         for run in claimed:
             flight = _InFlight(run, self.handlers[run.job_type], JobContext(run, self.connect))
@@ -395,10 +406,13 @@ class Tick:
             # writing a decision that did land before the error changes nothing.
             self._decisions = decisions + self._decisions
             return False
+        self._count_finalized(decisions, kept)
+        return True
+
+    def _count_finalized(self, decisions: list[Decision], kept: set[int]) -> None:
         for decision in decisions:
             status = decision.status if decision.run.id in kept else None
             self._count(status, decision.run, decision.duration, decision.error)
-        return True
 
     def _count(
         self,

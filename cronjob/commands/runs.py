@@ -10,7 +10,7 @@ import click
 from cronjob.api import new_run
 from cronjob.cli import database_options, json_option
 from cronjob.errors import BadInput
-from cronjob.inputs import MAX_PAYLOAD_BYTES, loads, parse_payload, parse_timestamp
+from cronjob.inputs import MAX_PAYLOAD_BYTES, decode_json, parse_payload, parse_timestamp
 from cronjob.settings import Settings
 
 JSONL_KEYS = {
@@ -149,12 +149,7 @@ def _read_jsonl(stream: IO[str]) -> list[Any]:
         where = f"line {number}"
         if len(line) > MAX_PAYLOAD_BYTES + 10_000:
             raise BadInput(f"{where}: longer than {MAX_PAYLOAD_BYTES} bytes")
-        try:
-            fields = loads(line)
-        except RecursionError:
-            raise BadInput(f"{where}: JSON nested too deeply") from None
-        except ValueError as exc:
-            raise BadInput(f"{where}: invalid JSON: {' '.join(str(exc).split())}") from None
+        fields = decode_json(line, source=where)
         if not isinstance(fields, dict):
             raise BadInput(f'{where}: expected a JSON object with at least "type"')
         unknown = set(fields) - JSONL_KEYS
