@@ -69,19 +69,21 @@ def test_a_handler_calling_os_exit_loses_nothing(db_url, conn, start_tick, exec_
     victim = start_tick(db_url, "--lease", "30s", "--concurrency", "1")
 
     assert victim.wait() == 3  # the handler's own exit status: the whole process went down
-    assert count(conn, "SELECT count(*) FROM job_runs WHERE status = 'running'") == 4
+    held = {r[0] for r in conn.execute("SELECT id FROM job_runs WHERE status = 'running'")}
+    assert doomed in held  # with whatever else the tick had claimed and not finished
 
     report = tick(
         db_url, "fault.exit_first", "fault.sleep", now=db_now(conn) + timedelta(minutes=1)
     )
 
-    assert (report.rescued, report.succeeded) == (4, 4)
-    run = store.run_get(conn, doomed)
-    assert (run.status, run.attempts) == ("succeeded", 2)
-    assert [a.error_type for a in store.run_attempts_get(conn, doomed)] == ["lease_expired"]
-    for run_id in bystanders:
-        assert store.run_get(conn, run_id).status == "succeeded"
+    assert (report.rescued, report.succeeded) == (len(held), len(held))
+    assert count(conn, "SELECT count(*) FROM job_runs WHERE status <> 'succeeded'") == 0
+    assert store.run_get(conn, doomed).attempts == 2
+    for run_id in held:
+        assert [a.error_type for a in store.run_attempts_get(conn, run_id)] == ["lease_expired"]
         assert exec_log.of(run_id)[-1].pid != victim.pid
+    for run_id in set(bystanders) - held:
+        assert [e.pid for e in exec_log.of(run_id)] == [victim.pid]  # finished before the exit
 
 
 def test_a_tick_frozen_past_its_lease_cannot_overwrite_the_newer_outcome(
@@ -131,7 +133,9 @@ def test_a_drain_under_random_sigkills_loses_nothing_and_repeats_only_killed_wor
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
     store.runs_insert_many(conn, [new_run("fault.work", {"ms": 15}) for _ in range(DRAIN_RUNS)])
-    args = ("--lease", "3s", "--concurrency", "4", "--batch-size", "25")
+    # A lease long enough that no surviving tick loses one on a busy machine; what
+    # killed ticks held is rescued by later replacements or by the final tick.
+    args = ("--lease", "5s", "--concurrency", "4", "--batch-size", "25")
     ticks = [start_tick(db_url, *args) for _ in range(DRAIN_TICKS)]
 
     killed: set[int] = set()

@@ -59,7 +59,7 @@ def test_a_server_that_stays_down_mid_tick_exits_1_and_its_runs_are_recovered_la
 ):
     """Scenario: the server stops for good while handlers run; exit 1, leases recover the runs."""
     with psycopg.connect(private_db, autocommit=True) as conn:
-        ids = [enqueue(conn, "fault.sleep", {"seconds": 1}) for _ in range(3)]
+        ids = [enqueue(conn, "fault.sleep", {"seconds": 3}) for _ in range(3)]
     t = start_tick(private_db, "--concurrency", "3", "--lease", "30s")
     wait_for(lambda: _started(exec_log, 3), "the handlers to start")
 
@@ -114,7 +114,7 @@ def test_an_unparsable_url_never_shows_its_password():
 def test_a_lock_held_on_a_run_cannot_hang_the_tick(db_url, conn, start_tick, exec_log):
     """Scenario: another session locks a run while its handler runs; the tick's write gives up
     after lock_timeout, the tick stops claiming, and records the outcome once the lock is gone."""
-    run_id = enqueue(conn, "fault.sleep", {"seconds": 0.5})
+    run_id = enqueue(conn, "fault.sleep", {"seconds": 2})
     t = start_tick(db_url, "--lease", "30s")
     with connect(db_url, autocommit=False) as locker:
         wait_for(lambda: exec_log.of(run_id), "the handler to start")

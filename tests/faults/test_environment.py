@@ -88,8 +88,8 @@ def test_a_host_clock_hours_off_the_database_changes_nothing(db_url, conn, exec_
     assert store.run_get(conn, sleeping).status == "succeeded"
     failed = store.run_get(conn, failing)
     assert failed.status == "failed"
-    # Full jitter may make the first retry due while the tick still waits for the sleeping
-    # handler, so it may have failed more than once: the bound grows with each attempt.
+    # Full-jitter backoff (base 15 s) from the database's now; a short draw may have let
+    # the tick retry it already, each retry doubling the ceiling.
     ceiling = timedelta(seconds=15 * 2 ** (failed.attempts - 1))
     assert timedelta(0) <= failed.run_at - failed.updated_at <= ceiling
     stamps = (

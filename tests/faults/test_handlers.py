@@ -42,8 +42,10 @@ def test_a_stuck_handler_neither_holds_the_tick_nor_takes_its_worker(
     """Scenario: with one worker, a handler stuck for 10 minutes times out; the next run still
     runs and the tick exits without waiting for the stuck thread."""
     stuck = enqueue(conn, "fault.stuck", {"seconds": 600})
-    after = enqueue(conn, "fault.work", {"ms": 1})
     t = start_tick(db_url, "--concurrency", "1", "--grace", "2s")
+    wait_for(lambda: exec_log.of(stuck), "the stuck handler to start")
+    # Claimed once the stuck run is off the tick's hands, by a fresh worker.
+    after = enqueue(conn, "fault.work", {"ms": 1})
 
     assert t.wait(timeout=30) == 0
     summary = t.summary()

@@ -105,24 +105,24 @@ def test_cancelling_a_running_run_tells_its_handler_and_discards_its_outcome(
 def test_heartbeats_keep_the_leases_of_runs_waiting_for_a_worker(
     db_url, conn, start_tick, exec_log
 ):
-    """Scenario: 1 s lease, a run waits 4 s for the only worker; no other tick can take it."""
-    first = enqueue(conn, "fault.sleep", {"seconds": 4})
-    waiting = enqueue(conn, "fault.sleep", {"seconds": 0})
-    holder = start_tick(db_url, "--lease", "1s", "--concurrency", "1")
-    wait_for(lambda: exec_log.of(first), "the first handler to start")
+    """Scenario: 3 s lease, a run waits 3.5 s for the only worker; no other tick can take it."""
+    ids = [enqueue(conn, "fault.sleep", {"seconds": 3.5}) for _ in range(2)]
+    holder = start_tick(db_url, "--lease", "3s", "--concurrency", "1")
+    [first] = wait_for(lambda: exec_log.entries(), "a handler to start")
+    [waiting] = set(ids) - {first.run_id}
     wait_for(
-        lambda: count(conn, "SELECT count(*) FROM job_runs WHERE id = %s AND "
-                      "locked_until > started_at + interval '1.5 seconds'", waiting),
+        lambda: count(conn, "SELECT count(*) FROM job_runs WHERE id = %s AND status = 'running'"
+                      " AND locked_until > started_at + interval '3.5 seconds'", waiting),
         "the waiting run's lease to be renewed",
     )  # fmt: skip
 
-    rival = start_tick(db_url, "--lease", "1s")
+    rival = start_tick(db_url, "--lease", "3s")
     assert rival.wait() == 0
+    assert not exec_log.of(waiting)  # still waiting when the rival came and went
     assert holder.wait() == 0
 
-    assert rival.summary()["rescued"] == 0
-    assert rival.summary()["claimed"] == 0
-    for run_id in (first, waiting):
+    assert (rival.summary()["rescued"], rival.summary()["claimed"]) == (0, 0)
+    for run_id in ids:
         run = store.run_get(conn, run_id)
         assert (run.status, run.attempts) == ("succeeded", 1)
         assert [e.pid for e in exec_log.of(run_id)] == [holder.pid]
