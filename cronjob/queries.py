@@ -79,22 +79,28 @@ WITH c AS MATERIALIZED (
     ORDER BY priority, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+),
+claimed AS (
+    UPDATE job_runs r
+    SET status = 'running',
+        attempts = r.attempts + 1,
+        max_attempts = coalesce(
+            r.max_attempts,
+            (%(max_attempts)s::int[])[array_position(%(job_types)s::text[], r.job_type)]),
+        locked_by = %(worker)s,
+        locked_until = {_NOW} + make_interval(
+            secs => (%(leases)s::float8[])[array_position(%(job_types)s::text[], r.job_type)]),
+        lease_token = gen_random_uuid(),
+        started_at = {_NOW},
+        updated_at = {_NOW}
+    WHERE r.id = ANY(ARRAY(SELECT id FROM c))
+    RETURNING r.id, r.job_type, r.payload, r.tenant_id, r.scheduled_for, r.attempts,
+              r.max_attempts, r.lease_token, r.locked_until, r.priority, r.run_at
 )
-UPDATE job_runs r
-SET status = 'running',
-    attempts = r.attempts + 1,
-    max_attempts = coalesce(
-        r.max_attempts,
-        (%(max_attempts)s::int[])[array_position(%(job_types)s::text[], r.job_type)]),
-    locked_by = %(worker)s,
-    locked_until = {_NOW} + make_interval(
-        secs => (%(leases)s::float8[])[array_position(%(job_types)s::text[], r.job_type)]),
-    lease_token = gen_random_uuid(),
-    started_at = {_NOW},
-    updated_at = {_NOW}
-WHERE r.id = ANY(ARRAY(SELECT id FROM c))
-RETURNING r.id, r.job_type, r.payload, r.tenant_id, r.scheduled_for, r.attempts,
-          r.max_attempts, r.lease_token, r.locked_until
+-- Handed to the workers in this order, so a batch starts in priority order too.
+SELECT id, job_type, payload, tenant_id, scheduled_for, attempts, max_attempts, lease_token,
+       locked_until
+FROM claimed ORDER BY priority, run_at, id
 """
 
 # One guarded write for a batch of mixed outcomes: a row changes only while its

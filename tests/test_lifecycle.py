@@ -316,3 +316,18 @@ def test_a_success_recorded_in_the_handlers_transaction_has_its_real_finish_time
     run = run_row(conn, run_id)
     assert run.status == "succeeded"
     assert (run.finished_at - run.started_at).total_seconds() >= 0.3
+
+
+def test_a_claimed_batch_starts_in_priority_order(db_url, conn, tmp_path, monkeypatch):
+    exec_log = tmp_path / "executions.log"
+    monkeypatch.setenv("JOBRUNNER_TEST_EXEC_LOG", str(exec_log))
+    now = db_now(conn)
+    ids = {
+        "late": enqueue(conn, "test.ok", run_at=now - timedelta(minutes=1)),
+        "urgent": enqueue(conn, "test.ok", priority=-5),
+        "early": enqueue(conn, "test.ok", run_at=now - timedelta(minutes=5)),
+        "lazy": enqueue(conn, "test.ok", priority=5, run_at=now - timedelta(hours=1)),
+    }
+    tick(db_url, "test.ok", batch_size=10, concurrency=1)
+    order = [int(line.split()[0]) for line in exec_log.read_text().splitlines()]
+    assert order == [ids["urgent"], ids["early"], ids["late"], ids["lazy"]]
