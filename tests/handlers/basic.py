@@ -7,22 +7,11 @@ executions independently of what the database says.
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
 from cronjob import Fail, Retry, handler
-
-
-def record(ctx: Any) -> None:
-    path = os.environ.get("JOBRUNNER_TEST_EXEC_LOG")
-    if path:
-        line = f"{ctx.run_id} {ctx.attempt} {os.getpid()}\n".encode()
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, line)  # one write with O_APPEND: lines never interleave
-        finally:
-            os.close(fd)
+from tests.exec_log import record
 
 
 @handler("test.ok")

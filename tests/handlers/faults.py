@@ -12,17 +12,11 @@ import time
 from typing import Any
 
 from cronjob import handler
+from tests import exec_log
 
 
 def record(ctx: Any, event: str = "run") -> None:
-    path = os.environ.get("JOBRUNNER_TEST_EXEC_LOG")
-    if path:
-        line = f"{ctx.run_id} {ctx.attempt} {os.getpid()} {event}\n".encode()
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, line)  # one write with O_APPEND: lines never interleave
-        finally:
-            os.close(fd)
+    exec_log.record(ctx, event)
 
 
 @handler("fault.work")
