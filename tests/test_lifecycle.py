@@ -39,6 +39,13 @@ def db_now(conn: psycopg.Connection[Any]) -> datetime:
     return conn.execute("SELECT now()").fetchone()[0]
 
 
+def claim_as(conn: psycopg.Connection[Any], worker: str, *, lease: float) -> list[Any]:
+    """Claim one test.ok run as some other worker would, outside any tick."""
+    return store.runs_claim_many(
+        conn, job_types=["test.ok"], leases=[lease], max_attempts=[5], limit=1, worker=worker
+    )
+
+
 def run_row(conn: psycopg.Connection[Any], run_id: int) -> Any:
     run = store.run_get(conn, run_id)
     assert run is not None
@@ -144,9 +151,7 @@ def test_a_run_scheduled_in_the_future_waits(db_url, conn):
 
 def test_an_expired_lease_is_rescued_and_the_lost_attempt_recorded(db_url, conn):
     run_id = enqueue(conn, "test.ok")
-    claimed = store.runs_claim_many(
-        conn, job_types=["test.ok"], leases=[60], max_attempts=[5], limit=1, worker="ghost:1"
-    )
+    claimed = claim_as(conn, "ghost:1", lease=60)
     assert [c.id for c in claimed] == [run_id]
 
     # Still leased: nobody takes it.
@@ -163,9 +168,7 @@ def test_an_expired_lease_is_rescued_and_the_lost_attempt_recorded(db_url, conn)
 
 def test_a_run_that_keeps_losing_its_lease_goes_dead_when_attempts_run_out(db_url, conn):
     run_id = enqueue(conn, "test.ok", max_attempts=1)
-    store.runs_claim_many(
-        conn, job_types=["test.ok"], leases=[60], max_attempts=[5], limit=1, worker="ghost:1"
-    )
+    claim_as(conn, "ghost:1", lease=60)
     tick(db_url, "test.ok", now=db_now(conn) + timedelta(minutes=2))
     run = run_row(conn, run_id)
     assert (run.status, run.error_type) == ("dead", "lease_expired")
@@ -173,9 +176,7 @@ def test_a_run_that_keeps_losing_its_lease_goes_dead_when_attempts_run_out(db_ur
 
 def test_a_stale_worker_cannot_overwrite_a_newer_outcome(db_url, conn):
     run_id = enqueue(conn, "test.ok")
-    [stale] = store.runs_claim_many(
-        conn, job_types=["test.ok"], leases=[60], max_attempts=[5], limit=1, worker="stale:1"
-    )
+    [stale] = claim_as(conn, "stale:1", lease=60)
     tick(db_url, "test.ok", now=db_now(conn) + timedelta(minutes=2))
     assert run_row(conn, run_id).status == "succeeded"
 
@@ -202,9 +203,7 @@ def test_cancel_moves_queued_and_failed_runs_to_cancelled(db_url, conn):
 
 def test_cancelling_a_running_run_discards_its_outcome(db_url, conn):
     run_id = enqueue(conn, "test.ok")
-    [held] = store.runs_claim_many(
-        conn, job_types=["test.ok"], leases=[60], max_attempts=[5], limit=1, worker="w:1"
-    )
+    [held] = claim_as(conn, "w:1", lease=60)
     store.runs_cancel_many(conn, [run_id])
     from cronjob import transitions
 
@@ -244,9 +243,7 @@ def test_retry_makes_a_waiting_failed_run_due_now(db_url, conn):
 
 def test_retry_clears_the_lock_of_a_running_run(db_url, conn):
     run_id = enqueue(conn, "test.ok")
-    store.runs_claim_many(
-        conn, job_types=["test.ok"], leases=[600], max_attempts=[5], limit=1, worker="w:1"
-    )
+    claim_as(conn, "w:1", lease=600)
     store.runs_retry_many(conn, [run_id])
     run = run_row(conn, run_id)
     assert (run.status, run.locked_by, run.locked_until) == ("failed", None, None)
@@ -263,9 +260,7 @@ def test_retry_refuses_a_succeeded_run(db_url, conn):
 
 def test_hand_back_returns_a_run_as_if_never_claimed(db_url, conn):
     run_id = enqueue(conn, "test.ok")
-    held = store.runs_claim_many(
-        conn, job_types=["test.ok"], leases=[600], max_attempts=[5], limit=1, worker="w:1"
-    )
+    held = claim_as(conn, "w:1", lease=600)
     assert store.runs_hand_back_many(conn, held) == {run_id}
     run = run_row(conn, run_id)
     assert (run.status, run.attempts, run.locked_until, run.started_at) == ("queued", 0, None, None)
