@@ -36,15 +36,18 @@ from __future__ import annotations
 
 import copy
 import re
-from bisect import insort
+from bisect import bisect_left, bisect_right, insort
+from calendar import monthrange
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import MAXYEAR, MINYEAR, UTC, date, datetime, timedelta
 from functools import lru_cache
 from itertools import islice, takewhile
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import CroniterBadDateError, croniter
+if TYPE_CHECKING:
+    from croniter import croniter
 
 __all__ = [
     "CATCH_UP_POLICIES",
@@ -100,6 +103,13 @@ _OFFSET_PROBES = (timedelta(0), timedelta(hours=3), timedelta(hours=25))
 # valid expression can have is eight years (29 February across 2100); this keeps a bug from
 # turning into a long spin.
 _MAX_YEARS_BETWEEN_MATCHES = 10
+# The years `_Expanded` walks on its own. Every accepted expression fires at least once in any
+# eight years, so inside these bounds croniter would find the same wall times well within its
+# horizon; only near the ends of the calendar, where that horizon and datetime's range decide
+# when the stream stops, is croniter asked.
+_WALKED_YEARS = range(
+    MINYEAR + _MAX_YEARS_BETWEEN_MATCHES + 1, MAXYEAR - _MAX_YEARS_BETWEEN_MATCHES
+)
 
 
 class ScheduleError(ValueError):
@@ -126,18 +136,130 @@ _FIELDS = (
     _Field("day-of-week", 0, 7, _DAY_NAMES),
 )
 _HOUR_FIELD, _DOM_FIELD, _MONTH_FIELD, _DOW_FIELD = range(1, 5)
+_DOM = _FIELDS[_DOM_FIELD]
+
+
+@dataclass(frozen=True)
+class _Expanded:
+    """The wall-clock times an expression matches, as the set of values of each field.
+
+    Every expression this module accepts comes down to such sets, so the next (or previous)
+    matching minute is a few lookups away. croniter finds the same minutes by interpreting its
+    expression afresh on every step, some hundreds of microseconds each: the better part of
+    materializing thousands of schedules that share nothing.
+    """
+
+    minutes: tuple[int, ...]  # ascending, as are hours and months
+    hours: tuple[int, ...]
+    months: tuple[int, ...]
+    minute_set: frozenset[int]
+    hour_set: frozenset[int]
+    month_set: frozenset[int]
+    days: frozenset[int]
+    weekdays: frozenset[int]  # 0 is Sunday
+    either_day: bool  # day-of-month and day-of-week both restricted: a day matches either
+
+    def day_matches(self, day: int, weekday: int) -> bool:
+        if self.either_day:
+            return day in self.days or weekday in self.weekdays
+        return day in self.days and weekday in self.weekdays
+
+    def next_wall(self, wall: datetime) -> datetime | None:
+        """The first matching wall time after `wall` (whole minutes); None past the walked years."""
+        if wall.year not in _WALKED_YEARS:
+            return None
+        wall += _MINUTE
+        year, month, day = wall.year, wall.month, wall.day
+        if month in self.month_set and self.day_matches(day, _weekday(year, month, day)):
+            hour, minute = wall.hour, wall.minute
+            if hour in self.hour_set:
+                index = bisect_left(self.minutes, minute)
+                if index < len(self.minutes):
+                    return wall.replace(minute=self.minutes[index])
+            index = bisect_right(self.hours, hour)
+            if index < len(self.hours):
+                return wall.replace(hour=self.hours[index], minute=self.minutes[0])
+        found = self._first_day(year, month, day + 1)
+        if found is None:
+            return None
+        return datetime(*found, self.hours[0], self.minutes[0])
+
+    def previous_wall(self, wall: datetime) -> datetime | None:
+        """The last matching wall time before `wall` (whole minutes); None past the walked years."""
+        if wall.year not in _WALKED_YEARS:
+            return None
+        wall -= _MINUTE
+        year, month, day = wall.year, wall.month, wall.day
+        if month in self.month_set and self.day_matches(day, _weekday(year, month, day)):
+            hour, minute = wall.hour, wall.minute
+            if hour in self.hour_set:
+                index = bisect_right(self.minutes, minute)
+                if index:
+                    return wall.replace(minute=self.minutes[index - 1])
+            index = bisect_left(self.hours, hour)
+            if index:
+                return wall.replace(hour=self.hours[index - 1], minute=self.minutes[-1])
+        found = self._last_day(year, month, day - 1)
+        if found is None:
+            return None
+        return datetime(*found, self.hours[-1], self.minutes[-1])
+
+    def _first_day(self, year: int, month: int, day: int) -> tuple[int, int, int] | None:
+        """The first matching date on or after the given one (`day` may run past the month)."""
+        while year in _WALKED_YEARS:
+            if month in self.month_set:
+                last = monthrange(year, month)[1]
+                if day <= last:
+                    weekday = _weekday(year, month, day)
+                    for candidate in range(day, last + 1):
+                        if self.day_matches(candidate, weekday):
+                            return year, month, candidate
+                        weekday = (weekday + 1) % 7
+            index = bisect_right(self.months, month)
+            if index < len(self.months):
+                month = self.months[index]
+            else:
+                year, month = year + 1, self.months[0]
+            day = 1
+        return None
+
+    def _last_day(self, year: int, month: int, day: int) -> tuple[int, int, int] | None:
+        """The last matching date on or before the given one (`day` may be 0)."""
+        while year in _WALKED_YEARS:
+            if month in self.month_set:
+                day = min(day, monthrange(year, month)[1])
+                if day >= 1:
+                    weekday = _weekday(year, month, day)
+                    for candidate in range(day, 0, -1):
+                        if self.day_matches(candidate, weekday):
+                            return year, month, candidate
+                        weekday = (weekday - 1) % 7
+            index = bisect_left(self.months, month)
+            if index:
+                month = self.months[index - 1]
+            else:
+                year, month = year - 1, self.months[-1]
+            day = 31
+        return None
+
+
+def _weekday(year: int, month: int, day: int) -> int:
+    """Cron's day of the week: 0 is Sunday. (Day 1 of the calendar, 1 January 1, a Monday.)"""
+    return date(year, month, day).toordinal() % 7
 
 
 @dataclass(frozen=True)
 class _Cron:
     """A validated expression.
 
-    `expression` is the normalized text users see and the database stores. `croniter_text` is
-    the same schedule with every restricted field spelled as a plain list of numbers, so that
-    croniter is never asked to interpret syntax whose meaning differs between cron dialects.
+    `expression` is the normalized text users see and the database stores. `expanded` is what
+    it matches. `croniter_text` is the same schedule with every restricted field spelled as a
+    plain list of numbers, so that croniter, which walks near the ends of the calendar, is
+    never asked to interpret syntax whose meaning differs between cron dialects.
     """
 
     expression: str
+    expanded: _Expanded
     croniter_text: str
     wildcard_hour: bool
 
@@ -265,8 +387,22 @@ def _compile(expression: str) -> _Cron:
         # schedule is its day-of-week alone. Saying so up front matters: croniter would
         # otherwise search its whole horizon for the impossible day on every step.
         parts[_DOM_FIELD] = "*"
+        expanded[_DOM_FIELD] = frozenset(range(_DOM.low, _DOM.high + 1))
+        restricted[_DOM_FIELD] = False
+    minutes, hours, days, months, weekdays = expanded
     return _Cron(
         expression=text.lower(),
+        expanded=_Expanded(
+            minutes=tuple(sorted(minutes)),
+            hours=tuple(sorted(hours)),
+            months=tuple(sorted(months)),
+            minute_set=minutes,
+            hour_set=hours,
+            month_set=months,
+            days=days,
+            weekdays=weekdays,
+            either_day=restricted[_DOM_FIELD] and restricted[_DOW_FIELD],
+        ),
         croniter_text=" ".join(parts),
         wildcard_hour=fields[_HOUR_FIELD].startswith("*"),
     )
@@ -322,6 +458,9 @@ def validate_timezone(name: str) -> str:
 
 @lru_cache(maxsize=4096)
 def _croniter_template(croniter_text: str) -> croniter:
+    # Imported here: most processes never walk near the ends of the calendar.
+    from croniter import croniter
+
     return croniter(
         croniter_text,
         datetime(2000, 1, 1),
@@ -333,9 +472,21 @@ def _croniter_template(croniter_text: str) -> croniter:
 def _walls(cron: _Cron, start: datetime, forward: bool) -> Iterator[datetime]:
     """Matching wall-clock times strictly after (or before) the naive wall time `start`.
 
-    croniter is handed naive datetimes on purpose: that way it does plain calendar arithmetic
-    and all daylight-saving decisions are made in `_resolve`, where they can follow Vixie cron.
+    Wall times are naive on purpose: finding them is plain calendar arithmetic, and all
+    daylight-saving decisions are made in `_resolve`, where they can follow Vixie cron.
     """
+    step = cron.expanded.next_wall if forward else cron.expanded.previous_wall
+    wall = start
+    while (found := step(wall)) is not None:
+        yield found
+        wall = found
+    yield from _croniter_walls(cron, wall, forward)
+
+
+def _croniter_walls(cron: _Cron, start: datetime, forward: bool) -> Iterator[datetime]:
+    """What `_walls` yields, found by croniter: near the ends of the calendar, where it stops."""
+    from croniter import CroniterBadDateError
+
     # Parsing is the expensive part of building a croniter; a shallow copy of a parsed one
     # shares the expanded fields (croniter never mutates them) and gets its own position.
     walker = copy.copy(_croniter_template(cron.croniter_text))
