@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 import re
 from datetime import UTC, datetime, timedelta, timezone
-from itertools import pairwise
+from itertools import islice, pairwise
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -873,3 +873,113 @@ def test_matches_a_minute_by_minute_simulation_of_vixie_cron(zone, instant):
     for expr, minutes, hours in _SIMULATED:
         expected = _simulate_vixie(zone, set(minutes), hours, after, until)
         assert occurrences(expr, zone, after, until) == expected, expr
+
+
+# The wall-clock walk against croniter: every accepted expression expands to sets of field
+# values that `cronjob.schedule` walks itself; croniter, walking the same expression, is the
+# reference. Random expressions over every field form, starts, zones and directions, seeded.
+
+_FIELD_BOUNDS = [(0, 59), (0, 23), (1, 31), (1, 12), (0, 7)]
+_MONTHS = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
+_WEEKDAYS = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"]
+
+
+def _random_value(rng, index, low, high):
+    value = rng.randint(low, high)
+    if index == 3 and rng.random() < 0.2:
+        return _MONTHS[value - 1]
+    if index == 4 and value < 7 and rng.random() < 0.2:
+        return _WEEKDAYS[value]
+    return str(value)
+
+
+def _random_item(rng, index):
+    low, high = _FIELD_BOUNDS[index]
+    first, last = sorted((rng.randint(low, high), rng.randint(low, high)))
+    return rng.choice(
+        [
+            _random_value(rng, index, low, high),
+            _random_value(rng, index, low, high),
+            f"{first}-{last}",
+            f"*/{rng.randint(1, high - low + 2)}",
+            f"{first}-{last}/{rng.randint(1, 10)}",
+            f"{first}/{rng.randint(1, 15)}",
+        ]
+    )
+
+
+def _random_expression(rng):
+    from cronjob import schedule
+
+    while True:
+        fields = [
+            "*" if rng.random() < 0.4 else ",".join(_random_item(rng, i) for _ in range(3))
+            for i in range(5)
+        ]
+        if rng.random() < 0.2:
+            fields[2], fields[3] = rng.choice(["29", "30", "31", "30,31"]), "2"
+        try:
+            return schedule._compile(" ".join(fields))
+        except ScheduleError:
+            continue  # dead or out of range: not a schedule to compare
+
+
+def test_walking_the_expanded_fields_finds_the_wall_times_croniter_finds():
+    from cronjob import schedule
+
+    rng = random.Random(20260512)
+    for _ in range(400):
+        cron = _random_expression(rng)
+        start = datetime(1990, 1, 1) + timedelta(minutes=rng.randrange(160 * 525_960))
+        forward = rng.random() < 0.5
+        count = rng.randint(1, 12)
+        walked = list(islice(schedule._walls(cron, start, forward), count))
+        reference = list(islice(schedule._croniter_walls(cron, start, forward), count))
+        assert walked == reference, (cron.expression, start, forward)
+
+
+def test_walking_hands_over_to_croniter_near_the_ends_of_the_calendar():
+    from cronjob import schedule
+
+    for expression, start, forward in [
+        ("0 0 29 2 *", datetime(9970, 1, 1), True),
+        ("*/20 3 * * 1", datetime(9987, 12, 30), True),
+        ("0 0 29 2 *", datetime(40, 1, 1), False),
+        ("*/20 3 * * 1", datetime(12, 1, 3), False),
+    ]:
+        cron = schedule._compile(expression)
+        walked = list(schedule._walls(cron, start, forward))
+        reference = list(schedule._croniter_walls(cron, start, forward))
+        assert walked == reference
+        assert walked  # the stream runs until croniter's calendar ends, then stops
+
+
+def test_occurrences_in_every_zone_match_a_walk_by_croniter(monkeypatch):
+    from cronjob import schedule
+
+    rng = random.Random(7)
+    zones = sorted({zone for zone, _, _, _ in TRANSITIONS} | {"UTC", "Asia/Kolkata"})
+    cases = []
+    for _ in range(150):
+        cron = _random_expression(rng)
+        zone = rng.choice(zones)
+        # Around a transition in half of the cases, where the daylight-saving rules apply.
+        if rng.random() < 0.5:
+            center = utc(
+                rng.choice([i for z, i, _, _ in TRANSITIONS if z == zone] or ["2026-06-01"])
+            )
+        else:
+            center = utc("2026-01-01T00:00") + timedelta(minutes=rng.randrange(525_600))
+        after = center - timedelta(seconds=rng.randrange(3 * 86_400))
+        until = after + timedelta(seconds=rng.randrange(1, 6 * 86_400))
+        cases.append((cron.expression, zone, after, until))
+    walked = [
+        (occurrences(e, z, a, u, limit=30), latest_occurrences(e, z, a, u, 5))
+        for e, z, a, u in cases
+    ]
+    monkeypatch.setattr(schedule, "_walls", schedule._croniter_walls)
+    reference = [
+        (occurrences(e, z, a, u, limit=30), latest_occurrences(e, z, a, u, 5))
+        for e, z, a, u in cases
+    ]
+    assert walked == reference
