@@ -37,7 +37,6 @@ from __future__ import annotations
 import copy
 import re
 from bisect import bisect_left, bisect_right, insort
-from calendar import monthrange
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import MAXYEAR, MINYEAR, UTC, date, datetime, timedelta
@@ -85,6 +84,7 @@ _DAY_NAMES = {
 }
 # February counts 29 days: a schedule for the 29th fires in leap years, so it is not dead.
 _LONGEST_MONTH = dict(enumerate((31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31), start=1))
+_DAYS_IN_MONTH = {**_LONGEST_MONTH, 2: 28}  # and 29 in leap years
 
 _NUMBER = re.compile(r"[0-9]+")
 _TIMEZONE_KEY = re.compile(r"[A-Za-z0-9_+\-]+(/[A-Za-z0-9_+\-]+)*")
@@ -94,6 +94,11 @@ _HOST_SPECIFIC_ZONES = ("localtime", "posixrules")
 _HOST_SPECIFIC_PREFIXES = ("right/", "posix/")
 
 _MINUTE = timedelta(minutes=1)
+# Instants are computed as an epoch plus elapsed time: datetime.replace() parses its nine
+# keywords by name on every call, several times the cost of the arithmetic, and the walk
+# converts every wall time it passes.
+_WALL_EPOCH = datetime(1970, 1, 1)
+_UTC_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # Offsets looked at around a boundary to find where wall-clock iteration must start. A wall time
 # earlier than `after`'s own reading still fires after it when `after` sits in the first half
 # of a repeated period; probing a few hours (and a day, for historic date-line moves) ahead
@@ -141,7 +146,7 @@ _DOM = _FIELDS[_DOM_FIELD]
 
 @dataclass(frozen=True)
 class _Expanded:
-    """The wall-clock times an expression matches, as the set of values of each field.
+    """The wall-clock times an expression matches, as the values each field allows.
 
     Every expression this module accepts comes down to such sets, so the next (or previous)
     matching minute is a few lookups away. croniter finds the same minutes by interpreting its
@@ -152,17 +157,34 @@ class _Expanded:
     minutes: tuple[int, ...]  # ascending, as are hours and months
     hours: tuple[int, ...]
     months: tuple[int, ...]
-    minute_set: frozenset[int]
     hour_set: frozenset[int]
     month_set: frozenset[int]
-    days: frozenset[int]
-    weekdays: frozenset[int]  # 0 is Sunday
-    either_day: bool  # day-of-month and day-of-week both restricted: a day matches either
+    # Whether a date matches depends only on its day of the month and its day of the week:
+    # ``day_table[day * 7 + weekday]`` (weekday 0 is Sunday) is 1 for the pairs that do.
+    day_table: bytes
 
-    def day_matches(self, day: int, weekday: int) -> bool:
-        if self.either_day:
-            return day in self.days or weekday in self.weekdays
-        return day in self.days and weekday in self.weekdays
+    @classmethod
+    def of(
+        cls,
+        fields: Sequence[frozenset[int]],
+        either_day: bool,
+    ) -> _Expanded:
+        """From the expanded fields; `either_day`: a day matches its day of month or of week."""
+        minutes, hours, days, months, weekdays = fields
+        table = bytearray(32 * 7)
+        for day in range(1, 32):
+            for weekday in range(7):
+                in_days, in_weekdays = day in days, weekday in weekdays
+                matches = (in_days or in_weekdays) if either_day else (in_days and in_weekdays)
+                table[day * 7 + weekday] = matches
+        return cls(
+            minutes=tuple(sorted(minutes)),
+            hours=tuple(sorted(hours)),
+            months=tuple(sorted(months)),
+            hour_set=hours,
+            month_set=months,
+            day_table=bytes(table),
+        )
 
     def next_wall(self, wall: datetime) -> datetime | None:
         """The first matching wall time after `wall` (whole minutes); None past the walked years."""
@@ -170,15 +192,15 @@ class _Expanded:
             return None
         wall += _MINUTE
         year, month, day = wall.year, wall.month, wall.day
-        if month in self.month_set and self.day_matches(day, _weekday(year, month, day)):
-            hour, minute = wall.hour, wall.minute
+        if month in self.month_set and self.day_table[day * 7 + wall.toordinal() % 7]:
+            hour = wall.hour
             if hour in self.hour_set:
-                index = bisect_left(self.minutes, minute)
+                index = bisect_left(self.minutes, wall.minute)
                 if index < len(self.minutes):
-                    return wall.replace(minute=self.minutes[index])
+                    return datetime(year, month, day, hour, self.minutes[index])
             index = bisect_right(self.hours, hour)
             if index < len(self.hours):
-                return wall.replace(hour=self.hours[index], minute=self.minutes[0])
+                return datetime(year, month, day, self.hours[index], self.minutes[0])
         found = self._first_day(year, month, day + 1)
         if found is None:
             return None
@@ -190,15 +212,15 @@ class _Expanded:
             return None
         wall -= _MINUTE
         year, month, day = wall.year, wall.month, wall.day
-        if month in self.month_set and self.day_matches(day, _weekday(year, month, day)):
-            hour, minute = wall.hour, wall.minute
+        if month in self.month_set and self.day_table[day * 7 + wall.toordinal() % 7]:
+            hour = wall.hour
             if hour in self.hour_set:
-                index = bisect_right(self.minutes, minute)
+                index = bisect_right(self.minutes, wall.minute)
                 if index:
-                    return wall.replace(minute=self.minutes[index - 1])
+                    return datetime(year, month, day, hour, self.minutes[index - 1])
             index = bisect_left(self.hours, hour)
             if index:
-                return wall.replace(hour=self.hours[index - 1], minute=self.minutes[-1])
+                return datetime(year, month, day, self.hours[index - 1], self.minutes[-1])
         found = self._last_day(year, month, day - 1)
         if found is None:
             return None
@@ -208,13 +230,13 @@ class _Expanded:
         """The first matching date on or after the given one (`day` may run past the month)."""
         while year in _WALKED_YEARS:
             if month in self.month_set:
-                last = monthrange(year, month)[1]
+                last = _days_in_month(year, month)
                 if day <= last:
-                    weekday = _weekday(year, month, day)
+                    # (`before` + n) % 7 is the weekday of day n of this month.
+                    before = date(year, month, 1).toordinal() - 1
                     for candidate in range(day, last + 1):
-                        if self.day_matches(candidate, weekday):
+                        if self.day_table[candidate * 7 + (before + candidate) % 7]:
                             return year, month, candidate
-                        weekday = (weekday + 1) % 7
             index = bisect_right(self.months, month)
             if index < len(self.months):
                 month = self.months[index]
@@ -227,13 +249,10 @@ class _Expanded:
         """The last matching date on or before the given one (`day` may be 0)."""
         while year in _WALKED_YEARS:
             if month in self.month_set:
-                day = min(day, monthrange(year, month)[1])
-                if day >= 1:
-                    weekday = _weekday(year, month, day)
-                    for candidate in range(day, 0, -1):
-                        if self.day_matches(candidate, weekday):
-                            return year, month, candidate
-                        weekday = (weekday - 1) % 7
+                before = date(year, month, 1).toordinal() - 1
+                for candidate in range(min(day, _days_in_month(year, month)), 0, -1):
+                    if self.day_table[candidate * 7 + (before + candidate) % 7]:
+                        return year, month, candidate
             index = bisect_left(self.months, month)
             if index:
                 month = self.months[index - 1]
@@ -243,9 +262,10 @@ class _Expanded:
         return None
 
 
-def _weekday(year: int, month: int, day: int) -> int:
-    """Cron's day of the week: 0 is Sunday. (Day 1 of the calendar, 1 January 1, a Monday.)"""
-    return date(year, month, day).toordinal() % 7
+def _days_in_month(year: int, month: int) -> int:
+    if month == 2:
+        return 29 if year % 4 == 0 and (year % 100 != 0 or year % 400 == 0) else 28
+    return _DAYS_IN_MONTH[month]
 
 
 @dataclass(frozen=True)
@@ -262,21 +282,6 @@ class _Cron:
     expanded: _Expanded
     croniter_text: str
     wildcard_hour: bool
-
-
-@dataclass(frozen=True)
-class _Resolved:
-    """What one matching wall-clock time means in real time.
-
-    `instants` are the fire times it contributes (none, one, or two in a repeated period).
-    `earliest` and `latest` bound every instant this wall time or any later (respectively,
-    earlier) wall time can contribute; they let the merge in `_fire_times` release pending
-    instants as soon as nothing can come before (after) them any more.
-    """
-
-    instants: tuple[datetime, ...]
-    earliest: datetime
-    latest: datetime
 
 
 def _quoted(text: str) -> str:
@@ -389,20 +394,9 @@ def _compile(expression: str) -> _Cron:
         parts[_DOM_FIELD] = "*"
         expanded[_DOM_FIELD] = frozenset(range(_DOM.low, _DOM.high + 1))
         restricted[_DOM_FIELD] = False
-    minutes, hours, days, months, weekdays = expanded
     return _Cron(
         expression=text.lower(),
-        expanded=_Expanded(
-            minutes=tuple(sorted(minutes)),
-            hours=tuple(sorted(hours)),
-            months=tuple(sorted(months)),
-            minute_set=minutes,
-            hour_set=hours,
-            month_set=months,
-            days=days,
-            weekdays=weekdays,
-            either_day=restricted[_DOM_FIELD] and restricted[_DOW_FIELD],
-        ),
+        expanded=_Expanded.of(expanded, restricted[_DOM_FIELD] and restricted[_DOW_FIELD]),
         croniter_text=" ".join(parts),
         wildcard_hour=fields[_HOUR_FIELD].startswith("*"),
     )
@@ -520,33 +514,41 @@ def _transition(zone: ZoneInfo, before: datetime, after: datetime) -> datetime:
     return datetime.fromtimestamp(high, UTC)
 
 
-def _resolve(wall: datetime, zone: ZoneInfo, wildcard_hour: bool) -> _Resolved:
-    first = wall.replace(tzinfo=zone, fold=0)
-    second = wall.replace(tzinfo=zone, fold=1)
-    first_offset, second_offset = first.utcoffset(), second.utcoffset()
+def _resolve(
+    wall: datetime, zone: ZoneInfo, wildcard_hour: bool
+) -> tuple[tuple[datetime, ...], datetime, datetime]:
+    """What one matching wall-clock time means in real time: (instants, earliest, latest).
+
+    `instants` are the fire times it contributes (none, one, or two in a repeated period).
+    `earliest` and `latest` bound every instant this wall time or any later (respectively,
+    earlier) wall time can contribute; they let the merge in `_fire_times` release pending
+    instants as soon as nothing can come before (after) them any more.
+    """
+    # The zone reads a naive wall time's fields and `fold` just as it would an aware one's.
+    # Walls are whole minutes with fold 0; the second reading is built rather than replaced.
+    second_reading = datetime(wall.year, wall.month, wall.day, wall.hour, wall.minute, fold=1)
+    first_offset, second_offset = zone.utcoffset(wall), zone.utcoffset(second_reading)
     assert first_offset is not None and second_offset is not None
-    earlier = (wall - first_offset).replace(tzinfo=UTC)
+    earlier = _UTC_EPOCH + (wall - _WALL_EPOCH - first_offset)
     if first_offset == second_offset:
-        return _Resolved((earlier,), earlier, earlier)
-    later = (wall - second_offset).replace(tzinfo=UTC)
+        return (earlier,), earlier, earlier
+    later = _UTC_EPOCH + (wall - _WALL_EPOCH - second_offset)
     if first_offset > second_offset:
         # Repeated period: fold=0 is the first reading, in the offset before the clocks went
         # back; fold=1 the second one, an offset-change later.
         instants = (earlier, later) if wildcard_hour else (earlier,)
-        return _Resolved(instants, earlier, later)
+        return instants, earlier, later
     # Skipped period: fold=0 applies the old offset and lands after the jump, fold=1 the new
     # offset and lands before it, so the jump lies between them.
     jump = _transition(zone, later, earlier)
     instants = () if wildcard_hour else (jump,)
-    return _Resolved(instants, jump, jump)
+    return instants, jump, jump
 
 
-def _floor_to_minute(moment: datetime) -> datetime:
-    return moment.replace(second=0, microsecond=0)
-
-
-def _local_reading(instant: datetime, offset: timedelta) -> datetime:
-    return instant.astimezone(UTC).replace(tzinfo=None) + offset
+def _wall_minute(instant: datetime, offset: timedelta) -> datetime:
+    """The naive wall-clock minute a UTC `instant` reads as in `offset`."""
+    reading = instant + offset
+    return datetime(reading.year, reading.month, reading.day, reading.hour, reading.minute)
 
 
 def _fire_times(cron: _Cron, zone: ZoneInfo, start: datetime, forward: bool) -> Iterator[datetime]:
@@ -559,12 +561,10 @@ def _fire_times(cron: _Cron, zone: ZoneInfo, start: datetime, forward: bool) -> 
     pending: list[datetime] = []
     last: datetime | None = None
     for wall in _walls(cron, start, forward):
-        resolved = _resolve(wall, zone, cron.wildcard_hour)
-        for instant in resolved.instants:
+        instants, earliest, latest = _resolve(wall, zone, cron.wildcard_hour)
+        for instant in instants:
             insort(pending, instant)
-        while pending and (
-            pending[0] <= resolved.earliest if forward else pending[-1] >= resolved.latest
-        ):
+        while pending and (pending[0] <= earliest if forward else pending[-1] >= latest):
             instant = pending.pop(0) if forward else pending.pop()
             # Several gap times collapse into the same jump instant; emit it once.
             if last is None or (instant > last if forward else instant < last):
@@ -582,8 +582,8 @@ def _forward_from(cron: _Cron, zone: ZoneInfo, after: datetime) -> Iterator[date
     # period a lower wall time can still have its second reading ahead. Reading `after` in the
     # smallest offset in force over the next day starts early enough for both; the extra walk
     # only happens shortly before a fall-back.
-    offset = min(_offset_at(after + probe, zone) for probe in _OFFSET_PROBES)
-    start = _floor_to_minute(_local_reading(after, offset))
+    offset = min((after + probe).astimezone(zone).utcoffset() for probe in _OFFSET_PROBES)
+    start = _wall_minute(after, offset)
     return (instant for instant in _fire_times(cron, zone, start, True) if instant > after)
 
 
@@ -591,8 +591,8 @@ def _backward_from(cron: _Cron, zone: ZoneInfo, until: datetime) -> Iterator[dat
     """Fire instants at or before `until`, descending."""
     # Mirror image of `_forward_from`: just after a fall-back, a wall time above `until`'s
     # reading may have had its first reading already.
-    offset = max(_offset_at(until - probe, zone) for probe in _OFFSET_PROBES)
-    start = _floor_to_minute(_local_reading(until, offset)) + _MINUTE
+    offset = max((until - probe).astimezone(zone).utcoffset() for probe in _OFFSET_PROBES)
+    start = _wall_minute(until, offset) + _MINUTE
     return (instant for instant in _fire_times(cron, zone, start, False) if instant <= until)
 
 
