@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from cronjob import store
@@ -200,6 +200,9 @@ def plan(
     """
     from cronjob import schedule
 
+    # Fire times are UTC datetimes; compared with datetimes in the session's zone, as the
+    # database hands them out, each comparison would ask that zone for its offset again.
+    now = now.astimezone(UTC)
     cache = {} if evaluations is None else evaluations
     groups: dict[tuple[str, str], list[DueDefinition]] = defaultdict(list)
     for definition in batch:
@@ -207,7 +210,7 @@ def plan(
     advances: list[Advance] = []
     failed: list[tuple[DueDefinition, str]] = []
     for key, members in groups.items():
-        earliest = min(d.materialized_through for d in members)
+        earliest = min(d.materialized_through for d in members).astimezone(UTC)
         depth = max(d.catch_up_limit if d.catch_up == "all" else 1 for d in members)
         evaluation = cache.get(key)
         if evaluation is None or (

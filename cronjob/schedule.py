@@ -94,6 +94,7 @@ _HOST_SPECIFIC_ZONES = ("localtime", "posixrules")
 _HOST_SPECIFIC_PREFIXES = ("right/", "posix/")
 
 _MINUTE = timedelta(minutes=1)
+_RESOLUTION = timedelta(microseconds=1)
 # Instants are computed as an epoch plus elapsed time: datetime.replace() parses its nine
 # keywords by name on every call, several times the cost of the arithmetic, and the walk
 # converts every wall time it passes.
@@ -171,19 +172,13 @@ class _Expanded:
     ) -> _Expanded:
         """From the expanded fields; `either_day`: a day matches its day of month or of week."""
         minutes, hours, days, months, weekdays = fields
-        table = bytearray(32 * 7)
-        for day in range(1, 32):
-            for weekday in range(7):
-                in_days, in_weekdays = day in days, weekday in weekdays
-                matches = (in_days or in_weekdays) if either_day else (in_days and in_weekdays)
-                table[day * 7 + weekday] = matches
         return cls(
             minutes=tuple(sorted(minutes)),
             hours=tuple(sorted(hours)),
             months=tuple(sorted(months)),
             hour_set=hours,
             month_set=months,
-            day_table=bytes(table),
+            day_table=_day_table(days, weekdays, either_day),
         )
 
     def next_wall(self, wall: datetime) -> datetime | None:
@@ -262,6 +257,18 @@ class _Expanded:
         return None
 
 
+@lru_cache(maxsize=256)
+def _day_table(days: frozenset[int], weekdays: frozenset[int], either_day: bool) -> bytes:
+    # Cached: most schedules share their day fields (every day, weekdays, the first).
+    return bytes(
+        (day in days or weekday in weekdays)
+        if either_day
+        else (day in days and weekday in weekdays)
+        for day in range(32)
+        for weekday in range(7)
+    )
+
+
 def _days_in_month(year: int, month: int) -> int:
     if month == 2:
         return 29 if year % 4 == 0 and (year % 100 != 0 or year % 400 == 0) else 28
@@ -295,48 +302,63 @@ def _invalid(expression: str, problem: str) -> ScheduleError:
     return ScheduleError(f"invalid cron expression {_quoted(expression)}: {problem}")
 
 
-def _field_value(expression: str, field: _Field, token: str) -> int:
+class _FieldError(ValueError):
+    """A problem with one field, told without the expression it is part of."""
+
+
+def _field_value(field: _Field, token: str) -> int:
     if token.lower() in field.names:
         return field.names[token.lower()]
     if not _NUMBER.fullmatch(token):
         kind = "a number or name" if field.names else "a number"
-        raise _invalid(expression, f"{field.name} value {_quoted(token)} is not {kind}")
+        raise _FieldError(f"{field.name} value {_quoted(token)} is not {kind}")
     value = int(token)
     if not field.low <= value <= field.high:
-        problem = f"{field.name} value {value} out of range ({field.low}-{field.high})"
-        raise _invalid(expression, problem)
+        raise _FieldError(f"{field.name} value {value} out of range ({field.low}-{field.high})")
     return value
 
 
-def _expand_field(expression: str, field: _Field, text: str) -> frozenset[int]:
+def _expand_field(expression: str, index: int, text: str) -> frozenset[int]:
+    try:
+        return _field_values(index, text)
+    except _FieldError as exc:
+        raise _invalid(expression, str(exc)) from None
+
+
+# Cached apart from whole expressions: thousands of distinct schedules are mostly made of the
+# same few fields (``*``, ``0``, ``*/5``).
+@lru_cache(maxsize=1024)
+def _field_values(index: int, text: str) -> frozenset[int]:
+    """The values field number `index` allows when it is written as `text`."""
+    field = _FIELDS[index]
     values: set[int] = set()
     for item in text.split(","):
         if not item:
-            raise _invalid(expression, f"empty item in {field.name} field {_quoted(text)}")
+            raise _FieldError(f"empty item in {field.name} field {_quoted(text)}")
         span, slash, step_text = item.partition("/")
         step = 1
         if slash:
             if not _NUMBER.fullmatch(step_text) or int(step_text) == 0:
-                problem = f"{field.name} step {_quoted(step_text)} is not a positive number"
-                raise _invalid(expression, problem)
+                raise _FieldError(
+                    f"{field.name} step {_quoted(step_text)} is not a positive number"
+                )
             step = int(step_text)
         if span == "*":
             first, last = field.low, field.high
         elif "-" in span:
             start_text, _, end_text = span.partition("-")
             if not start_text or not end_text:
-                raise _invalid(expression, f"{field.name} range {_quoted(span)} lacks a bound")
-            first = _field_value(expression, field, start_text)
-            last = _field_value(expression, field, end_text)
+                raise _FieldError(f"{field.name} range {_quoted(span)} lacks a bound")
+            first = _field_value(field, start_text)
+            last = _field_value(field, end_text)
             if first > last:
-                problem = f"{field.name} range {span} goes backwards"
-                raise _invalid(expression, problem)
+                raise _FieldError(f"{field.name} range {span} goes backwards")
         else:
-            first = _field_value(expression, field, span)
+            first = _field_value(field, span)
             # "a/n" runs from a to the end of the field, as in cronie and croniter.
             last = field.high if slash else first
         values.update(range(first, last + 1, step))
-    if field is _FIELDS[_DOW_FIELD] and 7 in values:
+    if index == _DOW_FIELD and 7 in values:
         values.discard(7)
         values.add(0)
     return frozenset(values)
@@ -365,10 +387,7 @@ def _compile(expression: str) -> _Cron:
             f"got {len(fields)}{extra}"
         )
         raise _invalid(expression, problem)
-    expanded = [
-        _expand_field(expression, field, field_text)
-        for field, field_text in zip(_FIELDS, fields, strict=True)
-    ]
+    expanded = [_expand_field(expression, index, text) for index, text in enumerate(fields)]
     restricted = [field_text != "*" for field_text in fields]
 
     # Only a day-of-month that no listed month has can make a five-field expression dead, so
@@ -551,27 +570,31 @@ def _wall_minute(instant: datetime, offset: timedelta) -> datetime:
     return datetime(reading.year, reading.month, reading.day, reading.hour, reading.minute)
 
 
-def _fire_times(cron: _Cron, zone: ZoneInfo, start: datetime, forward: bool) -> Iterator[datetime]:
-    """Distinct fire instants, ascending from wall time `start` (or descending, backward).
+def _fire_times(
+    cron: _Cron, zone: ZoneInfo, start: datetime, forward: bool, beyond: datetime
+) -> Iterator[datetime]:
+    """Distinct fire instants walking from wall time `start`, beyond the instant `beyond`.
 
+    Forward they ascend and are later than `beyond`; backward they descend and are earlier.
     Wall times arrive in order, but in a repeated period the second readings of earlier wall
     times interleave with the first readings of later ones. Instants therefore wait in
     `pending` until the bound of the current wall time proves nothing can still precede them.
     """
     pending: list[datetime] = []
-    last: datetime | None = None
+    # The last instant emitted: several gap times collapse into the same jump instant, and
+    # each is emitted once. Starting from `beyond` also drops everything up to it.
+    last = beyond
     for wall in _walls(cron, start, forward):
         instants, earliest, latest = _resolve(wall, zone, cron.wildcard_hour)
         for instant in instants:
             insort(pending, instant)
         while pending and (pending[0] <= earliest if forward else pending[-1] >= latest):
             instant = pending.pop(0) if forward else pending.pop()
-            # Several gap times collapse into the same jump instant; emit it once.
-            if last is None or (instant > last if forward else instant < last):
+            if instant > last if forward else instant < last:
                 last = instant
                 yield instant
     for instant in pending if forward else reversed(pending):
-        if last is None or (instant > last if forward else instant < last):
+        if instant > last if forward else instant < last:
             last = instant
             yield instant
 
@@ -583,8 +606,7 @@ def _forward_from(cron: _Cron, zone: ZoneInfo, after: datetime) -> Iterator[date
     # smallest offset in force over the next day starts early enough for both; the extra walk
     # only happens shortly before a fall-back.
     offset = min((after + probe).astimezone(zone).utcoffset() for probe in _OFFSET_PROBES)
-    start = _wall_minute(after, offset)
-    return (instant for instant in _fire_times(cron, zone, start, True) if instant > after)
+    return _fire_times(cron, zone, _wall_minute(after, offset), True, after)
 
 
 def _backward_from(cron: _Cron, zone: ZoneInfo, until: datetime) -> Iterator[datetime]:
@@ -593,7 +615,8 @@ def _backward_from(cron: _Cron, zone: ZoneInfo, until: datetime) -> Iterator[dat
     # reading may have had its first reading already.
     offset = max((until - probe).astimezone(zone).utcoffset() for probe in _OFFSET_PROBES)
     start = _wall_minute(until, offset) + _MINUTE
-    return (instant for instant in _fire_times(cron, zone, start, False) if instant <= until)
+    # Before the next representable instant is at or before `until`.
+    return _fire_times(cron, zone, start, False, until + _RESOLUTION)
 
 
 def _require_aware(name: str, moment: datetime) -> datetime:
