@@ -16,6 +16,10 @@ restricted (anything other than a bare ``*``), a day matches if *either* matches
 ``0 0 13 * 5`` fires on every 13th and on every Friday; when one of them is ``*`` only the other
 one restricts.
 
+Matching wall-clock times are found from each field's set of values: the minutes croniter finds
+for the same expression, at a small fraction of its cost per step. croniter itself walks only
+near the ends of the calendar, where its search horizon decides when a stream stops.
+
 Daylight-saving time follows Vixie cron. Cron fields are matched against the wall clock of the
 schedule's timezone, and each matching wall time becomes real instants as follows:
 
@@ -165,12 +169,8 @@ class _Expanded:
     day_table: bytes
 
     @classmethod
-    def of(
-        cls,
-        fields: Sequence[frozenset[int]],
-        either_day: bool,
-    ) -> _Expanded:
-        """From the expanded fields; `either_day`: a day matches its day of month or of week."""
+    def of(cls, fields: Sequence[frozenset[int]], either_day: bool) -> _Expanded:
+        """From the five fields' values; `either_day`: a day matching either day field fires."""
         minutes, hours, days, months, weekdays = fields
         return cls(
             minutes=tuple(sorted(minutes)),
@@ -615,7 +615,7 @@ def _backward_from(cron: _Cron, zone: ZoneInfo, until: datetime) -> Iterator[dat
     # reading may have had its first reading already.
     offset = max((until - probe).astimezone(zone).utcoffset() for probe in _OFFSET_PROBES)
     start = _wall_minute(until, offset) + _MINUTE
-    # Before the next representable instant is at or before `until`.
+    # Earlier than the next representable instant means at or before `until`.
     return _fire_times(cron, zone, start, False, until + _RESOLUTION)
 
 
