@@ -116,9 +116,9 @@ def tick(
     SIGTERM or SIGINT: claim nothing more, let running handlers finish within
     --grace, hand back the rest (due again, attempt not counted), exit 0.
     """
+    from cronjob import log
     from cronjob.commands import load_handlers, open_database
     from cronjob.handlers import require_types
-    from cronjob.log import get_logger
     from cronjob.waiting import work_waiting
 
     metrics_path = None
@@ -145,7 +145,7 @@ def tick(
     finally:
         conn.close()
     summary = {**report.summary(), **after}
-    get_logger().info("tick finished", **summary)
+    log.info("tick finished", **summary)
     if as_json:
         click.echo(json.dumps(summary))
     if problems:
