@@ -410,9 +410,17 @@ class Tick:
         return True
 
     def _count_finalized(self, decisions: list[Decision], kept: set[int]) -> None:
+        from cronjob.log import log_many
+
+        lines: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for decision in decisions:
             status = decision.status if decision.run.id in kept else None
-            self._count(status, decision.run, decision.duration, decision.error)
+            level, event, fields = self._count(
+                status, decision.run, decision.duration, decision.error, log=False
+            )
+            lines.setdefault((level, event), []).append(fields)
+        for (level, event), records in lines.items():
+            log_many(self.log, level, event, records)
 
     def _count(
         self,
@@ -421,7 +429,10 @@ class Tick:
         duration: float,
         error: Errored | None = None,
         discarded_because: str = "lease lost",
-    ) -> None:
+        *,
+        log: bool = True,
+    ) -> tuple[str, str, dict[str, Any]]:
+        """Count one run's outcome and log it, or return the log line for the caller to write."""
         report = self.report
         if status is Status.SUCCEEDED:
             report.succeeded += 1
@@ -445,11 +456,15 @@ class Tick:
             fields["error_type"] = error.error_type
             fields["error"] = error.message
         if status is None:
-            self.log.warning(f"run outcome discarded: {discarded_because}", **fields)
+            line = ("warning", f"run outcome discarded: {discarded_because}", fields)
         elif status is Status.SUCCEEDED:
-            self.log.info("run finished", **fields)
+            line = ("info", "run finished", fields)
         else:
-            self.log.warning("run finished", **fields)
+            line = ("warning", "run finished", fields)
+        if log:
+            level, event, _ = line
+            getattr(self.log, level)(event, **fields)
+        return line
 
     # -- leases ------------------------------------------------------------
 

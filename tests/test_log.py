@@ -1,0 +1,48 @@
+"""Per-run log lines written in batches read exactly like the logger's own lines."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cronjob import log
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging():
+    yield
+    log.configure()
+
+
+def _lines(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def test_batched_lines_match_the_loggers_own(capsys):
+    log.configure(json=True)
+    logger = log.get_logger(worker="host:1")
+    record = {"job_type": "t", "run_id": 7, "attempt": 1, "duration_ms": 0.5, "outcome": "ok"}
+    logger.info("run finished", **record)
+    log.log_many(logger, "info", "run finished", [record, {**record, "run_id": 8}])
+    own, first, second = _lines(capsys.readouterr().err)
+    assert list(first) == list(own)  # same keys in the same order
+    assert {k: v for k, v in first.items() if k != "timestamp"} == {
+        k: v for k, v in own.items() if k != "timestamp"
+    }
+    assert first["timestamp"].endswith("Z") and second["run_id"] == 8
+
+
+def test_batched_lines_respect_the_level(capsys):
+    log.configure("warning", json=True)
+    logger = log.get_logger()
+    log.log_many(logger, "info", "run finished", [{"run_id": 1}])
+    log.log_many(logger, "warning", "run finished", [{"run_id": 2}])
+    assert [e["run_id"] for e in _lines(capsys.readouterr().err)] == [2]
+
+
+def test_console_output_goes_through_the_logger(capsys):
+    log.configure(json=False)
+    log.log_many(log.get_logger(), "info", "run finished", [{"run_id": 1}, {"run_id": 2}])
+    err = capsys.readouterr().err
+    assert err.count("run finished") == 2 and "run_id" in err
