@@ -92,12 +92,12 @@ def log_many(logger: Any, level: str, event: str, records: list[dict[str, Any]])
         return
     if _level_number(level) < _min_level:
         return
-    from datetime import datetime, timezone
+    from datetime import UTC, datetime
 
     import structlog
 
     context = structlog.get_context(logger)
-    now = datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+    now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
     tail = {"event": event, "level": level, "timestamp": now}
     encode = _encoder.encode
     lines = [encode({**context, **record, **tail}) for record in records]
