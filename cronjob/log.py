@@ -100,7 +100,35 @@ def log_many(logger: Any, level: str, event: str, records: list[dict[str, Any]])
     now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
     tail = {"event": event, "level": level, "timestamp": now}
     encode = _encoder.encode
-    lines = [encode({**context, **record, **tail}) for record in records]
+    # The context and the tail are the same on every line: encoded once. A record
+    # that repeats one of their keys goes through the whole-dict path, as the
+    # logger would overwrite the value in place.
+    head = encode(context)[:-1] + ", " if context else "{"
+    end = ", " + encode(tail)[1:]
+    reserved = context.keys() | tail.keys()
+    lines = [
+        encode({**context, **record, **tail})
+        if reserved & record.keys()
+        else head + _fields(record) + end
+        for record in records
+    ]
     lines.append("")
     _Stderr().write("\n".join(lines))
     sys.stderr.flush()
+
+
+def _fields(record: dict[str, Any]) -> str:
+    """`record`'s members as the shared encoder writes them (ensure_ascii off)."""
+    from json.encoder import encode_basestring
+
+    parts = []
+    for key, value in record.items():
+        kind = type(value)
+        if kind is str:
+            text = encode_basestring(value)
+        elif kind is int:
+            text = int.__repr__(value)
+        else:
+            text = _encoder.encode(value)
+        parts.append(f"{encode_basestring(key)}: {text}")
+    return ", ".join(parts)

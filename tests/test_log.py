@@ -46,3 +46,20 @@ def test_console_output_goes_through_the_logger(capsys):
     log.log_many(log.get_logger(), "info", "run finished", [{"run_id": 1}, {"run_id": 2}])
     err = capsys.readouterr().err
     assert err.count("run finished") == 2 and "run_id" in err
+
+
+def test_batched_lines_encode_any_value_as_the_logger_does(capsys):
+    log.configure(json=True)
+    logger = log.get_logger(worker="host:1")
+    record = {
+        "text": 'quote " backslash \\ newline \n é \u2028 \x00',
+        "big": 2**70, "neg": -3, "flag": True, "none": None, "ratio": 0.1,
+        "nan": float("nan"), "items": [1, "a"], "obj": object(), "worker": "override",
+    }  # fmt: skip
+    logger.info("e", **record)
+    log.log_many(logger, "info", "e", [record, {k: v for k, v in record.items() if k != "worker"}])
+    # Split on "\n" only: U+2028 is written as is, and splitlines() would cut there.
+    own, batched, plain = capsys.readouterr().err.rstrip("\n").split("\n")
+    without_time = [line.rsplit(', "timestamp"', 1)[0] for line in (own, batched, plain)]
+    assert without_time[1] == without_time[0]  # a record that overrides the context
+    assert without_time[2] == without_time[0].replace('"override"', '"host:1"', 1)
