@@ -347,3 +347,12 @@ def test_slow_runs_are_claimed_no_faster_than_they_start(db_url, conn):
         runner.join(0.02)
     assert reports and reports[0].succeeded == 40
     assert 2 <= held <= 2 + 20 + 2
+
+
+def test_the_queue_table_is_vacuumed_after_a_fixed_amount_of_churn(conn):
+    [options] = conn.execute(
+        "SELECT reloptions FROM pg_class WHERE oid = 'job_runs'::regclass"
+    ).fetchone()
+    settings = dict(option.split("=", 1) for option in options)
+    assert float(settings["autovacuum_vacuum_scale_factor"]) <= 0.01
+    assert int(settings["autovacuum_vacuum_threshold"]) > 0
