@@ -1,8 +1,10 @@
 """The orchestrator: one tick is rescue → materialize → claim → run → decide → finalize.
 
 The main thread owns the tick's connection and does all the bookkeeping: claiming,
-heartbeats, finalizing, handing back. Handlers run on worker threads and talk to
-the main thread through two queues, so no transaction is ever held open across
+heartbeats, finalizing, handing back. A claim's round trip runs on a short-lived
+thread of its own while the main thread records the previous batch; nothing else
+touches the connection until it is back. Handlers run on worker threads and talk
+to the main thread through two queues, so no transaction is ever held open across
 handler code (except the handler's own `ctx.db`).
 """
 
