@@ -49,7 +49,9 @@ def _duration(what: str, minimum: float = 0.0):
     type=click.IntRange(1, 10000),
     default=DEFAULT_BATCH_SIZE,
     show_default=True,
-    help="Runs claimed, and finalized, per statement; due schedules materialized per transaction.",
+    help="Most runs claimed, and finalized, per statement; due schedules materialized per "
+    "transaction. A tick keeps about a second's work claimed beyond --concurrency, never more "
+    "than this.",
 )
 @click.option(
     "--max-runtime",
