@@ -291,6 +291,23 @@ def test_an_idle_tick_asks_one_question_and_imports_no_tick_machinery(db_url, co
     assert finished["claimed"] == 0
 
 
+def test_a_tick_leaves_its_heap_to_the_system_at_exit_after_writing_everything(db_url):
+    code = (
+        "import atexit, gc, sys\n"
+        "atexit.register(lambda: print('frozen at exit:', gc.get_freeze_count() > 0))\n"
+        "from cronjob.cli import main\n"
+        f"main(['tick', '--database-url', {db_url!r}, '--handlers', {HANDLERS!r}, '--json'])\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    summary, frozen = result.stdout.splitlines()
+    assert json.loads(summary)["claimed"] == 0
+    assert frozen == "frozen at exit: True"
+    assert "tick finished" in result.stderr
+
+
 def test_a_tick_with_only_an_expired_lease_to_rescue_does_the_full_tick(db_url, conn):
     conn.execute(
         "INSERT INTO job_runs (job_type, status, attempts, max_attempts, lease_token,"
