@@ -113,11 +113,11 @@ def _skip_collection_at_exit() -> None:
     """Freeze the heap as the last exit handler, so that the interpreter's exit leaves it be.
 
     On the way out, the interpreter runs the cyclic garbage collector over every object
-    it still tracks, though the process is about to give all of it back:
-    over a tenth of the time of a tick with nothing to do, paid every minute on every
-    host. What is skipped: finalizers of objects held only by reference cycles at exit,
-    which Python does not promise to run. Exit handlers, and the flushing and closing
-    of everything else, happen as before.
+    it still tracks, though the process is about to give all of it back: over a tenth
+    of the time of a tick with nothing to do, paid every minute on every host. What is
+    skipped: finalizers of objects held only by reference cycles at exit, which Python
+    does not promise to run. Exit handlers, and the flushing and closing of everything
+    else, happen as before.
     """
     global _exit_collection_skipped
     if not _exit_collection_skipped:
