@@ -148,27 +148,10 @@ def log_many(logger: Any, level: str, event: str, records: list[dict[str, Any]])
     reserved = context.keys() | tail.keys()
     lines = [
         encode({**context, **record, **tail})
-        if reserved & record.keys()
-        else head + _fields(record) + end
+        if not record or reserved & record.keys()
+        else head + encode(record)[1:-1] + end
         for record in records
     ]
     lines.append("")
     _Stderr().write("\n".join(lines))
     sys.stderr.flush()
-
-
-def _fields(record: dict[str, Any]) -> str:
-    """`record`'s members as the shared encoder writes them (ensure_ascii off)."""
-    from json.encoder import encode_basestring
-
-    parts = []
-    for key, value in record.items():
-        kind = type(value)
-        if kind is str:
-            text = encode_basestring(value)
-        elif kind is int:
-            text = int.__repr__(value)
-        else:
-            text = _encoder.encode(value)
-        parts.append(f"{encode_basestring(key)}: {text}")
-    return ", ".join(parts)
