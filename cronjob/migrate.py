@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from cronjob.db import migrations_dir
+from cronjob.db import MIGRATION_FILENAME, migrations_dir
 
 # Any constant works; this one spells "jobrunr" and only has to be unique per database.
 MIGRATION_LOCK_KEY = 0x6A6F6272756E72
-_FILENAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
 
 @dataclass(frozen=True)
@@ -26,15 +24,10 @@ class Migration:
 def shipped_migrations() -> tuple[Migration, ...]:
     found = []
     for path in sorted(migrations_dir().glob("*.sql")):
-        match = _FILENAME.match(path.name)
+        match = MIGRATION_FILENAME.match(path.name)
         if match:
             found.append(Migration(int(match.group(1)), match.group(2), path))
     return tuple(found)
-
-
-def latest_shipped_version() -> int:
-    migrations = shipped_migrations()
-    return migrations[-1].version if migrations else 0
 
 
 def apply(conn: Any) -> list[Migration]:

@@ -75,7 +75,7 @@ RUN_CLAIM_MANY = f"""
 WITH c AS MATERIALIZED (
     SELECT id FROM job_runs
     WHERE status IN ('queued', 'failed') AND run_at <= {_NOW}
-      AND job_type = ANY(%(job_types)s::text[])
+      AND job_type = ANY(%(job_types)b::text[])
     ORDER BY priority, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -86,10 +86,10 @@ claimed AS (
         attempts = r.attempts + 1,
         max_attempts = coalesce(
             r.max_attempts,
-            (%(max_attempts)s::int[])[array_position(%(job_types)s::text[], r.job_type)]),
+            (%(max_attempts)b::int[])[array_position(%(job_types)b::text[], r.job_type)]),
         locked_by = %(worker)s,
         locked_until = {_NOW} + make_interval(
-            secs => (%(leases)s::float8[])[array_position(%(job_types)s::text[], r.job_type)]),
+            secs => (%(leases)b::float8[])[array_position(%(job_types)b::text[], r.job_type)]),
         lease_token = gen_random_uuid(),
         started_at = {_NOW},
         updated_at = {_NOW}
@@ -111,8 +111,8 @@ FROM claimed ORDER BY priority, run_at, id
 RUN_FINALIZE_MANY = f"""
 WITH o AS (
     SELECT * FROM unnest(
-        %(ids)s::bigint[], %(tokens)s::uuid[], %(statuses)s::text[], %(delays)s::float8[],
-        %(error_types)s::text[], %(messages)s::text[], %(tracebacks)s::text[]
+        %(ids)b::bigint[], %(tokens)b::uuid[], %(statuses)b::text[], %(delays)b::float8[],
+        %(error_types)b::text[], %(messages)b::text[], %(tracebacks)b::text[]
     ) AS o(id, lease_token, status, delay, error_type, message, traceback)
 ),
 done AS (
@@ -126,7 +126,7 @@ done AS (
         locked_by = NULL, locked_until = NULL, lease_token = NULL,
         updated_at = {_STATEMENT_NOW}
     FROM o
-    WHERE r.id = ANY(%(ids)s::bigint[])
+    WHERE r.id = ANY(%(ids)b::bigint[])
       AND r.id = o.id AND r.lease_token = o.lease_token AND r.status = 'running'
     RETURNING r.id, r.attempts, r.started_at, o.status,
               o.error_type, o.message, o.traceback
@@ -145,9 +145,9 @@ SELECT id FROM done
 RUN_HEARTBEAT_MANY = f"""
 UPDATE job_runs r
 SET locked_until = {_NOW} + make_interval(secs => o.lease), updated_at = {_NOW}
-FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(leases)s::float8[])
+FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[], %(leases)b::float8[])
     AS o(id, lease_token, lease)
-WHERE r.id = ANY(%(ids)s::bigint[])
+WHERE r.id = ANY(%(ids)b::bigint[])
   AND r.id = o.id AND r.lease_token = o.lease_token AND r.status = 'running'
 RETURNING r.id, r.locked_until
 """
@@ -161,8 +161,8 @@ SET status = CASE WHEN r.attempts > 1 THEN 'failed' ELSE 'queued' END,
     locked_by = NULL, locked_until = NULL, lease_token = NULL,
     started_at = NULL,
     updated_at = {_NOW}
-FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS o(id, lease_token)
-WHERE r.id = ANY(%(ids)s::bigint[])
+FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[]) AS o(id, lease_token)
+WHERE r.id = ANY(%(ids)b::bigint[])
   AND r.id = o.id AND r.lease_token = o.lease_token AND r.status = 'running'
 RETURNING r.id
 """

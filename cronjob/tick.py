@@ -1,14 +1,17 @@
 """The orchestrator: one tick is rescue → materialize → claim → run → decide → finalize.
 
 The main thread owns the tick's connection and does all the bookkeeping: claiming,
-heartbeats, finalizing, handing back. Handlers run on worker threads and talk to
-the main thread through two queues, so no transaction is ever held open across
+heartbeats, finalizing, handing back. A claim's round trip runs on a short-lived
+thread of its own while the main thread records the previous batch; nothing else
+touches the connection until it is back. Handlers run on worker threads and talk
+to the main thread through two queues, so no transaction is ever held open across
 handler code (except the handler's own `ctx.db`).
 """
 
 from __future__ import annotations
 
 import enum
+import math
 import os
 import queue
 import signal
@@ -44,6 +47,10 @@ RECONNECT_PAUSES = (0.0, 1.0, 2.0)
 # own bookkeeping (committing `ctx.db`), so their outcome is not thrown away.
 SETTLE_WAIT = 2.0
 SUMMARY_IDS = 100
+# A tick claims about as many runs as its workers start in this long, never more
+# than --batch-size beyond its concurrency: enough to keep them busy through a
+# claim's round trip, few enough that slow runs stay claimable by other hosts.
+CLAIM_HORIZON = 1.0
 
 T = TypeVar("T")
 
@@ -99,6 +106,37 @@ class _Result:
 
 
 @dataclass
+class _Pace:
+    """Runs whose handlers returned per second: the last full second, or this one so far."""
+
+    count: int = 0
+    since: float = field(default_factory=time.monotonic)
+    previous: float | None = None
+
+    def per_second(self, now: float) -> float | None:
+        elapsed = now - self.since
+        if elapsed >= 1.0:
+            self.previous = self.count / elapsed
+            self.count, self.since = 0, now
+            return self.previous
+        current = self.count / max(elapsed, 0.1) if self.count else None
+        if current is None or self.previous is None:
+            return current if current is not None else self.previous
+        return max(current, self.previous)
+
+
+@dataclass
+class _Claiming:
+    """A finalize-and-claim round trip under way on its own thread."""
+
+    decisions: list[Decision]
+    limit: int
+    finished: threading.Event = field(default_factory=threading.Event)
+    result: tuple[set[int], list[ClaimedRun]] | None = None
+    error: BaseException | None = None
+
+
+@dataclass
 class _Stop:
     reason: str | None = None
     urgent: bool = False
@@ -132,7 +170,11 @@ class Tick:
         self._inflight: dict[int, _InFlight] = {}
         self._decisions: list[Decision] = []
         self._work: queue.SimpleQueue[_InFlight | None] = queue.SimpleQueue()
-        self._done: queue.SimpleQueue[_Result] = queue.SimpleQueue()
+        # None is a wake-up call: a claim under way finished.
+        self._done: queue.SimpleQueue[_Result | None] = queue.SimpleQueue()
+        self._claiming: _Claiming | None = None
+        self._exhausted = False
+        self._pace = _Pace()
         self._slots: list[_Slot] = []
         types = sorted(handlers)
         self._claim_args = {
@@ -181,20 +223,20 @@ class Tick:
     def _drain(self, deadline: float) -> None:
         # Claimed runs queue up for the workers, so a batch is claimed while the
         # previous one still runs; heartbeats cover queued runs too.
-        batch = self.options.batch_size
-        capacity = self.options.concurrency + batch
-        exhausted = stopping = False
+        stopping = False
         last_flush = last_beat = time.monotonic()
         beat_every = min(self._lease(s) for s in self.handlers.values()) / 3
         while True:
             now = time.monotonic()
             if self.stop.reason is None and now >= deadline:
                 self._stop("max-runtime")
-            if self._may_claim(exhausted, capacity):
-                limit = min(capacity - len(self._inflight), batch)
-                claimed = self._claim(limit)
-                exhausted = claimed is not None and len(claimed) < limit
+            if self._claiming is not None and self._claiming.finished.is_set():
+                self._claimed()
+            if self._may_claim():
+                room = self.options.concurrency + self._backlog() - len(self._inflight)
+                self._claim(min(room, self.options.batch_size))
             if self.stop.reason is not None:
+                self._await_claim()
                 if not stopping:
                     stopping = True
                     self._log_stopping()
@@ -204,34 +246,53 @@ class Tick:
                 if self._grace_spent(now):
                     self._hand_back_unfinished()
                     break
-            if not self._inflight and (exhausted or self.stop.reason is not None):
+            if (
+                not self._inflight
+                and self._claiming is None
+                and (self._exhausted or self.stop.reason is not None)
+            ):
                 break
-            # Block for a result unless there is room to claim more right away.
-            self._collect(wait=0.0 if self._may_claim(exhausted, capacity) else 0.05)
+            # Block for a result (or the claim under way) unless there is room to
+            # claim more right away.
+            self._collect(wait=0.0 if self._may_claim() else 0.05)
             now = time.monotonic()
             self._enforce_timeouts(now)
             if len(self._decisions) >= self.options.batch_size or (
-                self._decisions and (exhausted or now - last_flush >= FLUSH_INTERVAL)
+                self._decisions and (self._exhausted or now - last_flush >= FLUSH_INTERVAL)
             ):
-                # The next claim, if one is due right away, carries these decisions
-                # in its own commit; otherwise they are written now.
-                if not self._may_claim(exhausted, capacity):
+                # The next claim, if one is due right away or under way, carries
+                # these decisions in its own commit; otherwise they are written now.
+                if self._claiming is None and not self._may_claim():
                     self._flush()
                 last_flush = now
             if now - last_beat >= beat_every and self._inflight and self._heartbeat():
                 last_beat = now
-            if exhausted and self.stop.reason is None and not self._inflight:
+            if (
+                self._exhausted
+                and self.stop.reason is None
+                and not self._inflight
+                and self._claiming is None
+            ):
                 # Everything we claimed is done; look once more before leaving, since
                 # retries with a short delay may be due already.
-                exhausted = False
+                self._exhausted = False
         if not self._flush():
             self._flush()  # once more, on the fresh connection if it was lost
 
-    def _may_claim(self, exhausted: bool, capacity: int) -> bool:
-        if self.stop.reason is not None or exhausted:
+    def _may_claim(self) -> bool:
+        if self.stop.reason is not None or self._exhausted or self._claiming is not None:
             return False
-        room = capacity - len(self._inflight)
-        return room >= max(1, self.options.batch_size // 2) or not self._inflight
+        backlog = self._backlog()
+        room = self.options.concurrency + backlog - len(self._inflight)
+        return room >= max(1, backlog // 2) or not self._inflight
+
+    def _backlog(self) -> int:
+        """How many claimed runs may wait for a worker: what the workers start in CLAIM_HORIZON."""
+        batch = self.options.batch_size
+        rate = self._pace.per_second(time.monotonic())
+        if rate is None:
+            return min(batch, self.options.concurrency)
+        return max(1, min(batch, math.ceil(rate * CLAIM_HORIZON)))
 
     def _grace_spent(self, now: float) -> bool:
         return self.stop.urgent or now - self.stop.at >= self.options.grace
@@ -252,34 +313,66 @@ class Tick:
 
     # -- claim and run -----------------------------------------------------
 
-    def _claim(self, limit: int) -> list[ClaimedRun] | None:
-        """Claim up to `limit` runs, finalizing the decisions taken so far in the same commit."""
+    def _claim(self, limit: int) -> None:
+        """Start claiming up to `limit` runs, finalizing the decisions so far in the same commit.
+
+        The round trip runs on its own thread, so the rows of one batch are sent,
+        locked and decoded while this thread records and logs the previous one.
+        Every other use of the connection waits for it first (`_await_claim`).
+        """
         decisions, self._decisions = self._decisions, []
-        done = self._on_connection(
-            "claim",
-            partial(
-                store.runs_finalize_and_claim_many,
-                decisions=decisions,
-                limit=limit,
-                worker=self.worker,
-                now=self.options.now,
-                **self._claim_args,
-            ),
+        claiming = _Claiming(decisions, limit)
+        op = partial(
+            store.runs_finalize_and_claim_many,
+            decisions=decisions,
+            limit=limit,
+            worker=self.worker,
+            now=self.options.now,
+            **self._claim_args,
         )
+
+        def claim(conn: Any = self.conn) -> None:
+            try:
+                claiming.result = op(conn)
+            except BaseException as exc:
+                claiming.error = exc
+            finally:
+                claiming.finished.set()
+                self._done.put(None)  # wakes the main thread if it waits for results
+
+        self._claiming = claiming
+        threading.Thread(target=claim, name="jobrunner-claim", daemon=True).start()
+
+    def _await_claim(self) -> None:
+        if self._claiming is not None:
+            self._claiming.finished.wait()
+            self._claimed()
+
+    def _claimed(self) -> None:
+        claiming, self._claiming = self._claiming, None
+        assert claiming is not None and claiming.finished.is_set()
+
+        def result(_conn: Any) -> tuple[set[int], list[ClaimedRun]]:
+            if claiming.error is not None:
+                raise claiming.error
+            assert claiming.result is not None
+            return claiming.result
+
+        done = self._on_connection("claim", result)
         if done is None:
             # Kept for the next flush; finalizing is fenced by lease token, so a
             # decision that did land before the error changes nothing the second time.
-            self._decisions = decisions + self._decisions
-            return None
+            self._decisions = claiming.decisions + self._decisions
+            return
         kept, claimed = done
-        self._count_finalized(decisions, kept)
+        self._count_finalized(claiming.decisions, kept)
         self.report.claimed += len(claimed)
+        self._exhausted = len(claimed) < claiming.limit
         for run in claimed:
             flight = _InFlight(run, self.handlers[run.job_type], JobContext(run, self.connect))
             self._inflight[run.id] = flight
-            self._ensure_workers()
             self._work.put(flight)
-        return claimed
+        self._ensure_workers()
 
     def _ensure_workers(self) -> None:
         active = sum(not s.retired for s in self._slots)
@@ -368,7 +461,8 @@ class Tick:
         except queue.Empty:
             return
         while True:
-            self._record(result)
+            if result is not None:
+                self._record(result)
             try:
                 result = self._done.get_nowait()
             except queue.Empty:
@@ -380,6 +474,7 @@ class Tick:
             return  # settled first (handed back, timed out, lease lost): already counted
         self._inflight.pop(flight.run.id, None)
         flight.state = _State.SETTLED
+        self._pace.count += 1
         if result.finalized:
             self._count(Status.SUCCEEDED if result.kept else None, flight.run, result.duration)
             return
@@ -410,9 +505,17 @@ class Tick:
         return True
 
     def _count_finalized(self, decisions: list[Decision], kept: set[int]) -> None:
+        from cronjob.log import log_many
+
+        lines: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for decision in decisions:
             status = decision.status if decision.run.id in kept else None
-            self._count(status, decision.run, decision.duration, decision.error)
+            level, event, fields = self._count(
+                status, decision.run, decision.duration, decision.error, log=False
+            )
+            lines.setdefault((level, event), []).append(fields)
+        for (level, event), records in lines.items():
+            log_many(self.log, level, event, records)
 
     def _count(
         self,
@@ -421,7 +524,10 @@ class Tick:
         duration: float,
         error: Errored | None = None,
         discarded_because: str = "lease lost",
-    ) -> None:
+        *,
+        log: bool = True,
+    ) -> tuple[str, str, dict[str, Any]]:
+        """Count one run's outcome and log it, or return the log line for the caller to write."""
         report = self.report
         if status is Status.SUCCEEDED:
             report.succeeded += 1
@@ -445,11 +551,15 @@ class Tick:
             fields["error_type"] = error.error_type
             fields["error"] = error.message
         if status is None:
-            self.log.warning(f"run outcome discarded: {discarded_because}", **fields)
+            line = ("warning", f"run outcome discarded: {discarded_because}", fields)
         elif status is Status.SUCCEEDED:
-            self.log.info("run finished", **fields)
+            line = ("info", "run finished", fields)
         else:
-            self.log.warning("run finished", **fields)
+            line = ("warning", "run finished", fields)
+        if log:
+            level, event, _ = line
+            getattr(self.log, level)(event, **fields)
+        return line
 
     # -- leases ------------------------------------------------------------
 
@@ -595,6 +705,8 @@ class Tick:
         """
         import psycopg
 
+        if self._claiming is not None and what != "claim":
+            self._await_claim()  # one statement at a time on the tick's connection
         try:
             return op(self.conn)
         except raising:

@@ -326,3 +326,33 @@ def test_a_claimed_batch_starts_in_priority_order(db_url, conn, tmp_path, monkey
     tick(db_url, "test.ok", batch_size=10, concurrency=1)
     order = [int(line.split()[0]) for line in exec_log.read_text().splitlines()]
     assert order == [ids["urgent"], ids["early"], ids["late"], ids["lazy"]]
+
+
+def test_slow_runs_are_claimed_no_faster_than_they_start(db_url, conn):
+    # 40 runs of 0.1 s on 2 workers start at most 20 a second: the tick keeps
+    # about a second's worth waiting, not its whole batch, so other hosts can
+    # take the rest.
+    for _ in range(40):
+        enqueue(conn, "test.sleep", {"seconds": 0.1})
+    import threading
+
+    reports: list[TickReport] = []
+    runner = threading.Thread(
+        target=lambda: reports.append(tick(db_url, "test.sleep", concurrency=2, batch_size=100))
+    )
+    runner.start()
+    held = 0
+    while runner.is_alive():
+        held = max(held, count(conn, "SELECT count(*) FROM job_runs WHERE status = 'running'"))
+        runner.join(0.02)
+    assert reports and reports[0].succeeded == 40
+    assert 2 <= held <= 2 + 20 + 2
+
+
+def test_the_queue_table_is_vacuumed_after_a_fixed_amount_of_churn(conn):
+    [options] = conn.execute(
+        "SELECT reloptions FROM pg_class WHERE oid = 'job_runs'::regclass"
+    ).fetchone()
+    settings = dict(option.split("=", 1) for option in options)
+    assert float(settings["autovacuum_vacuum_scale_factor"]) <= 0.01
+    assert int(settings["autovacuum_vacuum_threshold"]) > 0

@@ -28,11 +28,10 @@ def open_database(settings: Settings, *, require_schema: bool = True) -> tuple[D
     database = Database(url, source)
     conn = database.connect()
     if source == "embedded":
-        from cronjob import migrate
-        from cronjob.log import get_logger
+        from cronjob import log, migrate
 
         applied = migrate.apply(conn)
-        get_logger().info(
+        log.info(
             "using the embedded PostgreSQL server",
             data_dir=str(_embedded_dir()),
             **({"migrated": [m.version for m in applied]} if applied else {}),

@@ -38,4 +38,4 @@ def migrate(database_url: str | None, handlers: str | None) -> None:
             "migrated", applied=[f"{m.version:04d}_{m.name}" for m in applied], database=source
         )
     else:
-        log.info("schema up to date", version=migrations.latest_shipped_version(), database=source)
+        log.info("schema up to date", version=db.latest_shipped_version(), database=source)

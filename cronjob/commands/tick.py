@@ -49,7 +49,9 @@ def _duration(what: str, minimum: float = 0.0):
     type=click.IntRange(1, 10000),
     default=DEFAULT_BATCH_SIZE,
     show_default=True,
-    help="Runs claimed, and finalized, per statement; due schedules materialized per transaction.",
+    help="Most runs claimed, and finalized, per statement; due schedules materialized per "
+    "transaction. A tick keeps about a second's work claimed beyond --concurrency, never more "
+    "than this.",
 )
 @click.option(
     "--max-runtime",
@@ -116,9 +118,9 @@ def tick(
     SIGTERM or SIGINT: claim nothing more, let running handlers finish within
     --grace, hand back the rest (due again, attempt not counted), exit 0.
     """
+    from cronjob import log
     from cronjob.commands import load_handlers, open_database
     from cronjob.handlers import require_types
-    from cronjob.log import get_logger
     from cronjob.waiting import work_waiting
 
     metrics_path = None
@@ -145,7 +147,7 @@ def tick(
     finally:
         conn.close()
     summary = {**report.summary(), **after}
-    get_logger().info("tick finished", **summary)
+    log.info("tick finished", **summary)
     if as_json:
         click.echo(json.dumps(summary))
     if problems:

@@ -71,19 +71,21 @@ def test_a_handler_calling_os_exit_loses_nothing(db_url, conn, start_tick, exec_
     assert victim.wait() == 3  # the handler's own exit status: the whole process went down
     held = {r[0] for r in conn.execute("SELECT id FROM job_runs WHERE status = 'running'")}
     assert doomed in held  # with whatever else the tick had claimed and not finished
+    unfinished = count(conn, "SELECT count(*) FROM job_runs WHERE status <> 'succeeded'")
 
     report = tick(
         db_url, "fault.exit_first", "fault.sleep", now=db_now(conn) + timedelta(minutes=1)
     )
 
-    assert (report.rescued, report.succeeded) == (len(held), len(held))
+    assert (report.rescued, report.succeeded) == (len(held), unfinished)
     assert count(conn, "SELECT count(*) FROM job_runs WHERE status <> 'succeeded'") == 0
     assert store.run_get(conn, doomed).attempts == 2
     for run_id in held:
         assert [a.error_type for a in store.run_attempts_get(conn, run_id)] == ["lease_expired"]
         assert exec_log.of(run_id)[-1].pid != victim.pid
     for run_id in set(bystanders) - held:
-        assert [e.pid for e in exec_log.of(run_id)] == [victim.pid]  # finished before the exit
+        # Finished before the exit, or never claimed by the victim: run once either way.
+        assert len(exec_log.of(run_id)) == 1
 
 
 def test_a_tick_frozen_past_its_lease_cannot_overwrite_the_newer_outcome(

@@ -24,7 +24,7 @@ MAX_RUNTIME = "600s"
 # flag set is run with 1 and with 2 tick processes side by side.
 FLAG_SETS: dict[str, list[str]] = {
     "default": [],
-    "best": ["--concurrency", "1", "--batch-size", "500"],
+    "best": ["--concurrency", "1", "--batch-size", "1000"],
 }
 PROCESS_COUNTS = (1, 2)
 
