@@ -98,8 +98,9 @@ claimed AS (
               r.max_attempts, r.lease_token, r.locked_until, r.priority, r.run_at
 )
 -- Handed to the workers in this order, so a batch starts in priority order too.
-SELECT id, job_type, payload, tenant_id, scheduled_for, attempts, max_attempts, lease_token,
-       locked_until
+-- The payload comes as text, decoded by store._claimed_run.
+SELECT id, job_type, payload::text, tenant_id, scheduled_for, attempts, max_attempts,
+       lease_token, locked_until
 FROM claimed ORDER BY priority, run_at, id
 """
 

@@ -356,3 +356,16 @@ def test_the_queue_table_is_vacuumed_after_a_fixed_amount_of_churn(conn):
     settings = dict(option.split("=", 1) for option in options)
     assert float(settings["autovacuum_vacuum_scale_factor"]) <= 0.01
     assert int(settings["autovacuum_vacuum_threshold"]) > 0
+
+
+def test_a_claimed_payload_reads_as_the_stored_json(conn):
+    payload = {
+        "text": "é \u2028 \\ \"q\"", "big": 2**70, "ratio": 0.1, "exp": 1e300,
+        "flags": [True, False, None], "nested": {"a": [1, {"b": []}]}, "": "",
+    }  # fmt: skip
+    run_id = enqueue(conn, "test.ok", payload)
+    [claimed] = claim_as(conn, "someone:1", lease=60)
+    stored = conn.execute("SELECT payload FROM job_runs WHERE id = %s", (run_id,)).fetchone()[0]
+    assert claimed.payload == stored  # what psycopg's jsonb loader gives
+    assert claimed.payload["exp"] == 10**300  # jsonb keeps numbers as numeric
+    assert {**claimed.payload, "exp": 1e300} == payload
