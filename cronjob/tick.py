@@ -29,6 +29,7 @@ from cronjob import store, transitions
 from cronjob.context import JobContext
 from cronjob.errors import ConnectionLost, JobrunnerError
 from cronjob.handlers import Fail, HandlerSpec, Retry
+from cronjob.log import log_many
 from cronjob.models import ClaimedRun, Decision, Errored, Outcome, Status, Succeeded
 from cronjob.report import TickReport
 from cronjob.settings import (
@@ -120,9 +121,8 @@ class _Pace:
             self.count, self.since = 0, now
             return self.previous
         current = self.count / max(elapsed, 0.1) if self.count else None
-        if current is None or self.previous is None:
-            return current if current is not None else self.previous
-        return max(current, self.previous)
+        known = [rate for rate in (current, self.previous) if rate is not None]
+        return max(known) if known else None
 
 
 @dataclass
@@ -505,8 +505,6 @@ class Tick:
         return True
 
     def _count_finalized(self, decisions: list[Decision], kept: set[int]) -> None:
-        from cronjob.log import log_many
-
         lines: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for decision in decisions:
             status = decision.status if decision.run.id in kept else None
