@@ -340,3 +340,16 @@ def test_a_tick_with_only_an_expired_lease_to_rescue_does_the_full_tick(db_url, 
     result = run_cli("tick", "--database-url", db_url, "--handlers", HANDLERS, "--json")
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["rescued"] == 1
+
+
+def test_a_busy_tick_keeps_what_it_loaded_out_of_the_cyclic_collector(db_url, conn):
+    import gc
+
+    conn.execute("INSERT INTO job_runs (job_type) VALUES ('test.ok')")
+    gc.unfreeze()
+    try:
+        result = run_cli("tick", "--database-url", db_url, "--handlers", HANDLERS)
+        assert result.exit_code == 0, result.stderr
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
