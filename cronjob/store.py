@@ -151,10 +151,12 @@ def runs_finalize_and_claim_many(
     On an autocommit connection each statement would commit, and wait for the
     log flush, on its own; together they pay for one commit.
     """
-    claim_params = _claim_params(job_types, leases, max_attempts, limit, worker, now)
     if not decisions:
-        claiming = conn.execute(queries.RUN_CLAIM_MANY, claim_params)
-        return set(), [_claimed_run(r) for r in claiming.fetchall()]
+        return set(), runs_claim_many(
+            conn, job_types=job_types, leases=leases, max_attempts=max_attempts,
+            limit=limit, worker=worker, now=now,
+        )  # fmt: skip
+    claim_params = _claim_params(job_types, leases, max_attempts, limit, worker, now)
     with conn.pipeline(), conn.transaction():
         finalized = conn.execute(
             queries.RUN_FINALIZE_MANY, _finalize_params(decisions, worker, now)
