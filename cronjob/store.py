@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cronjob import queries
 from cronjob.models import (
@@ -24,6 +24,9 @@ from cronjob.models import (
     RunSnapshot,
     Status,
 )
+
+if TYPE_CHECKING:
+    from uuid import UUID
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,7 @@ def runs_claim_many(
     now: datetime | None = None,
 ) -> list[ClaimedRun]:
     params = _claim_params(job_types, leases, max_attempts, limit, worker, now)
-    return [_claimed_run(row) for row in conn.execute(queries.RUN_CLAIM_MANY, params).fetchall()]
+    return _claimed_runs(conn.execute(queries.RUN_CLAIM_MANY, params).fetchall(), params["token"])
 
 
 def _claim_params(
@@ -104,7 +107,10 @@ def _claim_params(
     worker: str,
     now: datetime | None,
 ) -> dict[str, Any]:
+    import uuid  # the busy path only: an idle tick claims nothing
+
     return {
+        "token": uuid.uuid4(),
         "job_types": list(job_types),
         "leases": list(leases),
         "max_attempts": list(max_attempts),
@@ -130,9 +136,12 @@ def runs_finalize_many(
 _decode_payload = json.JSONDecoder().decode
 
 
-def _claimed_run(row: Sequence[Any]) -> ClaimedRun:
-    run_id, job_type, payload, *rest = row
-    return ClaimedRun(run_id, job_type, _decode_payload(payload), *rest)
+def _claimed_runs(rows: list[Sequence[Any]], token: UUID) -> list[ClaimedRun]:
+    decode = _decode_payload
+    return [
+        ClaimedRun(run_id, job_type, decode(payload), tenant, due, attempt, budget, token, until)
+        for run_id, job_type, payload, tenant, due, attempt, budget, until in rows
+    ]
 
 
 def runs_finalize_and_claim_many(
@@ -162,7 +171,9 @@ def runs_finalize_and_claim_many(
             queries.RUN_FINALIZE_MANY, _finalize_params(decisions, worker, now)
         )
         claiming = conn.execute(queries.RUN_CLAIM_MANY, claim_params)
-    return {row[0] for row in finalized.fetchall()}, [_claimed_run(r) for r in claiming.fetchall()]
+    return {row[0] for row in finalized.fetchall()}, _claimed_runs(
+        claiming.fetchall(), claim_params["token"]
+    )
 
 
 def _finalize_params(

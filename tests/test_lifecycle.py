@@ -5,7 +5,9 @@ Time is driven through the database: ticks are given a `now` instead of sleeping
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 import psycopg
@@ -186,6 +188,29 @@ def test_a_stale_worker_cannot_overwrite_a_newer_outcome(db_url, conn):
     decision = transitions.discarded(stale, Errored("RuntimeError", "late"))
     assert store.runs_finalize_many(conn, [decision], worker="stale:1") == set()
     assert run_row(conn, run_id).status == "succeeded"
+
+
+def test_a_claim_leases_its_runs_under_one_token_that_fences_only_that_claim(db_url, conn):
+    ids = [enqueue(conn, "test.ok") for _ in range(3)]
+    claim = partial(
+        store.runs_claim_many, conn, job_types=["test.ok"], leases=[60], max_attempts=[5], limit=2
+    )
+    first, second = claim(worker="a:1"), claim(worker="b:1")
+    assert [r.id for r in first + second] == ids
+
+    assert len({r.lease_token for r in first}) == 1
+    assert first[0].lease_token != second[0].lease_token
+    stored = dict(conn.execute("SELECT id, lease_token FROM job_runs").fetchall())
+    assert stored == {r.id: r.lease_token for r in first + second}
+
+    from cronjob import transitions
+
+    # Another claim's token is no lease on this run, though both are current.
+    forged = replace(first[0], lease_token=second[0].lease_token)
+    assert store.runs_finalize_many(conn, [transitions.succeeded(forged)], worker="b:1") == set()
+    assert run_row(conn, first[0].id).status == "running"
+    done = store.runs_finalize_many(conn, [transitions.succeeded(r) for r in first], worker="a:1")
+    assert done == {r.id for r in first}
 
 
 def test_cancel_moves_queued_and_failed_runs_to_cancelled(db_url, conn):

@@ -16,7 +16,7 @@ WITH c AS MATERIALIZED (
 )
 UPDATE job_runs r
 SET status = 'running', attempts = r.attempts + 1, locked_by = %(worker)s,
-    locked_until = now() + make_interval(secs => 300), lease_token = gen_random_uuid(),
+    locked_until = now() + make_interval(secs => 300), lease_token = (SELECT gen_random_uuid()),
     started_at = now(), updated_at = now()
 FROM c WHERE r.id = c.id
 RETURNING r.id, r.lease_token"""
