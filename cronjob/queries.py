@@ -67,6 +67,15 @@ SELECT EXISTS (SELECT 1 FROM job_runs
     OR EXISTS (SELECT 1 FROM job_definitions WHERE enabled AND next_fire_at <= {_NOW})
 """
 
+# The claim must walk job_runs_dispatch in order and stop after `limit` rows. With
+# statistics that predate a burst of enqueues (or none yet, on a fresh table) the
+# planner expects few runnable rows and prefers a bitmap scan that sorts every one
+# of them, on every claim. Set for the rest of the claim's own transaction: run it
+# last in that transaction.
+CLAIM_PLAN = (
+    "SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true)"
+)
+
 # The locking subquery is a MATERIALIZED CTE: as `WHERE id IN (SELECT ... LIMIT n)`
 # the planner may re-run it and claim more than n rows. The update finds its rows
 # through `id = ANY(array)`, a primary-key lookup whatever the table's size, and

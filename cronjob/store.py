@@ -96,7 +96,10 @@ def runs_claim_many(
     now: datetime | None = None,
 ) -> list[ClaimedRun]:
     params = _claim_params(job_types, leases, max_attempts, limit, worker, now)
-    return _claimed_runs(conn.execute(queries.RUN_CLAIM_MANY, params).fetchall(), params["token"])
+    with conn.pipeline(), conn.transaction():
+        conn.execute(queries.CLAIM_PLAN)
+        claiming = conn.execute(queries.RUN_CLAIM_MANY, params)
+    return _claimed_runs(claiming.fetchall(), params["token"])
 
 
 def _claim_params(
@@ -170,6 +173,7 @@ def runs_finalize_and_claim_many(
         finalized = conn.execute(
             queries.RUN_FINALIZE_MANY, _finalize_params(decisions, worker, now)
         )
+        conn.execute(queries.CLAIM_PLAN)
         claiming = conn.execute(queries.RUN_CLAIM_MANY, claim_params)
     return {row[0] for row in finalized.fetchall()}, _claimed_runs(
         claiming.fetchall(), claim_params["token"]

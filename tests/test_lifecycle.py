@@ -383,6 +383,38 @@ def test_the_queue_table_is_vacuumed_after_a_fixed_amount_of_churn(conn):
     assert int(settings["autovacuum_vacuum_threshold"]) > 0
 
 
+def test_a_claim_walks_the_dispatch_index_in_order_even_before_any_statistics(conn):
+    # Truncated and never analyzed, the table looks nearly empty to the planner,
+    # which then prefers to fetch and sort every runnable row on each claim.
+    conn.execute(
+        "INSERT INTO job_runs (job_type, payload)"
+        " SELECT 'test.ok', '{}' FROM generate_series(1, 3000)"
+    )
+    plans: list[str] = []
+    try:
+        conn.execute("LOAD 'auto_explain'")
+    except psycopg.errors.InsufficientPrivilege:
+        pytest.skip("loading auto_explain needs a superuser")
+    conn.execute("SET auto_explain.log_min_duration = 0")
+    conn.execute("SET auto_explain.log_level = 'notice'")
+    conn.add_notice_handler(lambda notice: plans.append(notice.message_primary or ""))
+
+    from cronjob import transitions
+
+    claim = {"job_types": ["test.ok"], "leases": [60], "max_attempts": [5], "worker": "w:1"}
+    first = store.runs_claim_many(conn, limit=100, **claim)
+    store.runs_finalize_and_claim_many(
+        conn, [transitions.succeeded(r) for r in first], limit=100, **claim
+    )
+
+    claims = [plan for plan in plans if "FOR UPDATE SKIP LOCKED" in plan]
+    assert len(claims) == 2
+    for plan in claims:
+        assert "Index Scan using job_runs_dispatch" in plan
+        assert "Bitmap" not in plan
+        assert plan.count("Sort Key") == 1  # the hand-over order of the 100 claimed rows only
+
+
 def test_a_claimed_payload_reads_as_the_stored_json(conn):
     payload = {
         "text": "é \u2028 \\ \"q\"", "big": 2**70, "ratio": 0.1, "exp": 1e300,
