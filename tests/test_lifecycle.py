@@ -5,7 +5,6 @@ Time is driven through the database: ticks are given a `now` instead of sleeping
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
@@ -206,7 +205,7 @@ def test_a_claim_leases_its_runs_under_one_token_that_fences_only_that_claim(db_
     from cronjob import transitions
 
     # Another claim's token is no lease on this run, though both are current.
-    forged = replace(first[0], lease_token=second[0].lease_token)
+    forged = first[0]._replace(lease_token=second[0].lease_token)
     assert store.runs_finalize_many(conn, [transitions.succeeded(forged)], worker="b:1") == set()
     assert run_row(conn, first[0].id).status == "running"
     done = store.runs_finalize_many(conn, [transitions.succeeded(r) for r in first], worker="a:1")
