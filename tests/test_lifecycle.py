@@ -382,6 +382,21 @@ def test_the_queue_table_is_vacuumed_after_a_fixed_amount_of_churn(conn):
     assert int(settings["autovacuum_vacuum_threshold"]) > 0
 
 
+def test_new_runs_go_to_pages_of_their_own_not_the_gaps_in_finished_history(conn):
+    conn.execute(
+        "INSERT INTO job_runs (job_type, status, attempts, started_at, finished_at)"
+        " SELECT 'test.ok', 'succeeded', 1, now(), now() FROM generate_series(1, 5000)"
+    )
+    conn.execute("VACUUM job_runs")
+    # A little smaller than a finished run: one would fit in each history page's leftover.
+    conn.execute("INSERT INTO job_runs (job_type) SELECT 'test.ok' FROM generate_series(1, 300)")
+    pages = count(
+        conn,
+        "SELECT count(DISTINCT (ctid::text::point)[0]) FROM job_runs WHERE status = 'queued'",
+    )
+    assert pages <= 10  # about 40 runs to a page; one run to a page would be 80 pages
+
+
 def test_a_claim_walks_the_dispatch_index_in_order_even_before_any_statistics(conn):
     # Truncated and never analyzed, the table looks nearly empty to the planner,
     # which then prefers to fetch and sort every runnable row on each claim.
