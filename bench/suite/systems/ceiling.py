@@ -11,7 +11,7 @@ import psycopg
 
 from bench.suite.pgcluster import PG_BIN
 from bench.suite.procs import Command
-from bench.suite.statements import ENQUEUE, UNFINISHED, pgbench_script
+from bench.suite.statements import CLAIM_PLAN_OPTIONS, ENQUEUE, UNFINISHED, pgbench_script
 from bench.suite.systems.base import System, Variant
 
 BATCH = 100
@@ -27,8 +27,8 @@ class Ceiling(System):
     name = "raw-sql"
     label = "raw-SQL ceiling"
     kind = "ceiling"
-    # "psycopg" is the baseline the report's ratios name; "psycopg b500" matches the
-    # batch size of jobrunner's "best" flag set.
+    # "psycopg" is the baseline the report's ratios name; "psycopg b500" matches
+    # jobrunner's default --batch-size.
     variants = (
         Variant("psycopg", {"clients": CLIENTS, "batch": BATCH, "driver": "psycopg 3"}, CLIENTS),
         Variant("psycopg b500", {"clients": CLIENTS, "batch": 500, "driver": "psycopg 3"}, CLIENTS),
@@ -36,7 +36,8 @@ class Ceiling(System):
     )
     how_run = (
         f"{CLIENTS} client processes, each looping: claim a batch (jobrunner's claim statement, "
-        "autocommit) then one finish statement for the batch, until a claim returns nothing. "
+        "autocommit) then one finish statement for the batch, until a claim returns nothing; "
+        f"PGOPTIONS={CLAIM_PLAN_OPTIONS!r}, the planner settings of a tick's claim. "
         "Schema: jobrunner's sql/0001_initial.sql read at run time."
     )
     idle_how = "python -m bench.suite.ceiling_client (connect, one empty claim)"
@@ -60,7 +61,7 @@ class Ceiling(System):
     def _client(self, dburl: str, worker: str, batch: int = BATCH) -> Command:
         return Command(
             [sys.executable, "-m", "bench.suite.ceiling_client", dburl, str(batch), worker],
-            env={"PYTHONPATH": str(self.ctx.repo_dir)},
+            env={"PYTHONPATH": str(self.ctx.repo_dir), "PGOPTIONS": CLAIM_PLAN_OPTIONS},
             cwd=str(self.ctx.repo_dir),
         )
 
@@ -94,7 +95,8 @@ class Ceiling(System):
                 "-f",
                 str(script),
                 dburl,
-            ]
+            ],
+            env={"PGOPTIONS": CLAIM_PLAN_OPTIONS},
         )
 
     def unfinished(self, dburl: str) -> int:
