@@ -447,6 +447,11 @@ DEFINITION_LOCK_ALL = DEFINITION_LIST + " FOR UPDATE"
 
 DEFINITION_DELETE = "DELETE FROM job_definitions WHERE id = %(id)s"
 
+# A removed definition's runs stay, unlinked. Run after DEFINITION_DELETE in the same
+# transaction, holding the definition's row lock: a tick materializing it had to commit
+# before that lock was granted, so this statement sees every run it made.
+DEFINITION_RUNS_UNLINK = "UPDATE job_runs SET definition_id = NULL WHERE definition_id = %(id)s"
+
 DEFINITION_RUN_COUNTS = """
 SELECT status, count(*) FROM job_runs WHERE definition_id = %(id)s GROUP BY status
 """

@@ -459,7 +459,9 @@ def definitions_list(conn: Any, *, lock: bool = False) -> list[Definition]:
 
 
 def definition_delete(conn: Any, definition_id: int) -> None:
+    """Delete a definition and unlink its runs; call holding its row lock, in a transaction."""
     conn.execute(queries.DEFINITION_DELETE, {"id": definition_id})
+    conn.execute(queries.DEFINITION_RUNS_UNLINK, {"id": definition_id})
 
 
 def definition_run_counts(conn: Any, definition_id: int) -> dict[Status, int]:

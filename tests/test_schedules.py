@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
 from datetime import datetime, timedelta
 from itertools import pairwise
 
+import psycopg
 import pytest
 
+from cronjob import definitions
 from tests.conftest import count, run_cli
 
 HANDLERS = "tests.handlers.basic"
@@ -190,6 +194,45 @@ def test_remove_deletes_the_definition_and_keeps_its_runs(db_url, conn):
     assert schedule(db_url, "remove", "hourly").stdout == "removed hourly\n"
     assert count(conn, "SELECT count(*) FROM job_definitions") == 0
     assert count(conn, "SELECT count(*) FROM job_runs WHERE definition_id IS NULL") == 1
+
+
+def test_removing_a_definition_while_a_tick_materializes_it_leaves_no_run_linked_to_it(
+    db_url, conn
+):
+    add(db_url, "hourly", "--cron", "@hourly", "--type", "t")
+    [definition_id] = conn.execute("SELECT id FROM job_definitions").fetchone()
+    removed: list[Exception | None] = []
+
+    def remove() -> None:
+        with psycopg.connect(db_url, autocommit=True) as other:
+            try:
+                definitions.remove(other, "hourly")
+                removed.append(None)
+            except Exception as exc:
+                removed.append(exc)
+
+    with psycopg.connect(db_url) as tick:
+        # What materializing does: lock the definition, then write its runs.
+        tick.execute("SELECT 1 FROM job_definitions WHERE id = %s FOR UPDATE", [definition_id])
+        tick.execute(
+            "INSERT INTO job_runs (definition_id, job_type, scheduled_for)"
+            " SELECT %s, 't', now() + i * interval '1 hour' FROM generate_series(1, 3) i",
+            [definition_id],
+        )
+        remover = threading.Thread(target=remove)
+        remover.start()
+        deadline = time.monotonic() + 10
+        while not count(
+            conn, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        ):
+            assert time.monotonic() < deadline, "the removal never waited for the tick's lock"
+            time.sleep(0.01)
+        tick.commit()
+    remover.join(10)
+
+    assert removed == [None]
+    assert count(conn, "SELECT count(*) FROM job_definitions") == 0
+    assert count(conn, "SELECT count(*) FROM job_runs WHERE definition_id IS NULL") == 3
 
 
 @pytest.mark.parametrize("command", ["show", "pause", "resume", "remove"])
