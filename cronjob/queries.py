@@ -70,8 +70,8 @@ SELECT EXISTS (SELECT 1 FROM job_runs
 # The claim must walk job_runs_dispatch in order and stop after `limit` rows. With
 # statistics that predate a burst of enqueues (or none yet, on a fresh table) the
 # planner expects few runnable rows and prefers a bitmap scan that sorts every one
-# of them, on every claim. Set for the rest of the claim's own transaction: run it
-# last in that transaction.
+# of them, on every claim. Set for the rest of the claim's own transaction, of which
+# the claim is the last statement.
 CLAIM_PLAN = (
     "SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true)"
 )
@@ -81,7 +81,7 @@ CLAIM_PLAN = (
 # through `id = ANY(array)`, a primary-key lookup whatever the table's size, and
 # takes each type's lease and attempt budget by position in the parallel arrays.
 # One lease token covers the whole claim: ids tell its runs apart, and a fresh
-# uuid per row cost a third of the statement.
+# uuid per row would be a third of the statement's cost.
 RUN_CLAIM_MANY = f"""
 WITH c AS MATERIALIZED (
     SELECT id FROM job_runs
@@ -445,12 +445,8 @@ DEFINITION_LIST = f"SELECT {DEFINITION_COLUMNS} FROM job_definitions ORDER BY na
 
 DEFINITION_LOCK_ALL = DEFINITION_LIST + " FOR UPDATE"
 
+# Its runs stay, unlinked by a trigger (migration 0006).
 DEFINITION_DELETE = "DELETE FROM job_definitions WHERE id = %(id)s"
-
-# A removed definition's runs stay, unlinked. Run after DEFINITION_DELETE in the same
-# transaction, holding the definition's row lock: a tick materializing it had to commit
-# before that lock was granted, so this statement sees every run it made.
-DEFINITION_RUNS_UNLINK = "UPDATE job_runs SET definition_id = NULL WHERE definition_id = %(id)s"
 
 DEFINITION_RUN_COUNTS = """
 SELECT status, count(*) FROM job_runs WHERE definition_id = %(id)s GROUP BY status

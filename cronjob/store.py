@@ -1,4 +1,8 @@
-"""One function per query: takes a connection, returns models, never commits on its own."""
+"""One function per query: takes a connection, returns models, never commits on its own.
+
+The claim functions are the exception: on the autocommit connection they require,
+they group their statements in one transaction of their own.
+"""
 
 from __future__ import annotations
 
@@ -95,11 +99,20 @@ def runs_claim_many(
     worker: str,
     now: datetime | None = None,
 ) -> list[ClaimedRun]:
+    """Claim up to `limit` due runs in a transaction of their own (commits them)."""
+    _require_autocommit(conn)
     params = _claim_params(job_types, leases, max_attempts, limit, worker, now)
     with conn.pipeline(), conn.transaction():
         conn.execute(queries.CLAIM_PLAN)
         claiming = conn.execute(queries.RUN_CLAIM_MANY, params)
     return _claimed_runs(claiming.fetchall(), params["token"])
+
+
+def _require_autocommit(conn: Any) -> None:
+    # Inside a caller's transaction the claim would commit only with it, and the
+    # planner settings of queries.CLAIM_PLAN would stay on for the rest of it.
+    if not conn.autocommit:
+        raise ValueError("claiming needs an autocommit connection: a claim commits on its own")
 
 
 def _claim_params(
@@ -160,14 +173,15 @@ def runs_finalize_and_claim_many(
 ) -> tuple[set[int], list[ClaimedRun]]:
     """Finalize one batch and claim the next in one transaction and one round trip.
 
-    On an autocommit connection each statement would commit, and wait for the
-    log flush, on its own; together they pay for one commit.
+    On an autocommit connection (required) each statement would commit, and wait
+    for the log flush, on its own; together they pay for one commit.
     """
     if not decisions:
         return set(), runs_claim_many(
             conn, job_types=job_types, leases=leases, max_attempts=max_attempts,
             limit=limit, worker=worker, now=now,
         )  # fmt: skip
+    _require_autocommit(conn)
     claim_params = _claim_params(job_types, leases, max_attempts, limit, worker, now)
     with conn.pipeline(), conn.transaction():
         finalized = conn.execute(
@@ -459,9 +473,7 @@ def definitions_list(conn: Any, *, lock: bool = False) -> list[Definition]:
 
 
 def definition_delete(conn: Any, definition_id: int) -> None:
-    """Delete a definition and unlink its runs; call holding its row lock, in a transaction."""
     conn.execute(queries.DEFINITION_DELETE, {"id": definition_id})
-    conn.execute(queries.DEFINITION_RUNS_UNLINK, {"id": definition_id})
 
 
 def definition_run_counts(conn: Any, definition_id: int) -> dict[Status, int]:

@@ -235,6 +235,16 @@ def test_removing_a_definition_while_a_tick_materializes_it_leaves_no_run_linked
     assert count(conn, "SELECT count(*) FROM job_runs WHERE definition_id IS NULL") == 3
 
 
+def test_a_definition_deleted_in_plain_sql_leaves_its_runs_unlinked(db_url, conn):
+    add(db_url, "hourly", "--cron", "@hourly", "--type", "t")
+    conn.execute(
+        "INSERT INTO job_runs (definition_id, job_type, scheduled_for)"
+        " SELECT id, 't', now() FROM job_definitions"
+    )
+    conn.execute("DELETE FROM job_definitions")
+    assert count(conn, "SELECT count(*) FROM job_runs WHERE definition_id IS NULL") == 1
+
+
 @pytest.mark.parametrize("command", ["show", "pause", "resume", "remove"])
 def test_an_unknown_name_is_exit_1(db_url, command):
     result = schedule(db_url, command, "nope")
