@@ -16,7 +16,14 @@ from bench.suite import schedules
 from bench.suite.pgcluster import Cluster
 from bench.suite.procs import Command, CommandFailed, run_checked
 from bench.suite.results import Row
-from bench.suite.statements import CLAIM, ENQUEUE, FINISH, HISTORY, UNFINISHED
+from bench.suite.statements import (
+    CLAIM,
+    CLAIM_PLAN_OPTIONS,
+    ENQUEUE,
+    FINISH,
+    HISTORY,
+    UNFINISHED,
+)
 from bench.suite.systems import Context, NotRun, System, Variant
 from bench.suite.systems.jobrunner import JobrunnerSystem, jsonl
 from bench.suite.timing import WARMUP, time_command
@@ -335,7 +342,7 @@ class Bench:
         name, url = self.fresh_db(s, "claim", case, tag, template=template)
         try:
             times: list[float] = []
-            with psycopg.connect(url, autocommit=True) as conn:
+            with psycopg.connect(url, autocommit=True, options=CLAIM_PLAN_OPTIONS) as conn:
                 conn.execute(ENQUEUE, [probes * CLAIM_BATCH])
                 # Fresh statistics in both cases, so the planner sees the queued rows the
                 # way autovacuum would soon show them, not an empty (never analyzed) table.

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 # A tick plans its claim with bitmap and sequential scans off (queries.CLAIM_PLAN),
 # so a fresh, never analyzed table is still claimed by walking the dispatch index.
-# The clients here set the same for their whole session.
+# The ceiling's clients and the growth section's claim probes set the same for their
+# whole session.
 CLAIM_PLAN_OPTIONS = "-c enable_bitmapscan=off -c enable_seqscan=off"
 
 CLAIM = """\

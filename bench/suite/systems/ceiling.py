@@ -19,8 +19,9 @@ CLIENTS = 2
 
 
 def schema_sql(repo_dir: Path) -> str:
-    """jobrunner's initial migration, read from the repository at run time."""
-    return (repo_dir / "sql" / "0001_initial.sql").read_text()
+    """jobrunner's migrations in order, read from the repository at run time: the same
+    tables, indexes and storage settings a tick works on."""
+    return "\n".join(path.read_text() for path in sorted((repo_dir / "sql").glob("[0-9]*.sql")))
 
 
 class Ceiling(System):
@@ -38,7 +39,7 @@ class Ceiling(System):
         f"{CLIENTS} client processes, each looping: claim a batch (jobrunner's claim statement, "
         "autocommit) then one finish statement for the batch, until a claim returns nothing; "
         f"PGOPTIONS={CLAIM_PLAN_OPTIONS!r}, the planner settings of a tick's claim. "
-        "Schema: jobrunner's sql/0001_initial.sql read at run time."
+        "Schema: jobrunner's migrations (sql/*.sql) read at run time."
     )
     idle_how = "python -m bench.suite.ceiling_client (connect, one empty claim)"
 
