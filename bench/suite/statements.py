@@ -1,7 +1,10 @@
-"""jobrunner's claim and finish statements, verbatim, for the raw-SQL ceiling.
+"""The raw-SQL ceiling's claim and finish: a tick's statements reduced to their core.
 
-If jobrunner's own statements change, change these with them: the ceiling is
-only meaningful while it runs exactly what a tick runs.
+The same dispatch filter and order, SKIP LOCKED batch, lease columns and token
+fence as cronjob.queries; without what a runner adds around them (per-type leases
+and attempt budgets, mixed outcomes, attempt history). If a tick's statements
+change shape, change these with them: the ceiling is only meaningful while it
+does the database work a tick does.
 """
 
 from __future__ import annotations
