@@ -39,7 +39,7 @@ def _flat_record_encoder() -> Any:
 _encode_flat_record = _flat_record_encoder()
 # Set when events are JSON lines: the per-run events of a batch are then rendered
 # here in one pass and written at once (see `log_many`).
-_encoder: Any = None
+_json_lines = False
 _min_level = logging.INFO
 
 
@@ -78,16 +78,15 @@ def _render_json(_logger: Any, _method: str, event_dict: dict[str, Any]) -> str:
 
 
 def configure(level: str = "info", *, json: bool | None = None) -> None:
-    global _configured, _encoder, _min_level
+    global _configured, _json_lines, _min_level
     import structlog
 
     if json is None:
         json = not sys.stderr.isatty()
     processors: list[Any]
-    _encoder = None
+    _json_lines = json
     _min_level = _level_number(level)
     if json:
-        _encoder = _JSON_ENCODER
         processors = [
             _add_level,
             _add_utc_timestamp,
@@ -152,7 +151,7 @@ def log_many(logger: Any, level: str, event: str, records: list[dict[str, Any]])
     """
     if not records:
         return
-    if _encoder is None:
+    if not _json_lines:
         method = getattr(logger, level)
         for record in records:
             method(event, **record)
@@ -163,7 +162,7 @@ def log_many(logger: Any, level: str, event: str, records: list[dict[str, Any]])
 
     context = structlog.get_context(logger)
     tail = {"event": event, "level": level, "timestamp": _utc_timestamp()}
-    encode = _encoder.encode
+    encode = _JSON_ENCODER.encode
     # The context and the tail are the same on every line: encoded once. A record
     # that repeats one of their keys goes through the whole-dict path, as the
     # logger would overwrite the value in place.
