@@ -19,7 +19,6 @@ from typing import Any
 from cronjob import store
 from cronjob.inputs import check_tenants_sql
 from cronjob.models import Advance, DueDefinition
-from cronjob.report import TickReport
 
 # Due definitions locked and written per transaction. A claim batch is bounded by how many
 # runs a tick can start at once; this one only by how long its row locks last (tens of
@@ -42,7 +41,7 @@ class Problem:
 
 
 class Materializer:
-    """The tick step that turns due occurrences into runs (`steps_before_claim`).
+    """The tick step that turns due occurrences into runs.
 
     A due definition that cannot be materialized (tenant-scoped without a tenant query, a
     tenant query that fails, a schedule that no longer parses) keeps its high-water mark, so
@@ -63,7 +62,6 @@ class Materializer:
         self.batch_size = batch_size
         self.problems: list[Problem] = []
         self._log = log
-        self.__name__ = "materialize"  # how a tick names this step in its logs
 
     @property
     def log(self) -> Any:
@@ -72,9 +70,6 @@ class Materializer:
 
             self._log = get_logger()
         return self._log
-
-    def __call__(self, conn: Any, report: TickReport) -> None:
-        report.materialized += self.run(conn)
 
     def run(self, conn: Any) -> int:
         """Materialize everything due; returns the number of runs created."""

@@ -28,6 +28,9 @@ class TickReport:
     stopped_by: str | None = None
     elapsed: float = 0.0
     by_type: dict[str, int] = field(default_factory=dict)
+    pruned: int | None = None  # finished runs pruned after the tick, when it prunes
+    # Due schedules that could not be materialized (materialize.Problem); all else was done.
+    problems: list[Any] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -43,4 +46,5 @@ class TickReport:
             **({"unrecorded": self.unrecorded} if self.unrecorded else {}),
             "elapsed_s": round(self.elapsed, 3),
             **({"stopped_by": self.stopped_by} if self.stopped_by else {}),
+            **({"pruned": self.pruned} if self.pruned is not None else {}),
         }

@@ -282,6 +282,7 @@ IDLE_TICK_MODULES = [
     "cronjob.queries",
     "cronjob.report",
     "cronjob.settings",
+    "cronjob.tick",  # the story (run_tick) alone: its parts load only when there is work
     "cronjob.waiting",
 ]
 

@@ -27,7 +27,9 @@ from cronjob import store
 from cronjob.api import enqueue
 from cronjob.context import JobContext
 from cronjob.report import TickReport
-from cronjob.tick import Tick, _InFlight, _State
+from cronjob.tick.connection import ConnectionKeeper
+from cronjob.tick.leases import LeaseKeeper
+from cronjob.tick.pool import Flight, FlightState, Pool
 from tests.conftest import ROOT, count, jobrunner_process
 from tests.test_lifecycle import db_now, run_row, tick
 
@@ -334,7 +336,8 @@ def test_cancelling_a_run_while_inside_ctx_db_rolls_its_writes_back(effects_db, 
 
 def test_a_heartbeat_that_misses_a_run_being_committed_does_not_call_it_lost(effects_db, conn):
     # The handler's transaction has just committed "succeeded" when the main thread
-    # heartbeats, before it has collected the result: the run is not lost.
+    # heartbeats, before it has collected the result: the lease no longer renews,
+    # but the run is not given up; its handler's commit is what happened to it.
     from cronjob import transitions
     from cronjob.handlers import registry
 
@@ -343,19 +346,25 @@ def test_a_heartbeat_that_misses_a_run_being_committed_does_not_call_it_lost(eff
         conn, job_types=["effects.record"], leases=[60], max_attempts=[3], limit=1, worker="w:1"
     )
     store.runs_finalize_many(conn, [transitions.succeeded(run)], worker="w:1")
-    spec = registry()["effects.record"]
-    t = Tick(conn, {spec.job_type: spec}, connect=lambda **_: None)
+    specs = {"effects.record": registry()["effects.record"]}
+    pool = Pool(specs, concurrency=1, connect=lambda **_: None, worker="w:1")
     # DONE: the handler returned and its worker is committing the outcome.
-    flight = _InFlight(run, spec, JobContext(run, lambda **_: None), state=_State.DONE)
-    t._inflight[run.id] = flight
+    flight = Flight(run, specs["effects.record"], JobContext(run, lambda **_: None),
+                    state=FlightState.DONE)  # fmt: skip
+    pool.flights[run.id] = flight
 
-    t._heartbeat()
-    assert (t.report.lost, flight.state, flight.ctx.cancelled.is_set()) == (0, _State.DONE, False)
+    leases = LeaseKeeper(specs)
+    missed = leases.renew(ConnectionKeeper(conn, lambda **_: None, log=None), [flight], 0.0)
+    assert missed == [flight]
+    assert not pool.settle(flight)
+    assert (flight.state, flight.ctx.cancelled.is_set(), run.id in pool.flights) == (
+        FlightState.DONE, False, True
+    )  # fmt: skip
 
-    flight.state = _State.STARTED
-    t._heartbeat()
-    assert (t.report.lost, flight.state, flight.ctx.cancelled.is_set()) == (
-        1, _State.SETTLED, True
+    flight.state = FlightState.STARTED  # still running: a missed beat means the lease is lost
+    assert pool.settle(flight)
+    assert (flight.state, flight.ctx.cancelled.is_set(), run.id in pool.flights) == (
+        FlightState.SETTLED, True, False
     )  # fmt: skip
 
 

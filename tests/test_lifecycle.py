@@ -18,7 +18,7 @@ from cronjob.api import enqueue
 from cronjob.db import connect
 from cronjob.handlers import registry
 from cronjob.report import TickReport
-from cronjob.tick import Tick, TickOptions
+from cronjob.tick import TickOptions, run_tick
 from tests.conftest import count
 
 
@@ -26,12 +26,12 @@ def tick(db_url: str, *types: str, now: datetime | None = None, **options: Any) 
     specs = {t: registry()[t] for t in (types or ["test.ok"])}
     conn = connect(db_url)
     try:
-        return Tick(
+        return run_tick(
             conn,
             specs,
             connect=lambda autocommit=True: connect(db_url, autocommit=autocommit),
-            options=TickOptions(now=now, handle_signals=False, **options),
-        ).run()
+            options=TickOptions(now=now, owns_process=False, **options),
+        )
     finally:
         conn.close()
 

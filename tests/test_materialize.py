@@ -20,11 +20,11 @@ import tests.handlers.basic  # noqa: F401 - registers the test handlers
 from cronjob import definitions
 from cronjob.db import connect
 from cronjob.handlers import handler, registry
-from cronjob.materialize import Materializer, plan
+from cronjob.materialize import plan
 from cronjob.models import DueDefinition
 from cronjob.report import TickReport
 from cronjob.schedule import apply_catch_up, next_after, occurrences
-from cronjob.tick import Tick, TickOptions
+from cronjob.tick import TickOptions, run_tick
 from tests.conftest import ROOT, count
 
 T0 = datetime(2026, 5, 12, 10, 0, tzinfo=UTC)
@@ -43,23 +43,23 @@ def tick(
     tenants_sql: str | None = None,
     batch_size: int = 100,
     conn: Any = None,
-) -> tuple[TickReport, Materializer]:
+) -> TickReport:
     """One tick at `now`. With no `types` nothing is claimed, so created runs stay queued."""
-    materializer = Materializer(tenants_sql=tenants_sql, now=now, batch_size=batch_size)
+    options = TickOptions(
+        now=now, tenants_sql=tenants_sql, materialize_batch=batch_size, owns_process=False
+    )
     own = conn is None
     conn = connect(db_url) if own else conn
     try:
-        report = Tick(
+        return run_tick(
             conn,
             {t: registry()[t] for t in types},
             connect=lambda autocommit=True: connect(db_url, autocommit=autocommit),
-            options=TickOptions(now=now, handle_signals=False),
-            steps_before_claim=[materializer],
-        ).run()
+            options=options,
+        )
     finally:
         if own:
             conn.close()
-    return report, materializer
 
 
 def define(conn: Any, name: str, cron: str, *, at: datetime | None = T0, **fields: Any) -> Any:
@@ -98,8 +98,8 @@ def tenants(conn: Any) -> Iterator[Any]:
 
 def test_a_new_definition_starts_from_its_creation_time(db_url, conn):
     define(conn, "every5", "*/5 * * * *", at=T0 + timedelta(minutes=2))
-    assert tick(db_url, T0 + timedelta(minutes=4))[0].materialized == 0
-    report, _ = tick(db_url, T0 + timedelta(minutes=5, seconds=3))
+    assert tick(db_url, T0 + timedelta(minutes=4)).materialized == 0
+    report = tick(db_url, T0 + timedelta(minutes=5, seconds=3))
     assert report.materialized == 1
     assert scheduled(conn) == [T0 + timedelta(minutes=5)]
 
@@ -120,15 +120,15 @@ def test_a_run_carries_the_definitions_fields_and_is_due_at_its_occurrence(db_ur
 
 def test_a_materialized_run_is_claimed_and_run_in_the_same_tick(db_url, conn):
     define(conn, "every5", "*/5 * * * *")
-    report, _ = tick(db_url, T0 + timedelta(minutes=5, seconds=1), types=("test.ok",))
+    report = tick(db_url, T0 + timedelta(minutes=5, seconds=1), types=("test.ok",))
     assert (report.materialized, report.claimed, report.succeeded) == (1, 1, 1)
 
 
 def test_a_second_tick_at_the_same_moment_creates_nothing(db_url, conn):
     define(conn, "every5", "*/5 * * * *")
     now = T0 + timedelta(minutes=5, seconds=1)
-    assert tick(db_url, now)[0].materialized == 1
-    assert tick(db_url, now)[0].materialized == 0
+    assert tick(db_url, now).materialized == 1
+    assert tick(db_url, now).materialized == 0
     assert count(conn, "SELECT count(*) FROM job_runs") == 1
 
 
@@ -177,7 +177,7 @@ def test_occurrences_a_policy_dropped_are_never_considered_again(db_url, conn):
 
 def test_a_month_of_downtime_with_latest_makes_one_run(db_url, conn):
     define(conn, "minutely", "* * * * *")
-    report, _ = tick(db_url, T0 + timedelta(days=30, seconds=5))
+    report = tick(db_url, T0 + timedelta(days=30, seconds=5))
     assert report.materialized == 1
     assert scheduled(conn) == [T0 + timedelta(days=30)]
 
@@ -196,8 +196,8 @@ def test_pruned_runs_are_never_created_again(db_url, conn):
     define(conn, "every5", "*/5 * * * *", catch_up="all")
     tick(db_url, T0 + timedelta(minutes=17))
     conn.execute("DELETE FROM job_runs")
-    assert tick(db_url, T0 + timedelta(minutes=17))[0].materialized == 0
-    assert tick(db_url, T0 + timedelta(minutes=19))[0].materialized == 0
+    assert tick(db_url, T0 + timedelta(minutes=17)).materialized == 0
+    assert tick(db_url, T0 + timedelta(minutes=19)).materialized == 0
     assert count(conn, "SELECT count(*) FROM job_runs") == 0
 
 
@@ -207,7 +207,7 @@ def test_a_clock_earlier_than_a_previous_tick_creates_nothing(db_url, conn):
     before = mark(conn, "every5")
     conn.execute("DELETE FROM job_runs")
     for minutes in (16, 7, 1):
-        assert tick(db_url, T0 + timedelta(minutes=minutes))[0].materialized == 0
+        assert tick(db_url, T0 + timedelta(minutes=minutes)).materialized == 0
     assert mark(conn, "every5") == before
 
 
@@ -231,7 +231,7 @@ def test_more_due_definitions_than_a_batch_are_all_materialized(db_url, conn):
         " FROM generate_series(1, 250) AS i",
         [T0, T0 + timedelta(minutes=5)],
     )
-    report, _ = tick(db_url, T0 + timedelta(minutes=5, seconds=1), batch_size=100)
+    report = tick(db_url, T0 + timedelta(minutes=5, seconds=1), batch_size=100)
     assert report.materialized == 250
     assert count(conn, "SELECT count(DISTINCT definition_id) FROM job_runs") == 250
 
@@ -240,10 +240,10 @@ def test_a_schedule_that_stopped_parsing_is_reported_and_does_not_spin(db_url, c
     define(conn, "fine", "*/5 * * * *")
     define(conn, "broken", "*/5 * * * *")
     conn.execute("UPDATE job_definitions SET schedule = '0 0 31 2 *' WHERE name = 'broken'")
-    report, materializer = tick(db_url, T0 + timedelta(minutes=5, seconds=1))
+    report = tick(db_url, T0 + timedelta(minutes=5, seconds=1))
     assert report.materialized == 1
-    assert [p.definition for p in materializer.problems] == ["broken"]
-    assert "never fires" in materializer.problems[0].reason
+    assert [p.definition for p in report.problems] == ["broken"]
+    assert "never fires" in report.problems[0].reason
     assert mark(conn, "broken") == (T0, T0 + timedelta(minutes=5))
 
 
@@ -285,10 +285,10 @@ def test_a_shared_evaluation_gives_each_definition_what_it_would_get_alone():
 def test_a_paused_definition_makes_no_runs_and_resuming_does_not_make_up_for_it(db_url, conn):
     define(conn, "every5", "*/5 * * * *", catch_up="all")
     definitions.pause(conn, "every5", now=T0 + timedelta(minutes=1))
-    assert tick(db_url, T0 + timedelta(minutes=20))[0].materialized == 0
+    assert tick(db_url, T0 + timedelta(minutes=20)).materialized == 0
     definitions.resume(conn, "every5", now=T0 + timedelta(minutes=31))
     assert mark(conn, "every5") == (T0 + timedelta(minutes=31), T0 + timedelta(minutes=35))
-    assert tick(db_url, T0 + timedelta(minutes=34))[0].materialized == 0
+    assert tick(db_url, T0 + timedelta(minutes=34)).materialized == 0
     tick(db_url, T0 + timedelta(minutes=35, seconds=1))
     assert scheduled(conn) == [T0 + timedelta(minutes=35)]
 
@@ -310,7 +310,7 @@ def test_a_changed_schedule_starts_afresh_from_the_change(db_url, conn):
 
 def test_a_tenant_scoped_definition_makes_one_run_per_tenant(db_url, tenants):
     define(tenants, "per-tenant", "*/5 * * * *", scope="tenant")
-    report, _ = tick(db_url, T0 + timedelta(minutes=5), tenants_sql=TENANTS_SQL)
+    report = tick(db_url, T0 + timedelta(minutes=5), tenants_sql=TENANTS_SQL)
     assert report.materialized == 3
     rows = tenants.execute("SELECT tenant_id, scheduled_for FROM job_runs ORDER BY tenant_id")
     assert rows.fetchall() == [(str(i), T0 + timedelta(minutes=5)) for i in (1, 2, 3)]
@@ -340,8 +340,8 @@ def test_an_occurrence_with_some_runs_already_gets_only_the_missing_ones(db_url,
         "UPDATE job_definitions SET materialized_through = %s, next_fire_at = %s",
         [T0, T0 + timedelta(minutes=5)],
     )
-    report, materializer = tick(db_url, T0 + timedelta(minutes=5), tenants_sql=TENANTS_SQL)
-    assert (report.materialized, materializer.problems) == (1, [])
+    report = tick(db_url, T0 + timedelta(minutes=5), tenants_sql=TENANTS_SQL)
+    assert (report.materialized, report.problems) == (1, [])
     assert scheduled(tenants) == [T0 + timedelta(minutes=5)] * 3
 
 
@@ -355,8 +355,8 @@ def test_the_tenant_query_may_repeat_ids_return_nulls_or_blanks_and_use_percent_
         " UNION ALL SELECT id::text, 'again' FROM tenants UNION ALL SELECT NULL, 'none'"
         " UNION ALL SELECT '', 'empty';\n"
     )
-    report, materializer = tick(db_url, T0 + timedelta(minutes=5), tenants_sql=query)
-    assert materializer.problems == []
+    report = tick(db_url, T0 + timedelta(minutes=5), tenants_sql=query)
+    assert report.problems == []
     assert report.materialized == 3
 
 
@@ -375,10 +375,10 @@ def test_the_handler_sees_its_tenant(db_url, tenants, fresh_registry):
 def test_a_tenant_scoped_definition_without_a_tenant_query_waits_and_is_reported(db_url, tenants):
     define(tenants, "per-tenant", "*/5 * * * *", scope="tenant")
     define(tenants, "global", "*/5 * * * *")
-    report, materializer = tick(db_url, T0 + timedelta(minutes=5))
+    report = tick(db_url, T0 + timedelta(minutes=5))
     assert report.materialized == 1  # the global one
-    assert [p.definition for p in materializer.problems] == ["per-tenant"]
-    assert "no tenant query" in materializer.problems[0].reason
+    assert [p.definition for p in report.problems] == ["per-tenant"]
+    assert "no tenant query" in report.problems[0].reason
     assert mark(tenants, "per-tenant") == (T0, T0 + timedelta(minutes=5))
     # Once configured, the missed occurrences follow the policy (latest: the newest only).
     tick(db_url, T0 + timedelta(minutes=12), tenants_sql=TENANTS_SQL)
@@ -388,11 +388,11 @@ def test_a_tenant_scoped_definition_without_a_tenant_query_waits_and_is_reported
 def test_a_failing_tenant_query_is_reported_and_the_rest_of_the_batch_is_kept(db_url, tenants):
     define(tenants, "per-tenant", "*/5 * * * *", scope="tenant")
     define(tenants, "global", "*/5 * * * *")
-    report, materializer = tick(
+    report = tick(
         db_url, T0 + timedelta(minutes=5), tenants_sql="SELECT id FROM no_such_table"
     )
     assert report.materialized == 1
-    [problem] = materializer.problems
+    [problem] = report.problems
     assert problem.definition == "per-tenant"
     assert "tenant query failed" in problem.reason and "no_such_table" in problem.reason
     assert scheduled(tenants) == [T0 + timedelta(minutes=5)]

@@ -16,7 +16,7 @@ from cronjob.api import enqueue
 from cronjob.db import connect
 from cronjob.errors import ConnectionLost, DatabaseUnavailable
 from cronjob.handlers import handler, registry
-from cronjob.tick import Tick, TickOptions
+from cronjob.tick import TickOptions, run_tick
 from tests.conftest import count
 from tests.test_lifecycle import db_now, tick
 
@@ -79,9 +79,13 @@ def _terminate(db_url: str, application_name: str) -> None:
         )
 
 
-def _tick_on(db_url: str, specs: dict[str, Any], connect_again: Any) -> Tick:
+def _tick_on(db_url: str, specs: dict[str, Any], connect_again: Any) -> Any:
+    """A tick on a connection of its own, which `_terminate` can find and kill."""
     conn = connect(db_url, application_name="jobrunner-under-test")
-    return Tick(conn, specs, connect=connect_again, options=TickOptions(handle_signals=False))
+    try:
+        return run_tick(conn, specs, connect=connect_again, options=TickOptions(owns_process=False))
+    finally:
+        conn.close()
 
 
 def test_a_tick_whose_connection_is_killed_reconnects_and_records_the_outcome(db_url, conn):
@@ -95,15 +99,11 @@ def test_a_tick_whose_connection_is_killed_reconnects_and_records_the_outcome(db
     try:
         run_id = enqueue(conn, "conn.victim")
         later = enqueue(conn, "conn.victim")
-        ticker = _tick_on(
+        report = _tick_on(
             db_url,
             {"conn.victim": registry()["conn.victim"]},
             lambda autocommit=True: connect(db_url, autocommit=autocommit),
         )
-        try:
-            report = ticker.run()
-        finally:
-            ticker.conn.close()
     finally:
         registry().pop("conn.victim")
     assert ran.is_set()
@@ -118,7 +118,7 @@ def test_a_tick_whose_connection_is_killed_reconnects_and_records_the_outcome(db
 def test_a_tick_that_cannot_reconnect_raises_connection_lost_with_its_report(
     db_url, conn, monkeypatch
 ):
-    monkeypatch.setattr("cronjob.tick.RECONNECT_PAUSES", (0.0, 0.0))
+    monkeypatch.setattr("cronjob.tick.connection.RECONNECT_PAUSES", (0.0, 0.0))
 
     @handler("conn.victim")
     def victim(ctx: Any, payload: Any) -> None:
@@ -129,9 +129,8 @@ def test_a_tick_that_cannot_reconnect_raises_connection_lost_with_its_report(
 
     try:
         run_id = enqueue(conn, "conn.victim")
-        ticker = _tick_on(db_url, {"conn.victim": registry()["conn.victim"]}, refuse)
         with pytest.raises(ConnectionLost) as lost:
-            ticker.run()
+            _tick_on(db_url, {"conn.victim": registry()["conn.victim"]}, refuse)
     finally:
         registry().pop("conn.victim")
     assert "could not reconnect" in str(lost.value)

@@ -23,9 +23,8 @@ def demo(database_url: str | None, handlers: str | None) -> None:
     from cronjob.commands import load_handlers, open_database
     from cronjob.demo import DEMO_TENANTS_SQL
     from cronjob.handlers import registry
-    from cronjob.materialize import Materializer
     from cronjob.store import run_attempts_get, run_get
-    from cronjob.tick import Tick, TickOptions
+    from cronjob.tick import TickOptions, run_tick
 
     settings = Settings.build(database_url, handlers)
     load_handlers(settings)
@@ -45,10 +44,8 @@ def demo(database_url: str | None, handlers: str | None) -> None:
             f"  {DEMO_TENANTS_SQL}\nTicking...\n"
         )
         specs = {t: s for t, s in registry().items() if t.startswith("demo.")}
-        report = Tick(
-            conn, specs, connect=database.connect, options=TickOptions(handle_signals=False),
-            steps_before_claim=[Materializer(tenants_sql=DEMO_TENANTS_SQL)],
-        ).run()  # fmt: skip
+        options = TickOptions(tenants_sql=DEMO_TENANTS_SQL, owns_process=False)
+        report = run_tick(conn, specs, connect=database.connect, options=options)
         ids += _runs_of(conn, scheduled)
         _remove_schedules(conn)
         click.echo(

@@ -1,13 +1,10 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Any
 
 import click
 
 from cronjob.cli import database_options, json_option
-from cronjob.report import TickReport
 from cronjob.settings import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_CONCURRENCY,
@@ -120,8 +117,9 @@ def tick(
     """
     from cronjob import log
     from cronjob.commands import load_handlers, open_database
+    from cronjob.errors import ConnectionLost
     from cronjob.handlers import require_types
-    from cronjob.waiting import work_waiting
+    from cronjob.tick import TickOptions, run_tick
 
     metrics_path = None
     if metrics_textfile is not None:
@@ -131,103 +129,27 @@ def tick(
     settings = Settings.build(database_url, handlers, tenants_sql)
     load_handlers(settings)
     specs = require_types([t.strip() for t in types.split(",") if t.strip()] if types else None)
-    problems: list[Any] = []
+    options = TickOptions(
+        concurrency=concurrency, batch_size=batch_size, max_runtime=max_runtime, grace=grace,
+        lease=lease, tenants_sql=settings.tenants_sql, prune_older_than=prune_older_than,
+        metrics_path=metrics_path,
+    )  # fmt: skip
     database, conn = open_database(settings)
     try:
-        if work_waiting(conn, specs):
-            report, conn, problems = _run_tick(
-                conn, database, specs, settings,
-                concurrency=concurrency, batch_size=batch_size, max_runtime=max_runtime,
-                grace=grace, lease=lease,
-            )  # fmt: skip
-        else:
-            # Nothing due anywhere: the tick machinery is not even imported.
-            report = TickReport()
-        after = _after_tick(conn, report, prune_older_than, metrics_path)
+        report = run_tick(conn, specs, connect=database.connect, options=options)
+    except ConnectionLost as exc:
+        log.get_logger().warning("tick stopped", **exc.report.summary())
+        raise
     finally:
         conn.close()
-    summary = {**report.summary(), **after}
+    summary = report.summary()
     log.info("tick finished", **summary)
     if as_json:
         click.echo(json.dumps(summary))
-    if problems:
+    if report.problems:
         # Everything else was done; a misconfiguration that silently skipped work is worse
         # than a failing cron line.
         from cronjob.errors import ScheduleProblems
         from cronjob.materialize import describe_problems
 
-        raise ScheduleProblems(describe_problems(problems))
-
-
-def _run_tick(
-    conn: Any, database: Any, specs: dict[str, Any], settings: Settings, **options: Any
-) -> tuple[TickReport, Any, list[Any]]:
-    """The full tick; returns its report, the connection it ended with, schedule problems."""
-    import gc
-
-    from cronjob.errors import ConnectionLost
-    from cronjob.log import get_logger
-    from cronjob.materialize import BATCH_FACTOR, Materializer
-    from cronjob.tick import Tick, TickOptions
-
-    tick_options = TickOptions(**options)
-    materializer = Materializer(
-        tenants_sql=settings.tenants_sql,
-        now=tick_options.now,
-        batch_size=tick_options.batch_size * BATCH_FACTOR,
-    )
-    ticker = Tick(
-        conn, specs, connect=database.connect, options=tick_options,
-        steps_before_claim=[materializer],
-    )  # fmt: skip
-    # What is loaded by now (libraries, handler modules) lives as long as the
-    # process: kept out of the cyclic collector's passes, which a busy tick
-    # otherwise pays for every few thousand runs.
-    gc.freeze()
-    try:
-        report = ticker.run()
-    except ConnectionLost as exc:
-        get_logger().warning("tick stopped", **exc.report.summary())
-        if ticker.conn is not conn:  # the caller closes the one it opened
-            ticker.conn.close()
-        raise
-    # A new connection if the tick had to reconnect.
-    return report, ticker.conn, materializer.problems
-
-
-def _after_tick(
-    conn: Any, report: TickReport, prune_older_than: float | None, metrics_path: Path | None
-) -> dict[str, Any]:
-    """Housekeeping once the work is done. Its failures are logged, never the tick's."""
-    from cronjob.log import get_logger
-
-    done: dict[str, Any] = {}
-    # Pruning waits for a tick that drained the queue: one stopped by a signal
-    # or by --max-runtime has better things to do with its time.
-    if prune_older_than is not None and report.stopped_by is None:
-        from cronjob.prune import TICK_MAX_BATCHES, prune_runs
-
-        try:
-            pruned = prune_runs(conn, older_than=prune_older_than, max_batches=TICK_MAX_BATCHES)
-            done["pruned"] = pruned.total
-        except Exception as exc:
-            get_logger().error("pruning after the tick failed", error=_describe(exc))
-    if metrics_path is not None:
-        from cronjob.commands.ops import write_metrics
-        from cronjob.metrics import collect
-
-        try:
-            write_metrics(metrics_path, collect(conn))
-        except Exception as exc:
-            get_logger().error(
-                "writing metrics after the tick failed",
-                path=str(metrics_path),
-                error=_describe(exc),
-            )
-    return done
-
-
-def _describe(exc: BaseException) -> str:
-    from cronjob.db import describe
-
-    return describe(exc)
+        raise ScheduleProblems(describe_problems(report.problems))

@@ -1,0 +1,164 @@
+"""The tick: one invocation of `jobrunner tick`, from the first question to the last line.
+
+`run_tick` tells the whole story, in the order it happens:
+
+    idle probe → rescue → materialize → drain → prune → metrics
+
+An idle tick asks one question and goes straight to pruning and metrics; the rest
+of this package is imported only when there is work.
+
+The parts, one role each:
+
+| module          | part              | its one job                                               |
+|-----------------|-------------------|-----------------------------------------------------------|
+| `busy`          | `BusyTick`        | assembles the parts; runs the steps before the drain      |
+| `drain`         | `Drain`           | the loop: passes values between the parts until done      |
+| `producer`      | `Producer`        | pacing, the claim, the decision buffer, finalize-and-claim |
+| `pool`          | `Pool`            | worker threads, and each run's in-flight state            |
+| `execute`       | `execute()`       | runs one handler and captures its outcome                 |
+| `leases`        | `LeaseKeeper`     | heartbeats, lost leases, hand-back; the fencing rule      |
+| `shutdown`      | `Shutdown`        | signals, grace, urgency                                   |
+| `connection`    | `ConnectionKeeper`| the tick's connection: one statement at a time, reconnect |
+| `tally`         | `Tally`           | the report and the per-run log lines                      |
+
+Who owns what:
+- Only the drain loops. Every other part does one thing when asked and returns.
+- Only the connection keeper touches the tick's connection. Parts that need SQL
+  build the statement (a function of the connection, from `store`) and the loop
+  hands it to the keeper; a failed statement raises, and the loop decides.
+- Only the pool changes a run's in-flight state (queued → started → done →
+  settled), under its one lock; its docstring has the table.
+- Parts never call back into each other: the loop passes values between them (a
+  claim's runs from the keeper to the pool, the pool's results to the producer as
+  decisions and to the tally as counts). The one hook is the pool's `wake`, given
+  to the keeper with a claim it runs in the background, so a main thread waiting
+  for handlers also wakes when the claim is back.
+
+What keeps it fast: the main thread owns the connection and does all the
+bookkeeping; the claim's round trip runs on its own short-lived thread while the
+main thread records the previous batch; handlers run on worker threads, and no
+transaction is held open across handler code except the handler's own (`ctx.db`);
+the values made once per run (`ClaimedRun`, `Decision`) are named tuples.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from cronjob.handlers import HandlerSpec
+from cronjob.report import TickReport
+from cronjob.settings import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_CONCURRENCY,
+    DEFAULT_GRACE,
+    DEFAULT_MAX_RUNTIME,
+)
+from cronjob.waiting import work_waiting
+
+
+@dataclass(frozen=True)
+class TickOptions:
+    concurrency: int = DEFAULT_CONCURRENCY
+    batch_size: int = DEFAULT_BATCH_SIZE
+    max_runtime: float = DEFAULT_MAX_RUNTIME
+    grace: float = DEFAULT_GRACE
+    lease: float | None = None  # overrides every handler's own lease
+    now: datetime | None = None  # the database clock unless a test pins it
+    tenants_sql: str | None = None  # lists tenants for tenant-scoped schedules
+    materialize_batch: int | None = None  # definitions per transaction; None: from batch_size
+    prune_older_than: float | None = None  # seconds; None: no pruning after the tick
+    metrics_path: Path | None = None  # where to write the metrics textfile, if anywhere
+    # The tick is the process's main work (the command line): SIGTERM and SIGINT
+    # stop it, and what is loaded stays out of the cyclic collector while it drains.
+    owns_process: bool = True
+
+
+def run_tick(
+    conn: Any,
+    handlers: dict[str, HandlerSpec],
+    *,
+    connect: Any,
+    options: TickOptions = TickOptions(),
+    log: Any = None,
+) -> TickReport:
+    """One tick on `conn` (the caller's, and the caller closes it); returns what it did.
+
+    `connect(autocommit=...)` opens further connections: for handlers' `ctx.db`, and
+    to replace the tick's own if it is lost (closed here). Raises `ConnectionLost`,
+    with the report so far, when the database went away and could not be reached again.
+    """
+    report = TickReport()
+    started = time.monotonic()
+    original = conn
+    if work_waiting(conn, handlers, now=options.now):  # idle probe
+        from cronjob.tick.busy import BusyTick, materialize, rescue
+
+        tick = BusyTick(conn, handlers, connect=connect, options=options, report=report, log=log)
+        try:
+            with tick.running():
+                tick.step("rescue", rescue)
+                tick.step("materialize", materialize)
+                tick.drain(started + options.max_runtime)
+        except BaseException:
+            _close_unless(tick.connection.conn, original)
+            raise
+        finally:
+            report.elapsed = time.monotonic() - started
+        conn = tick.connection.conn
+    try:
+        if options.prune_older_than is not None and report.stopped_by is None:
+            _prune(conn, report, options.prune_older_than)
+        if options.metrics_path is not None:
+            _write_metrics(conn, options.metrics_path)
+    finally:
+        _close_unless(conn, original)
+    return report
+
+
+def _prune(conn: Any, report: TickReport, older_than: float) -> None:
+    """A few batches of finished runs, after a tick that drained the queue; failures are logged.
+
+    A tick stopped by a signal or by --max-runtime has better things to do with its time.
+    """
+    from cronjob.prune import TICK_MAX_BATCHES, prune_runs
+
+    try:
+        report.pruned = prune_runs(conn, older_than=older_than, max_batches=TICK_MAX_BATCHES).total
+    except Exception as exc:
+        _log_failure("pruning after the tick failed", _describe(exc))
+
+
+def _write_metrics(conn: Any, path: Path) -> None:
+    from cronjob import metrics
+
+    event = "writing metrics after the tick failed"
+    try:
+        metrics.write_textfile(path, metrics.collect(conn))
+    except OSError as exc:
+        _log_failure(
+            event, f"cannot write metrics to {path}: {exc.strerror or exc}", path=str(path)
+        )
+    except Exception as exc:
+        _log_failure(event, _describe(exc), path=str(path))
+
+
+def _log_failure(event: str, error: str, **fields: Any) -> None:
+    """Housekeeping after the work is done fails in the log, never the tick."""
+    from cronjob.log import get_logger
+
+    get_logger().error(event, error=error, **fields)
+
+
+def _describe(exc: BaseException) -> str:
+    from cronjob.db import describe
+
+    return describe(exc)
+
+
+def _close_unless(conn: Any, original: Any) -> None:
+    if conn is not original:
+        conn.close()

@@ -1,0 +1,127 @@
+"""A tick with work to do: its parts assembled, and the steps that `run_tick` calls in order.
+
+Imported only once the idle probe found work, so an idle tick loads none of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import socket
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from cronjob import store
+from cronjob.handlers import HandlerSpec
+from cronjob.report import TickReport
+from cronjob.tick.connection import ConnectionKeeper, ReconnectFailed, StatementFailed
+from cronjob.tick.drain import Drain
+from cronjob.tick.leases import LeaseKeeper
+from cronjob.tick.pool import Pool
+from cronjob.tick.producer import Producer
+from cronjob.tick.shutdown import Shutdown
+from cronjob.tick.tally import Tally
+
+if TYPE_CHECKING:
+    from cronjob.tick import TickOptions
+
+Step = Callable[[Any, TickReport, "TickOptions"], None]
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class BusyTick:
+    """The shutdown, connection keeper and tally of one tick; the rest is built to drain."""
+
+    def __init__(
+        self,
+        conn: Any,
+        handlers: dict[str, HandlerSpec],
+        *,
+        connect: Callable[..., Any],
+        options: TickOptions,
+        report: TickReport,
+        log: Any = None,
+    ) -> None:
+        from cronjob.log import get_logger
+
+        self.handlers = handlers
+        self.options = options
+        self.worker = worker_name()
+        self.log = log if log is not None else get_logger(worker=self.worker)
+        self.shutdown = Shutdown(options.grace)
+        self.connection = ConnectionKeeper(conn, connect, self.log)
+        self.tally = Tally(report, self.log)
+        self._connect = connect
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """Signals request a stop while the tick runs; the report says what stopped it."""
+        try:
+            with self.shutdown.signals_handled(self.options.owns_process):
+                yield
+        finally:
+            self.tally.report.stopped_by = self.shutdown.reason
+
+    def step(self, name: str, step: Step) -> None:
+        """Run one step on the tick's connection, unless the tick is stopping already."""
+        if self.shutdown.requested:
+            return
+        try:
+            self.connection.run(name, lambda conn: step(conn, self.tally.report, self.options))
+        except StatementFailed:
+            self.shutdown.request("database error")
+        except ReconnectFailed as exc:
+            raise self.tally.connection_lost(str(exc)) from None
+
+    def drain(self, deadline: float) -> None:
+        """Claim, run and record due runs of the tick's job types until done or stopped."""
+        if not self.handlers:
+            return
+        if self.options.owns_process:
+            # What is loaded by now (libraries, handler modules) lives as long as the
+            # process: kept out of the cyclic collector's passes, which a busy tick
+            # otherwise pays for every few thousand runs.
+            gc.freeze()
+        options = self.options
+        leases = LeaseKeeper(self.handlers, lease=options.lease, now=options.now, log=self.log)
+        Drain(
+            connection=self.connection,
+            producer=Producer(
+                self.handlers, leases=leases.leases, concurrency=options.concurrency,
+                batch_size=options.batch_size, worker=self.worker, now=options.now,
+            ),
+            pool=Pool(
+                self.handlers, concurrency=options.concurrency, connect=self._connect,
+                worker=self.worker, now=options.now,
+            ),
+            leases=leases,
+            shutdown=self.shutdown,
+            tally=self.tally,
+        ).run(deadline)  # fmt: skip
+
+
+# -- the steps before the drain ----------------------------------------------
+
+
+def rescue(conn: Any, report: TickReport, options: TickOptions) -> None:
+    """Runs whose lease expired (their tick died or stalled): failed or dead, attempt counted."""
+    report.rescued += len(store.runs_rescue_many(conn, now=options.now))
+
+
+def materialize(conn: Any, report: TickReport, options: TickOptions) -> None:
+    """Due schedule occurrences become runs; definitions that cannot are listed as problems."""
+    from cronjob.materialize import BATCH_FACTOR, Materializer
+
+    materializer = Materializer(
+        tenants_sql=options.tenants_sql,
+        now=options.now,
+        batch_size=options.materialize_batch or options.batch_size * BATCH_FACTOR,
+    )
+    try:
+        report.materialized += materializer.run(conn)
+    finally:
+        report.problems.extend(materializer.problems)

@@ -1,0 +1,147 @@
+"""The connection keeper: the only code that touches the tick's own connection.
+
+One statement at a time. A statement either runs now, on the calling thread
+(`run`), or is started on a short-lived thread of its own (`begin`) so that the
+main thread can record and log the previous batch meanwhile; until its result is
+taken (`result`), nothing else may use the connection.
+
+A statement the database fails raises `StatementFailed`; the caller decides what
+that means (the tick stops claiming). A lost connection is re-opened first, so
+what finishes can still be recorded; when that fails too, `ReconnectFailed`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from cronjob.errors import JobrunnerError
+
+T = TypeVar("T")
+
+# After a lost connection: pauses before each reconnect attempt (each one itself
+# retries briefly), enough for a fast restart or a failover, bounded all the same.
+RECONNECT_PAUSES = (0.0, 1.0, 2.0)
+
+
+class StatementFailed(JobrunnerError):
+    """The database failed one of the tick's statements; the connection is usable again."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"the database failed the tick's {what}")
+        self.what = what
+
+
+class ReconnectFailed(JobrunnerError):
+    """The tick's connection was lost and could not be re-opened."""
+
+
+@dataclass
+class _Pending:
+    """A statement under way on its own thread."""
+
+    what: str
+    finished: threading.Event = field(default_factory=threading.Event)
+    result: Any = None
+    error: BaseException | None = None
+
+
+class ConnectionKeeper:
+    """Owns the tick's connection: runs its statements one at a time and reconnects."""
+
+    def __init__(self, conn: Any, connect: Callable[..., Any], log: Any) -> None:
+        self.conn = conn
+        self._connect = connect
+        self._log = log
+        self._pending: _Pending | None = None
+
+    @property
+    def busy(self) -> bool:
+        """A statement started with `begin` has not had its result taken yet."""
+        return self._pending is not None
+
+    @property
+    def finished(self) -> bool:
+        """The statement under way is done: `result` will not wait."""
+        return self._pending is not None and self._pending.finished.is_set()
+
+    def run(
+        self, what: str, op: Callable[[Any], T], *, passing: tuple[type[Exception], ...] = ()
+    ) -> T:
+        """`op(connection)` now; errors of the types in `passing` reach the caller as they are."""
+        if self._pending is not None:
+            raise RuntimeError(f"{what}: the result of the {self._pending.what} was not taken")
+        return self._guarded(what, op, passing)
+
+    def begin(self, what: str, op: Callable[[Any], Any], *, then: Callable[[], None]) -> None:
+        """Start `op(connection)` on its own thread; `then()` runs on that thread when it ends."""
+        if self._pending is not None:
+            raise RuntimeError(f"{what}: the {self._pending.what} is still under way")
+        pending = self._pending = _Pending(what)
+        conn = self.conn
+
+        def background() -> None:
+            try:
+                pending.result = op(conn)
+            except BaseException as exc:
+                pending.error = exc
+            finally:
+                pending.finished.set()
+                then()
+
+        threading.Thread(target=background, name=f"jobrunner-{what}", daemon=True).start()
+
+    def result(self) -> Any:
+        """The result of the statement under way, once it is done; raised as `run` would."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            raise RuntimeError("no statement is under way")
+        pending.finished.wait()
+
+        def replay(_conn: Any) -> Any:
+            if pending.error is not None:
+                raise pending.error
+            return pending.result
+
+        return self._guarded(pending.what, replay, ())
+
+    def _guarded(
+        self, what: str, op: Callable[[Any], T], passing: tuple[type[Exception], ...]
+    ) -> T:
+        import psycopg
+
+        try:
+            return op(self.conn)
+        except passing:
+            raise
+        except psycopg.OperationalError as exc:
+            from cronjob.db import describe
+
+            self._log.warning("database error", during=what, error=describe(exc))
+            if self.conn.broken or self.conn.closed:
+                self._reconnect()
+            raise StatementFailed(what) from exc
+
+    def _reconnect(self) -> None:
+        import psycopg
+
+        from cronjob.db import describe
+
+        last: BaseException | None = None
+        for pause in RECONNECT_PAUSES:
+            time.sleep(pause)
+            try:
+                conn = self._connect()
+            except (JobrunnerError, OSError, psycopg.Error) as exc:
+                last = exc
+                continue
+            try:
+                self.conn.close()
+            finally:
+                self.conn = conn
+            self._log.info("reconnected to the database")
+            return
+        raise ReconnectFailed(describe(last) if last else "unknown error")

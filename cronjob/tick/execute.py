@@ -1,0 +1,95 @@
+"""Running one handler: call it, and turn whatever happens into an Outcome.
+
+An executor calls `execute` for each run it starts; the thread pool is one. When
+the handler used `ctx.db`, its success is recorded inside that transaction by
+`commit_success`, so the handler's writes and "succeeded" commit together.
+"""
+
+from __future__ import annotations
+
+import traceback
+from datetime import datetime
+
+from cronjob import store, transitions
+from cronjob.context import JobContext
+from cronjob.handlers import Fail, HandlerSpec, Retry
+from cronjob.models import ClaimedRun, Errored, Outcome, Succeeded
+
+TRACEBACK_LIMIT = 8000
+
+
+def execute(spec: HandlerSpec, run: ClaimedRun, ctx: JobContext) -> Outcome:
+    """Call the handler and turn whatever happens into an Outcome. Never raises."""
+    try:
+        returned = spec.func(ctx, run.payload)
+        if hasattr(returned, "__await__"):
+            close = getattr(returned, "close", None)
+            if close is not None:
+                close()  # no "never awaited" warning: the error below says it all
+            raise TypeError(
+                f"the handler for {spec.job_type!r} returned an awaitable: "
+                "handlers must be plain functions, not async ones"
+            )
+    except Retry as exc:
+        return Errored("Retry", _storable(_message(exc)), None, retry_delay=exc.delay)
+    except Fail as exc:
+        message = _storable(_message(exc) or "failed permanently")
+        return Errored("Fail", message, _trimmed_traceback(exc), permanent=True)
+    except BaseException as exc:  # even SystemExit: a handler's failure is recorded, never raised
+        return errored(exc)
+    return Succeeded()
+
+
+def commit_success(
+    run: ClaimedRun, ctx: JobContext, duration: float, *, worker: str, now: datetime | None
+) -> bool:
+    """Record success in the handler's own transaction and commit it; False if the lease was lost.
+
+    The success write is fenced by the lease token inside that transaction: if the
+    run was cancelled, handed back or re-claimed meanwhile, it matches no row and
+    everything rolls back when the context closes. It takes the run's row lock
+    last, just before COMMIT, so the tick's heartbeat and hand-back wait at most
+    that long for it, and never in a cycle. Raises what the database raised.
+    """
+    conn = ctx.handler_transaction()
+    kept = store.runs_finalize_many(
+        conn, [transitions.succeeded(run, duration)], worker=worker, now=now
+    )
+    if kept:
+        conn.commit()
+    return bool(kept)
+
+
+def errored(exc: BaseException) -> Errored:
+    """The outcome of a handler that raised `exc`, its text made storable."""
+    cls = type(exc)
+    name = (
+        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    )
+    message = _message(exc)[:2000] or name
+    return Errored(_storable(name), _storable(message), _trimmed_traceback(exc))
+
+
+def _message(exc: BaseException) -> str:
+    # A handler's exception is arbitrary code: its __str__ may itself raise.
+    try:
+        return " ".join(str(exc).split())
+    except BaseException:
+        return f"<{type(exc).__name__} whose message could not be read>"
+
+
+def _trimmed_traceback(exc: BaseException) -> str | None:
+    try:
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    except BaseException:
+        return None
+    if len(text) > TRACEBACK_LIMIT:
+        text = "…(trimmed)…\n" + text[-TRACEBACK_LIMIT:]
+    return _storable(text)
+
+
+def _storable(text: str) -> str:
+    # PostgreSQL text holds neither NUL nor unpaired surrogates; one odd error
+    # message must not fail the finalize of a whole batch.
+    text = text.replace("\x00", "\\x00")
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -1,0 +1,267 @@
+"""The worker pool: handler threads, and the in-flight state of every run the tick holds.
+
+Each claimed run becomes a `Flight`. Its state changes only here, under one lock,
+so a worker finishing a handler and the main thread giving the run up (handed
+back, timed out, lease lost) can never both decide its fate:
+
+    state    | meaning                                 | moves to | by
+    ---------+-----------------------------------------+----------+-----------------------------
+    QUEUED   | claimed, waiting for a worker           | STARTED  | a worker taking it (`_start`)
+             |                                         | SETTLED  | the main thread (`settle`)
+    STARTED  | a worker is running its handler         | DONE     | its worker, the handler having
+             |                                         |          | returned (`_done_with`)
+             |                                         | SETTLED  | the main thread (`settle`,
+             |                                         |          | `overdue`)
+    DONE     | the handler returned; its result is on  | SETTLED  | the main thread taking the
+             | its way to the main thread              |          | result (`collect`)
+    SETTLED  | the main thread decided its fate; a     | —        |
+             | late result is discarded                |          |
+
+A DONE run is never settled by anyone but `collect`: its worker may be committing
+the handler's own transaction (`ctx.db`) at that moment, and what that commit says
+is the run's outcome.
+"""
+
+from __future__ import annotations
+
+import enum
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from cronjob.context import JobContext
+from cronjob.handlers import HandlerSpec
+from cronjob.models import ClaimedRun, Outcome, Succeeded
+from cronjob.tick.execute import commit_success, errored, execute
+
+
+class FlightState(enum.Enum):
+    QUEUED = "queued"
+    STARTED = "started"
+    DONE = "done"
+    SETTLED = "settled"
+
+
+@dataclass
+class Slot:
+    """A worker thread's place; retired when its handler overran its timeout."""
+
+    retired: bool = False
+
+
+@dataclass
+class Flight:
+    run: ClaimedRun
+    spec: HandlerSpec
+    ctx: JobContext
+    state: FlightState = FlightState.QUEUED
+    started: float | None = None
+    slot: Slot | None = None
+
+
+@dataclass
+class Result:
+    flight: Flight
+    outcome: Outcome
+    duration: float
+    # The handler used ctx.db: its worker already recorded success in that
+    # transaction; `kept` says whether the lease was still held when it did.
+    finalized: bool = False
+    kept: bool = False
+
+
+class Pool:
+    """Up to `concurrency` worker threads running the handlers of the runs in flight."""
+
+    def __init__(
+        self,
+        handlers: dict[str, HandlerSpec],
+        *,
+        concurrency: int,
+        connect: Callable[..., Any],
+        worker: str,
+        now: datetime | None = None,
+    ) -> None:
+        self.handlers = handlers
+        self.concurrency = concurrency
+        self.flights: dict[int, Flight] = {}  # every run not SETTLED, by id
+        self._connect = connect
+        self._worker = worker
+        self._now = now
+        self._lock = threading.Lock()  # guards every Flight.state change
+        self._work: queue.SimpleQueue[Flight | None] = queue.SimpleQueue()
+        # None is a wake-up call (`wake`), for whoever waits in `collect`.
+        self._done: queue.SimpleQueue[Result | None] = queue.SimpleQueue()
+        self._slots: list[Slot] = []
+
+    # -- the main thread's side ---------------------------------------------
+
+    def add(self, runs: Iterable[ClaimedRun]) -> None:
+        """Queue claimed runs for the workers, starting workers as needed."""
+        for run in runs:
+            flight = Flight(run, self.handlers[run.job_type], JobContext(run, self._connect))
+            self.flights[run.id] = flight
+            self._work.put(flight)
+        self._ensure_workers()
+
+    def running(self) -> int:
+        return sum(f.state is FlightState.STARTED for f in self.flights.values())
+
+    def wake(self) -> None:
+        """Make a `collect` waiting on another thread return now. Safe from any thread."""
+        self._done.put(None)
+
+    def collect(self, wait: float) -> list[Result]:
+        """Results of handlers that returned, waiting up to `wait` seconds for the first.
+
+        Each is SETTLED here; a result whose run was settled first is dropped.
+        """
+        results: list[Result] = []
+        try:
+            item = self._done.get(timeout=wait) if wait > 0 else self._done.get_nowait()
+        except queue.Empty:
+            return results
+        while True:
+            if item is not None and self._take(item.flight):
+                results.append(item)
+            try:
+                item = self._done.get_nowait()
+            except queue.Empty:
+                return results
+
+    def settle(self, flight: Flight) -> bool:
+        """Give up a QUEUED or STARTED run (tell its handler); False if its handler returned."""
+        with self._lock:
+            if flight.state not in (FlightState.QUEUED, FlightState.STARTED):
+                return False
+            flight.state = FlightState.SETTLED
+        self._release(flight)
+        return True
+
+    def settle_all(self, states: set[FlightState]) -> list[Flight]:
+        """Settle every run in `states`, in one step so no worker slips in between."""
+        with self._lock:
+            chosen = [f for f in self.flights.values() if f.state in states]
+            for flight in chosen:
+                flight.state = FlightState.SETTLED
+        for flight in chosen:
+            self._release(flight)
+        return chosen
+
+    def overdue(self, now: float) -> list[Flight]:
+        """Settle the runs whose handlers have run past their timeout, and replace their threads.
+
+        The threads stay stuck in the handlers; others take their places so the tick
+        keeps its concurrency. What such a handler returns later is discarded.
+        """
+        late = [
+            f
+            for f in list(self.flights.values())
+            if f.spec.timeout is not None
+            and f.started is not None
+            and now - f.started >= f.spec.timeout
+            and self.settle(f)
+        ]
+        for flight in late:
+            if flight.slot is not None:
+                flight.slot.retired = True
+        if late:
+            self._ensure_workers()
+        return late
+
+    def stop(self) -> None:
+        """Let idle workers exit; a worker still in a handler exits when it returns."""
+        for slot in self._slots:
+            if not slot.retired:
+                self._work.put(None)
+
+    def _take(self, flight: Flight) -> bool:
+        with self._lock:
+            if flight.state is not FlightState.DONE:
+                return False  # settled first (handed back, timed out, lease lost)
+            flight.state = FlightState.SETTLED
+        self.flights.pop(flight.run.id, None)
+        return True
+
+    def _release(self, flight: Flight) -> None:
+        flight.ctx.cancelled.set()
+        self.flights.pop(flight.run.id, None)
+
+    def _ensure_workers(self) -> None:
+        active = sum(not s.retired for s in self._slots)
+        wanted = min(self.concurrency, len(self.flights))
+        for _ in range(wanted - active):
+            slot = Slot()
+            thread = threading.Thread(
+                target=self._work_loop,
+                args=(slot,),
+                name=f"jobrunner-worker-{len(self._slots)}",
+                daemon=True,  # a handler stuck past its timeout must not keep the process alive
+            )
+            self._slots.append(slot)
+            thread.start()
+
+    # -- the workers' side ---------------------------------------------------
+
+    def _work_loop(self, slot: Slot) -> None:
+        while True:
+            flight = self._work.get()
+            if flight is None:
+                return
+            if not self._start(flight, slot):
+                continue  # handed back or lost before a worker got to it
+            started = flight.started
+            assert started is not None
+            outcome = execute(flight.spec, flight.run, flight.ctx)
+            result = Result(flight, outcome, time.monotonic() - started)
+            try:
+                if self._done_with(flight) and flight.ctx.used_db:
+                    self._finish_in_handler_transaction(result)
+            finally:
+                # Before the result is handed over: a failure is recorded only
+                # once the handler's transaction is gone.
+                flight.ctx.close()
+            self._done.put(result)
+            if slot.retired:
+                return  # this handler overran its timeout; a replacement took our place
+
+    def _start(self, flight: Flight, slot: Slot) -> bool:
+        with self._lock:
+            if flight.state is not FlightState.QUEUED:
+                return False
+            flight.state = FlightState.STARTED
+            flight.started = time.monotonic()
+            flight.slot = slot
+            return True
+
+    def _done_with(self, flight: Flight) -> bool:
+        """STARTED → DONE: the right to report this run's outcome; False if settled already."""
+        with self._lock:
+            if flight.state is not FlightState.STARTED:
+                return False
+            flight.state = FlightState.DONE
+            return True
+
+    def _finish_in_handler_transaction(self, result: Result) -> None:
+        """Record success in the handler's own transaction, or leave its writes to roll back.
+
+        The run is DONE by now, so the main thread neither hands it back nor times
+        it out while this commits.
+        """
+        if not isinstance(result.outcome, Succeeded):
+            return  # closing the connection rolls the handler's writes back
+        flight = result.flight
+        try:
+            result.kept = commit_success(
+                flight.run, flight.ctx, result.duration, worker=self._worker, now=self._now
+            )
+            result.finalized = True
+        except Exception as exc:
+            # Recorded as a failed attempt by the main thread, fenced like any
+            # other; if the COMMIT did go through after all, that write is a no-op.
+            result.outcome = errored(exc)
+            result.finalized = False

@@ -1,0 +1,168 @@
+"""The producer: how many runs to claim and when, and the decisions waiting to be written.
+
+Pacing. A tick keeps about `CLAIM_HORIZON` seconds of work claimed beyond its
+concurrency, measured by how fast its handlers return, and never more than
+`--batch-size`: enough to keep the workers busy through a claim's round trip, few
+enough that slow runs stay claimable by other hosts.
+
+The decision buffer. What handlers' outcomes mean for their runs (`Decision`s)
+waits here until a statement writes it: the next claim carries the decisions so
+far in its own commit (finalize-and-claim), or, when no claim is due, they are
+written on their own at least every `FLUSH_INTERVAL`. Decisions leave the buffer
+only once written; a statement that failed leaves them for the next one, which
+is safe because every write is fenced by the lease token.
+
+The producer builds the statements; the connection keeper runs them.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import partial
+from typing import Any
+
+from cronjob import store
+from cronjob.handlers import HandlerSpec
+from cronjob.models import ClaimedRun, Decision
+
+CLAIM_HORIZON = 1.0
+FLUSH_INTERVAL = 0.2  # write decisions at least this often while handlers are busy
+
+Claim = Callable[[Any], tuple[set[int], list[ClaimedRun]]]
+Finalize = Callable[[Any], set[int]]
+
+
+@dataclass
+class Pace:
+    """Runs whose handlers returned per second: the last full second, or this one so far."""
+
+    count: int = 0
+    since: float = field(default_factory=time.monotonic)
+    previous: float | None = None
+
+    def per_second(self, now: float) -> float | None:
+        elapsed = now - self.since
+        if elapsed >= 1.0:
+            self.previous = self.count / elapsed
+            self.count, self.since = 0, now
+            return self.previous
+        current = self.count / max(elapsed, 0.1) if self.count else None
+        known = [rate for rate in (current, self.previous) if rate is not None]
+        return max(known) if known else None
+
+
+class Producer:
+    """Claim pacing and the decision buffer of one tick."""
+
+    def __init__(
+        self,
+        handlers: dict[str, HandlerSpec],
+        *,
+        leases: dict[str, float],
+        concurrency: int,
+        batch_size: int,
+        worker: str,
+        now: datetime | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.concurrency = concurrency
+        self.batch_size = batch_size
+        self.decisions: list[Decision] = []
+        self.exhausted = False  # the last claim found fewer runs than it asked for
+        self.closed = False  # stopping: nothing more is claimed
+        self.pace = Pace(since=clock())
+        self._worker = worker
+        self._now = now
+        self._sent: tuple[int, int] | None = None  # decisions carried, limit: a claim under way
+        self._last_flush = clock()
+        types = sorted(handlers)
+        self._claim_args = {
+            "job_types": types,
+            "leases": [leases[t] for t in types],
+            "max_attempts": [handlers[t].max_attempts for t in types],
+        }
+
+    # -- claiming -------------------------------------------------------------
+
+    def backlog(self, now: float) -> int:
+        """How many claimed runs may wait for a worker: what the workers start in CLAIM_HORIZON."""
+        rate = self.pace.per_second(now)
+        if rate is None:
+            return min(self.batch_size, self.concurrency)
+        return max(1, min(self.batch_size, math.ceil(rate * CLAIM_HORIZON)))
+
+    def may_claim(self, in_flight: int, now: float) -> bool:
+        """Whether a claim is worth its round trip now, with `in_flight` runs held."""
+        if self.closed or self.exhausted or self._sent is not None:
+            return False
+        backlog = self.backlog(now)
+        room = self.concurrency + backlog - in_flight
+        return room >= max(1, backlog // 2) or in_flight == 0
+
+    def claim(self, in_flight: int, now: float) -> Claim:
+        """The next claim: room for the backlog, carrying every decision so far."""
+        limit = min(self.concurrency + self.backlog(now) - in_flight, self.batch_size)
+        decisions = list(self.decisions)
+        self._sent = (len(decisions), limit)
+        return partial(
+            store.runs_finalize_and_claim_many,
+            decisions=decisions,
+            limit=limit,
+            worker=self._worker,
+            now=self._now,
+            **self._claim_args,
+        )
+
+    def claimed(self, runs: list[ClaimedRun]) -> list[Decision]:
+        """The claim under way committed: returns the decisions it wrote."""
+        assert self._sent is not None
+        (carried, limit), self._sent = self._sent, None
+        written, self.decisions = self.decisions[:carried], self.decisions[carried:]
+        self.exhausted = len(runs) < limit
+        return written
+
+    def claim_failed(self) -> None:
+        """The claim under way failed: its decisions wait for the next write."""
+        self._sent = None
+
+    def look_again(self) -> None:
+        """Everything claimed is done: look once more, since retries may be due already."""
+        self.exhausted = False
+
+    # -- deciding and writing -------------------------------------------------
+
+    def returned(self) -> None:
+        """A handler returned: it counts for the pace."""
+        self.pace.count += 1
+
+    def decided(self, decision: Decision) -> None:
+        self.decisions.append(decision)
+
+    def finalize_due(self, in_flight: int, now: float) -> bool:
+        """Whether the decisions so far are to be written on their own now.
+
+        Not when a claim is under way or due right away: that claim carries them.
+        """
+        if not self.decisions or not (
+            len(self.decisions) >= self.batch_size
+            or self.exhausted
+            or now - self._last_flush >= FLUSH_INTERVAL
+        ):
+            return False
+        self._last_flush = now
+        return self._sent is None and not self.may_claim(in_flight, now)
+
+    def finalize(self) -> tuple[list[Decision], Finalize]:
+        """The decisions so far, and the statement that writes them."""
+        decisions = list(self.decisions)
+        op = partial(store.runs_finalize_many, decisions=decisions, worker=self._worker,
+                     now=self._now)  # fmt: skip
+        return decisions, op
+
+    def finalized(self, decisions: list[Decision]) -> None:
+        """`decisions`, the oldest in the buffer, are written."""
+        del self.decisions[: len(decisions)]

@@ -1,0 +1,138 @@
+"""The tally: what the tick did, counted in its report and told in its log.
+
+Every run the tick claimed ends in exactly one of the report's outcome counts:
+succeeded, failed (will retry), dead, lost (its outcome discarded: the lease was
+lost, the run cancelled or claimed by another tick), handed back, or unrecorded
+(the database failed before the outcome could be written; the run is recovered
+once its lease expires). A finalized batch's "run finished" lines are written
+together, one `write` for the lot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from cronjob.errors import ConnectionLost
+from cronjob.log import log_many
+from cronjob.models import ClaimedRun, Decision, Errored, Status
+from cronjob.report import TickReport
+
+SUMMARY_IDS = 100  # run ids named in one log line, at most
+
+Line = tuple[str, str, dict[str, Any]]  # level, event, fields
+
+
+class Tally:
+    """Counts outcomes into the tick's report and writes the per-run log lines."""
+
+    def __init__(self, report: TickReport, log: Any) -> None:
+        self.report = report
+        self.log = log
+
+    def finalized(self, decisions: Sequence[Decision], kept: set[int]) -> None:
+        """Decisions were written; the runs not in `kept` had lost their lease."""
+        lines: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for decision in decisions:
+            status = decision.status if decision.run.id in kept else None
+            level, event, fields = self._count(status, decision.run, decision.duration,
+                                               decision.error)  # fmt: skip
+            lines.setdefault((level, event), []).append(fields)
+        for (level, event), records in lines.items():
+            log_many(self.log, level, event, records)
+
+    def committed_by_handler(self, run: ClaimedRun, duration: float, kept: bool) -> None:
+        """The handler's `ctx.db` commit recorded the success (or matched no row: lost)."""
+        self._write(self._count(Status.SUCCEEDED if kept else None, run, duration))
+
+    def lost(self, run: ClaimedRun, ran: float, because: str) -> None:
+        self._write(self._count(None, run, ran, because=because))
+
+    def timed_out(self, run: ClaimedRun, timeout: float) -> None:
+        self.log.warning(
+            "handler timed out: attempt recorded as failed, anything it returns later is discarded",
+            run_id=run.id,
+            job_type=run.job_type,
+            timeout_s=timeout,
+        )
+
+    def handed_back(self, runs: Sequence[ClaimedRun], held: set[int], reason: str | None) -> None:
+        for run in runs:
+            if run.id not in held:
+                self.lost(run, 0.0, because="lease lost before hand-back")
+        ids = sorted(held)
+        self.report.handed_back += len(ids)
+        self.report.handed_back_ids.extend(ids)
+        self.log.info(
+            "handed back unfinished runs: due again, attempt not counted",
+            count=len(ids),
+            run_ids=ids[:SUMMARY_IDS],
+            reason=reason,
+        )
+
+    def unrecorded(self, count: int) -> None:
+        self.report.unrecorded += count
+
+    def connection_lost(self, cause: str) -> ConnectionLost:
+        """The error that ends a tick whose connection is gone: every claimed run is accounted."""
+        r = self.report
+        accounted = r.succeeded + r.failed + r.dead + r.lost + r.handed_back + r.unrecorded
+        r.unrecorded += max(r.claimed - accounted, 0)
+        message = "lost the database connection mid-tick and could not reconnect"
+        if r.unrecorded:
+            message += (
+                f" ({cause}); {r.unrecorded} run(s) not finalized become claimable again "
+                "when their leases expire"
+            )
+        else:
+            message += f": {cause}"
+        return ConnectionLost(message, report=r)
+
+    def require_recorded(self) -> None:
+        if self.report.unrecorded:
+            raise ConnectionLost(
+                f"the database failed while this tick finished: {self.report.unrecorded} "
+                "run(s) not finalized become claimable again when their leases expire",
+                report=self.report,
+            )
+
+    def _write(self, line: Line) -> None:
+        level, event, fields = line
+        getattr(self.log, level)(event, **fields)
+
+    def _count(
+        self,
+        status: Status | None,
+        run: ClaimedRun,
+        duration: float,
+        error: Errored | None = None,
+        because: str = "lease lost",
+    ) -> Line:
+        """Count one run's outcome; returns its log line."""
+        report = self.report
+        if status is Status.SUCCEEDED:
+            report.succeeded += 1
+        elif status is Status.FAILED:
+            report.failed += 1
+        elif status is Status.DEAD:
+            report.dead += 1
+        else:
+            report.lost += 1
+        report.by_type[run.job_type] = report.by_type.get(run.job_type, 0) + 1
+        fields: dict[str, Any] = {
+            "job_type": run.job_type,
+            "run_id": run.id,
+            "attempt": run.attempt,
+            "duration_ms": round(duration * 1000, 2),
+            "outcome": status.value if status else "lost",
+        }
+        if run.tenant_id is not None:
+            fields["tenant_id"] = run.tenant_id
+        if error is not None:
+            fields["error_type"] = error.error_type
+            fields["error"] = error.message
+        if status is None:
+            return ("warning", f"run outcome discarded: {because}", fields)
+        if status is Status.SUCCEEDED:
+            return ("info", "run finished", fields)
+        return ("warning", "run finished", fields)
