@@ -388,9 +388,7 @@ def test_a_tenant_scoped_definition_without_a_tenant_query_waits_and_is_reported
 def test_a_failing_tenant_query_is_reported_and_the_rest_of_the_batch_is_kept(db_url, tenants):
     define(tenants, "per-tenant", "*/5 * * * *", scope="tenant")
     define(tenants, "global", "*/5 * * * *")
-    report = tick(
-        db_url, T0 + timedelta(minutes=5), tenants_sql="SELECT id FROM no_such_table"
-    )
+    report = tick(db_url, T0 + timedelta(minutes=5), tenants_sql="SELECT id FROM no_such_table")
     assert report.materialized == 1
     [problem] = report.problems
     assert problem.definition == "per-tenant"
