@@ -57,20 +57,25 @@ def cli() -> None:
     """
 
 
-def database_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """--database-url and --handlers, shared by every command that reaches the database."""
-    func = click.option(
-        "--handlers",
-        envvar="JOBRUNNER_HANDLERS",
-        metavar="MODULES",
-        help="Comma-separated handler modules to import [env: JOBRUNNER_HANDLERS]. "
-        "Modules of the `jobrunner.handlers` entry-point group load too.",
-    )(func)
+def database_url_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--database-url, for every command that reaches the database."""
     return click.option(
         "--database-url",
         metavar="URL",
         help="PostgreSQL URL [env: JOBRUNNER_DATABASE_URL, then DATABASE_URL]. "
         "With none, the embedded server in the user's data directory.",
+    )(func)
+
+
+def handlers_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--handlers, for the commands that run handlers (tick, demo) and no other: the rest
+    must keep working when a handler module is broken, to repair what it left behind."""
+    return click.option(
+        "--handlers",
+        envvar="JOBRUNNER_HANDLERS",
+        metavar="MODULES",
+        help="Comma-separated handler modules to import [env: JOBRUNNER_HANDLERS]. "
+        "Modules of the `jobrunner.handlers` entry-point group load too.",
     )(func)
 
 

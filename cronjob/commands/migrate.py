@@ -2,13 +2,13 @@ from __future__ import annotations
 
 import click
 
-from cronjob.cli import database_options
+from cronjob.cli import database_url_option
 from cronjob.settings import Settings
 
 
 @click.command()
-@database_options
-def migrate(database_url: str | None, handlers: str | None) -> None:
+@database_url_option
+def migrate(database_url: str | None) -> None:
     """Apply pending schema migrations.
 
     Safe to run from several hosts at once: they queue on an advisory lock and

@@ -8,18 +8,11 @@ from typing import Any
 
 import click
 
-from cronjob.cli import database_options, json_option
+from cronjob.cli import database_url_option, json_option
+from cronjob.commands import open_connection
 from cronjob.errors import BadInput
-from cronjob.settings import Settings
 
 SCHEDULES_SHOWN = 20
-
-
-def _connect(database_url: str | None) -> Any:
-    from cronjob.commands import open_database
-
-    _, conn = open_database(Settings.build(database_url))
-    return conn
 
 
 def _seconds(value: str | None, what: str) -> float | None:
@@ -46,7 +39,7 @@ def textfile_path(value: str) -> Path:
 
 
 @click.command()
-@database_options
+@database_url_option
 @click.option(
     "--unclaimed-after",
     default="10m",
@@ -56,9 +49,7 @@ def textfile_path(value: str) -> Path:
     "started in that time.",
 )
 @json_option
-def status(
-    database_url: str | None, handlers: str | None, unclaimed_after: str, as_json: bool
-) -> None:
+def status(database_url: str | None, unclaimed_after: str, as_json: bool) -> None:
     """How the queue is doing: runs by status and type, oldest due run, stuck and
     dead runs, job types nobody claims, and when each schedule fires next."""
     from cronjob import store
@@ -66,7 +57,7 @@ def status(
     from cronjob.inputs import parse_duration
 
     after = parse_duration(unclaimed_after, what="--unclaimed-after")
-    conn = _connect(database_url)
+    conn = open_connection(database_url)
     with conn:
         overview = summarize(store.runs_snapshot(conn))
         schedules = store.definitions_list_schedules(conn)
@@ -248,19 +239,19 @@ def _rounded(seconds: float | None) -> float | None:
 
 
 @click.command()
-@database_options
+@database_url_option
 @click.option(
     "--textfile",
     metavar="PATH",
     help="Write to PATH atomically (temporary file + rename) instead of stdout, for "
     "node_exporter's textfile collector; name it *.prom.",
 )
-def metrics(database_url: str | None, handlers: str | None, textfile: str | None) -> None:
+def metrics(database_url: str | None, textfile: str | None) -> None:
     """Print the queue's metrics in the Prometheus text format."""
     from cronjob import metrics as exposition
 
     path = textfile_path(textfile) if textfile is not None else None
-    conn = _connect(database_url)
+    conn = open_connection(database_url)
     with conn:
         text = exposition.collect(conn)
     if path is None:
@@ -283,7 +274,7 @@ def write_metrics(path: Path, text: str) -> None:
 
 
 @click.command()
-@database_options
+@database_url_option
 @click.option(
     "--max-queue-age",
     metavar="DURATION",
@@ -305,7 +296,6 @@ def write_metrics(path: Path, text: str) -> None:
 @json_option
 def check(
     database_url: str | None,
-    handlers: str | None,
     max_queue_age: str | None,
     max_stuck: int | None,
     max_dead: int | None,
@@ -325,7 +315,7 @@ def check(
     thresholds = Thresholds(_seconds(max_queue_age, "--max-queue-age"), max_stuck, max_dead)
     if not thresholds.any:
         raise BadInput("nothing to check: give --max-queue-age, --max-stuck and/or --max-dead")
-    conn = _connect(database_url)
+    conn = open_connection(database_url)
     with conn:
         overview = summarize(store.runs_snapshot(conn))
     findings = evaluate(overview, thresholds)
@@ -350,7 +340,7 @@ def check(
 
 
 @click.command()
-@database_options
+@database_url_option
 @click.option(
     "--older-than",
     required=True,
@@ -382,7 +372,6 @@ def check(
 @json_option
 def prune(
     database_url: str | None,
-    handlers: str | None,
     older_than: str,
     statuses: str | None,
     dry_run: bool,
@@ -401,7 +390,7 @@ def prune(
     age = parse_duration(older_than, what="--older-than")
     effects_age = parse_duration(keep_effects, what="--keep-effects")
     chosen = prunable_statuses(statuses)
-    conn = _connect(database_url)
+    conn = open_connection(database_url)
     with conn:
         report = prune_runs(
             conn,

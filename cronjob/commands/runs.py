@@ -8,10 +8,10 @@ from typing import IO, Any
 import click
 
 from cronjob.api import new_run
-from cronjob.cli import database_options, json_option
+from cronjob.cli import database_url_option, json_option
+from cronjob.commands import open_connection
 from cronjob.errors import BadInput
 from cronjob.inputs import MAX_PAYLOAD_BYTES, decode_json, parse_payload, parse_timestamp
-from cronjob.settings import Settings
 
 JSONL_KEYS = {
     "type", "payload", "run_at", "delay", "idempotency_key", "max_attempts", "priority", "tenant",
@@ -21,7 +21,7 @@ JSONL_CHUNK = 5000
 
 @click.command()
 @click.argument("job_type", metavar="TYPE", required=False)
-@database_options
+@database_url_option
 @click.option("--payload", metavar="JSON", help="The payload, as JSON (default {}).")
 @click.option(
     "--payload-file",
@@ -51,7 +51,6 @@ JSONL_CHUNK = 5000
 def enqueue(
     job_type: str | None,
     database_url: str | None,
-    handlers: str | None,
     payload: str | None,
     payload_file: IO[str] | None,
     run_at: str | None,
@@ -98,8 +97,7 @@ def enqueue(
                 payload_is_text=True,
             )
         ]
-    settings = Settings.build(database_url, handlers)
-    _, conn = _open(settings)
+    conn = open_connection(database_url)
     with conn, conn.transaction():
         ids = []
         for start in range(0, len(runs), JSONL_CHUNK):
@@ -163,13 +161,6 @@ def _read_jsonl(stream: IO[str]) -> list[Any]:
     return runs
 
 
-def _open(settings: Settings) -> tuple[Any, Any]:
-    from cronjob.commands import load_handlers, open_database
-
-    load_handlers(settings)
-    return open_database(settings)
-
-
 def _ids(values: tuple[str, ...]) -> list[int]:
     from cronjob.inputs import parse_run_id
 
@@ -180,8 +171,8 @@ def _ids(values: tuple[str, ...]) -> list[int]:
 
 @click.command()
 @click.argument("run_ids", metavar="ID...", nargs=-1)
-@database_options
-def retry(run_ids: tuple[str, ...], database_url: str | None, handlers: str | None) -> int:
+@database_url_option
+def retry(run_ids: tuple[str, ...], database_url: str | None) -> int:
     """Make runs due now, with their lock cleared.
 
     A dead or cancelled run gets a fresh attempt budget; its history is kept.
@@ -190,7 +181,7 @@ def retry(run_ids: tuple[str, ...], database_url: str | None, handlers: str | No
     from cronjob.store import runs_retry_many
 
     ids = _ids(run_ids)
-    _, conn = _open(Settings.build(database_url, handlers))
+    conn = open_connection(database_url)
     with conn:
         changes = runs_retry_many(conn, ids)
     return _report(changes, "retried", "retry")
@@ -198,8 +189,8 @@ def retry(run_ids: tuple[str, ...], database_url: str | None, handlers: str | No
 
 @click.command()
 @click.argument("run_ids", metavar="ID...", nargs=-1)
-@database_options
-def cancel(run_ids: tuple[str, ...], database_url: str | None, handlers: str | None) -> int:
+@database_url_option
+def cancel(run_ids: tuple[str, ...], database_url: str | None) -> int:
     """Cancel runs that have not finished.
 
     A running handler is told at its next heartbeat (ctx.cancelled), and its
@@ -208,7 +199,7 @@ def cancel(run_ids: tuple[str, ...], database_url: str | None, handlers: str | N
     from cronjob.store import runs_cancel_many
 
     ids = _ids(run_ids)
-    _, conn = _open(Settings.build(database_url, handlers))
+    conn = open_connection(database_url)
     with conn:
         changes = runs_cancel_many(conn, ids)
     return _report(changes, "cancelled", "cancel")
@@ -232,14 +223,13 @@ def _report(changes: list[Any], done: str, verb: str) -> int:
 
 
 @click.command("list")
-@database_options
+@database_url_option
 @click.option("--status", "statuses", metavar="S1,S2", help="Only runs in these statuses.")
 @click.option("--type", "job_types", metavar="T1,T2", help="Only runs of these job types.")
 @click.option("--limit", type=click.IntRange(1, 100000), default=50, show_default=True)
 @json_option
 def list_runs(
     database_url: str | None,
-    handlers: str | None,
     statuses: str | None,
     job_types: str | None,
     limit: int,
@@ -255,7 +245,7 @@ def list_runs(
             raise BadInput(
                 f"unknown status {status!r}: expected one of {', '.join(s.value for s in Status)}"
             )
-    _, conn = _open(Settings.build(database_url, handlers))
+    conn = open_connection(database_url)
     with conn:
         runs = runs_list(conn, statuses=status_list, job_types=_split(job_types), limit=limit)
     if as_json:
@@ -272,16 +262,16 @@ def list_runs(
 
 @click.command()
 @click.argument("run_id", metavar="ID")
-@database_options
+@database_url_option
 @json_option
-def show(run_id: str, database_url: str | None, handlers: str | None, as_json: bool) -> None:
+def show(run_id: str, database_url: str | None, as_json: bool) -> None:
     """Show one run and its attempt history."""
     from cronjob.errors import RunNotFound
     from cronjob.inputs import parse_run_id
     from cronjob.store import run_attempts_get, run_get
 
     number = parse_run_id(run_id)
-    _, conn = _open(Settings.build(database_url, handlers))
+    conn = open_connection(database_url)
     with conn:
         run = run_get(conn, number)
         if run is None:

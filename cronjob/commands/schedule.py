@@ -9,9 +9,9 @@ from typing import IO, Any
 
 import click
 
-from cronjob.cli import database_options, json_option
+from cronjob.cli import database_url_option, json_option
+from cronjob.commands import open_connection
 from cronjob.errors import BadInput
-from cronjob.settings import Settings
 
 UPCOMING_SHOWN = 5
 RECENT_RUNS_SHOWN = 10
@@ -31,7 +31,7 @@ def schedule() -> None:
 
 @schedule.command()
 @click.argument("name")
-@database_options
+@database_url_option
 @click.option(
     "--cron", required=True, metavar="EXPR", help="Five-field cron text or @daily-style alias."
 )
@@ -68,7 +68,6 @@ def schedule() -> None:
 def add(
     name: str,
     database_url: str | None,
-    handlers: str | None,
     cron: str,
     job_type: str,
     payload: str | None,
@@ -95,7 +94,7 @@ def add(
         catch_up=catch_up,
         catch_up_limit=catch_up_limit,
     )
-    conn = _connect(database_url, handlers)
+    conn = open_connection(database_url)
     with conn:
         created = definitions.add(conn, spec)
     click.echo(f"added schedule {created.name}: next run {_next_run(created)}")
@@ -108,13 +107,13 @@ def add(
 
 
 @schedule.command(name="list")
-@database_options
+@database_url_option
 @json_option
-def list_schedules(database_url: str | None, handlers: str | None, as_json: bool) -> None:
+def list_schedules(database_url: str | None, as_json: bool) -> None:
     """List every schedule with its next run."""
     from cronjob import store
 
-    conn = _connect(database_url, handlers)
+    conn = open_connection(database_url)
     with conn:
         found = store.definitions_list(conn)
     if as_json:
@@ -134,13 +133,13 @@ def list_schedules(database_url: str | None, handlers: str | None, as_json: bool
 
 @schedule.command()
 @click.argument("name")
-@database_options
+@database_url_option
 @json_option
-def show(name: str, database_url: str | None, handlers: str | None, as_json: bool) -> None:
+def show(name: str, database_url: str | None, as_json: bool) -> None:
     """One schedule: its settings, next fire times, high-water mark and recent runs."""
     from cronjob import definitions, store
 
-    conn = _connect(database_url, handlers)
+    conn = open_connection(database_url)
     with conn:
         found = definitions.get(conn, name)
         counts = store.definition_run_counts(conn, found.id)
@@ -190,12 +189,12 @@ def show(name: str, database_url: str | None, handlers: str | None, as_json: boo
 
 @schedule.command()
 @click.argument("name")
-@database_options
-def pause(name: str, database_url: str | None, handlers: str | None) -> None:
+@database_url_option
+def pause(name: str, database_url: str | None) -> None:
     """Stop materializing runs of NAME (runs already created are untouched)."""
     from cronjob import definitions
 
-    conn = _connect(database_url, handlers)
+    conn = open_connection(database_url)
     with conn:
         _, changed = definitions.pause(conn, name)
     click.echo(f"paused {name}" if changed else f"{name} was already paused")
@@ -203,12 +202,12 @@ def pause(name: str, database_url: str | None, handlers: str | None) -> None:
 
 @schedule.command()
 @click.argument("name")
-@database_options
-def resume(name: str, database_url: str | None, handlers: str | None) -> None:
+@database_url_option
+def resume(name: str, database_url: str | None) -> None:
     """Materialize runs of NAME again, from now on: time spent paused is not made up."""
     from cronjob import definitions
 
-    conn = _connect(database_url, handlers)
+    conn = open_connection(database_url)
     with conn:
         found, changed = definitions.resume(conn, name)
     if changed:
@@ -219,12 +218,12 @@ def resume(name: str, database_url: str | None, handlers: str | None) -> None:
 
 @schedule.command()
 @click.argument("name")
-@database_options
-def remove(name: str, database_url: str | None, handlers: str | None) -> None:
+@database_url_option
+def remove(name: str, database_url: str | None) -> None:
     """Delete the schedule NAME. Its runs are kept; queued ones still run."""
     from cronjob import definitions
 
-    conn = _connect(database_url, handlers)
+    conn = open_connection(database_url)
     with conn:
         definitions.remove(conn, name)
     click.echo(f"removed {name}")
@@ -232,12 +231,10 @@ def remove(name: str, database_url: str | None, handlers: str | None) -> None:
 
 @schedule.command()
 @click.argument("file", type=click.File("r", encoding="utf-8"))
-@database_options
+@database_url_option
 @click.option("--prune", is_flag=True, help="Remove schedules that are not in FILE.")
 @click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
-def sync(
-    file: IO[str], database_url: str | None, handlers: str | None, prune: bool, dry_run: bool
-) -> None:
+def sync(file: IO[str], database_url: str | None, prune: bool, dry_run: bool) -> None:
     """Make the schedules match a TOML FILE (- for stdin), upserting by name.
 
     \b
@@ -259,7 +256,7 @@ def sync(
     from cronjob import definitions
 
     specs = definitions.load_file(file.read(), source=getattr(file, "name", "FILE"))
-    conn = _connect(database_url, handlers)
+    conn = open_connection(database_url)
     with conn:
         items = definitions.sync(conn, specs, prune=prune, dry_run=dry_run)
     for item in items:
@@ -324,13 +321,6 @@ def _parse_from(text: str, zone: Any) -> datetime:
     # An offset-less time means the schedule's own wall clock (its first reading, if the
     # clocks go back then).
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=zone)
-
-
-def _connect(database_url: str | None, handlers: str | None) -> Any:
-    from cronjob.commands import open_database
-
-    _, conn = open_database(Settings.build(database_url, handlers))
-    return conn
 
 
 def _in_zone(name: str) -> Any:

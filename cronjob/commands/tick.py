@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from cronjob.cli import database_options, json_option
+from cronjob.cli import database_url_option, handlers_option, json_option
 from cronjob.report import TickReport
 from cronjob.settings import (
     DEFAULT_BATCH_SIZE,
@@ -36,7 +36,8 @@ def _duration(what: str, minimum: float = 0.0):
 
 
 @click.command()
-@database_options
+@database_url_option
+@handlers_option
 @click.option(
     "--concurrency",
     type=click.IntRange(1, 256),
