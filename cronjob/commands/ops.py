@@ -10,6 +10,7 @@ import click
 
 from cronjob.cli import database_url_option, json_option
 from cronjob.commands import open_connection
+from cronjob.commands.render import iso, table, when
 from cronjob.errors import BadInput
 
 SCHEDULES_SHOWN = 20
@@ -84,7 +85,7 @@ def _status_dict(overview: Any, schedules: list[Any], after: float) -> dict[str,
                 "due": t.due,
                 "oldest_due_age_seconds": _rounded(t.oldest_due_age),
                 "expired_leases": t.expired_leases,
-                "last_started_at": _iso(t.last_started_at),
+                "last_started_at": iso(t.last_started_at),
             }
             for t in overview.types
         },
@@ -94,7 +95,7 @@ def _status_dict(overview: Any, schedules: list[Any], after: float) -> dict[str,
                 "job_type": t.job_type,
                 "due": t.due,
                 "oldest_due_age_seconds": _rounded(t.oldest_due_age),
-                "last_started_at": _iso(t.last_started_at),
+                "last_started_at": iso(t.last_started_at),
             }
             for t in overview.unclaimed(after)
         ],
@@ -105,7 +106,7 @@ def _status_dict(overview: Any, schedules: list[Any], after: float) -> dict[str,
                 "schedule": d.schedule,
                 "timezone": d.timezone,
                 "enabled": d.enabled,
-                "next_fire_at": _iso(d.next_fire_at),
+                "next_fire_at": iso(d.next_fire_at),
             }
             for d in schedules
         ],
@@ -116,7 +117,7 @@ def _print_status(overview: Any, schedules: list[Any], after: float) -> None:
     from cronjob.health import seconds_text
     from cronjob.models import Status
 
-    click.echo(f"jobrunner status at {_when(overview.now)}")
+    click.echo(f"jobrunner status at {when(overview.now)}")
     click.echo()
     if not overview.types:
         click.echo("no runs")
@@ -133,7 +134,7 @@ def _print_status(overview: Any, schedules: list[Any], after: float) -> None:
             ("total", *(str(overview.by_status[s.value]) for s in Status), str(overview.due),
              seconds_text(age) if age is not None else "-", str(overview.expired_leases))
         )  # fmt: skip
-        _table(headers, rows, numeric_from=1)
+        table(headers, rows, right_from=1, bold_header=True)
     click.echo()
     oldest = overview.oldest_due
     _fact(
@@ -160,7 +161,7 @@ def _print_status(overview: Any, schedules: list[Any], after: float) -> None:
     if unclaimed:
         for i, t in enumerate(unclaimed):
             started = (
-                f"last started {_when(t.last_started_at)}" if t.last_started_at else "never started"
+                f"last started {when(t.last_started_at)}" if t.last_started_at else "never started"
             )
             _fact(
                 "unclaimed types" if i == 0 else "",
@@ -182,7 +183,7 @@ def _print_status(overview: Any, schedules: list[Any], after: float) -> None:
          "yes" if d.enabled else "paused")
         for d in schedules[:SCHEDULES_SHOWN]
     ]  # fmt: skip
-    _table(("NAME", "TYPE", "SCHEDULE", "TIMEZONE", "NEXT FIRE", "ENABLED"), rows)
+    table(("NAME", "TYPE", "SCHEDULE", "TIMEZONE", "NEXT FIRE", "ENABLED"), rows, bold_header=True)
     if len(schedules) > SCHEDULES_SHOWN:
         click.echo(f"… and {len(schedules) - SCHEDULES_SHOWN} more (`status --json` lists all)")
 
@@ -190,16 +191,16 @@ def _print_status(overview: Any, schedules: list[Any], after: float) -> None:
 def _next_fire(definition: Any, now: Any) -> str:
     from cronjob.health import seconds_text
 
-    when = definition.next_fire_at
-    if when is None:
+    fire_at = definition.next_fire_at
+    if fire_at is None:
         return "-"
     try:
         from zoneinfo import ZoneInfo
 
-        local = when.astimezone(ZoneInfo(definition.timezone))
+        local = fire_at.astimezone(ZoneInfo(definition.timezone))
     except Exception:
-        local = when
-    delta = (when - now).total_seconds()
+        local = fire_at
+    delta = (fire_at - now).total_seconds()
     relative = f"in {seconds_text(delta)}" if delta >= 0 else f"{seconds_text(-delta)} ago"
     return f"{local.strftime('%Y-%m-%d %H:%M%z')} ({relative})"
 
@@ -207,28 +208,6 @@ def _next_fire(definition: Any, now: Any) -> str:
 def _fact(label: str, text: str, *, problem: bool = False) -> None:
     label_text = f"{label}:" if label else ""
     click.echo(f"{label_text:<17}" + (click.style(text, fg="red", bold=True) if problem else text))
-
-
-def _table(headers: tuple[str, ...], rows: list[tuple[str, ...]], numeric_from: int = 99) -> None:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-
-    def line(cells: tuple[str, ...]) -> str:
-        return "  ".join(
-            c.rjust(w) if i >= numeric_from else c.ljust(w)
-            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        ).rstrip()
-
-    click.echo(click.style(line(headers), bold=True))
-    for row in rows:
-        click.echo(line(row))
-
-
-def _when(value: Any) -> str:
-    return value.strftime("%Y-%m-%d %H:%M:%S%z") if value else ""
-
-
-def _iso(value: Any) -> str | None:
-    return value.isoformat() if value is not None else None
 
 
 def _rounded(seconds: float | None) -> float | None:

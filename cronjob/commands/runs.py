@@ -10,6 +10,7 @@ import click
 from cronjob.api import new_run
 from cronjob.cli import database_url_option, json_option
 from cronjob.commands import open_connection
+from cronjob.commands.render import clip, iso, table, when
 from cronjob.errors import BadInput
 from cronjob.inputs import MAX_PAYLOAD_BYTES, decode_json, parse_payload, parse_timestamp
 
@@ -253,11 +254,11 @@ def list_runs(
         return
     rows = [
         (str(r.id), r.status.value, r.job_type, r.tenant_id or "",
-         f"{r.attempts}/{r.max_attempts or '-'}", _when(r.finished_at or r.run_at),
-         _clip(r.last_error or "", 60))
+         f"{r.attempts}/{r.max_attempts or '-'}", when(r.finished_at or r.run_at),
+         clip(r.last_error or "", 60))
         for r in runs
     ]  # fmt: skip
-    _table(("ID", "STATUS", "TYPE", "TENANT", "ATTEMPTS", "RUN_AT/FINISHED", "LAST ERROR"), rows)
+    table(("ID", "STATUS", "TYPE", "TENANT", "ATTEMPTS", "RUN_AT/FINISHED", "LAST ERROR"), rows)
 
 
 @click.command()
@@ -291,7 +292,7 @@ def show(run_id: str, database_url: str | None, as_json: bool) -> None:
     if attempts:
         click.echo("\nfailed attempts:")
         for a in attempts:
-            click.echo(f"  #{a.attempt}  {_when(a.finished_at)}  {a.error_type}: {a.message or ''}"
+            click.echo(f"  #{a.attempt}  {when(a.finished_at)}  {a.error_type}: {a.message or ''}"
                        f"  (worker {a.worker or '?'})")  # fmt: skip
         last = attempts[-1]
         if last.traceback:
@@ -304,36 +305,15 @@ def _split(value: str | None) -> list[str] | None:
     return items or None
 
 
-def _iso(value: Any) -> Any:
-    return value.isoformat() if hasattr(value, "isoformat") else value
-
-
 def _run_dict(run: Any) -> dict[str, Any]:
     from dataclasses import asdict
 
     data = asdict(run)
     data["status"] = run.status.value
-    return {k: _iso(v) for k, v in data.items()}
+    return {k: iso(v) for k, v in data.items()}
 
 
 def _attempt_dict(attempt: Any) -> dict[str, Any]:
     from dataclasses import asdict
 
-    return {k: _iso(v) for k, v in asdict(attempt).items()}
-
-
-def _when(value: Any) -> str:
-    return value.strftime("%Y-%m-%d %H:%M:%S%z") if value else ""
-
-
-def _clip(text: str, width: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _table(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
-              for i, h in enumerate(headers)]  # fmt: skip
-    click.echo("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=False)).rstrip())
-    for row in rows:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)).rstrip())
+    return {k: iso(v) for k, v in asdict(attempt).items()}

@@ -11,6 +11,7 @@ import click
 
 from cronjob.cli import database_url_option, json_option
 from cronjob.commands import open_connection
+from cronjob.commands.render import iso, table
 from cronjob.errors import BadInput
 
 UPCOMING_SHOWN = 5
@@ -122,13 +123,8 @@ def list_schedules(database_url: str | None, as_json: bool) -> None:
     if not found:
         click.echo("No schedules. Add one with `jobrunner schedule add` or `schedule sync FILE`.")
         return
-    rows = [("NAME", "SCHEDULE", "TIMEZONE", "SCOPE", "TYPE", "NEXT RUN")] + [
-        (d.name, d.schedule, d.timezone, d.scope, d.job_type, _next_run(d)) for d in found
-    ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=True)]
-        click.echo("  ".join(cells).rstrip())
+    rows = [(d.name, d.schedule, d.timezone, d.scope, d.job_type, _next_run(d)) for d in found]
+    table(("NAME", "SCHEDULE", "TIMEZONE", "SCOPE", "TYPE", "NEXT RUN"), rows)
 
 
 @schedule.command()
@@ -343,9 +339,6 @@ def _next_run(definition: Any) -> str:
 
 
 def _definition_json(d: Any) -> dict[str, Any]:
-    def iso(moment: datetime | None) -> str | None:
-        return None if moment is None else moment.isoformat()
-
     return {
         "id": d.id, "name": d.name, "type": d.job_type, "cron": d.schedule,
         "timezone": d.timezone, "scope": d.scope, "payload": d.payload,
