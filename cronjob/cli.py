@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from cronjob.db import database_errors, redact
 from cronjob.errors import JobrunnerError
 
 COMMANDS = {
@@ -56,20 +57,25 @@ def cli() -> None:
     """
 
 
-def database_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """--database-url and --handlers, shared by every command that reaches the database."""
-    func = click.option(
-        "--handlers",
-        envvar="JOBRUNNER_HANDLERS",
-        metavar="MODULES",
-        help="Comma-separated handler modules to import [env: JOBRUNNER_HANDLERS]. "
-        "Modules of the `jobrunner.handlers` entry-point group load too.",
-    )(func)
+def database_url_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--database-url, for every command that reaches the database."""
     return click.option(
         "--database-url",
         metavar="URL",
         help="PostgreSQL URL [env: JOBRUNNER_DATABASE_URL, then DATABASE_URL]. "
         "With none, the embedded server in the user's data directory.",
+    )(func)
+
+
+def handlers_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--handlers, for the commands that run handlers (tick, demo) and no other: the rest
+    must keep working when a handler module is broken, to repair what it left behind."""
+    return click.option(
+        "--handlers",
+        envvar="JOBRUNNER_HANDLERS",
+        metavar="MODULES",
+        help="Comma-separated handler modules to import [env: JOBRUNNER_HANDLERS]. "
+        "Modules of the `jobrunner.handlers` entry-point group load too.",
     )(func)
 
 
@@ -81,7 +87,8 @@ def main(argv: list[str] | None = None) -> None:
     """Console entry point: library errors become one line on stderr and an exit code."""
     _skip_collection_at_exit()
     try:
-        code = cli.main(args=argv, prog_name="jobrunner", standalone_mode=False)
+        with database_errors():
+            code = cli.main(args=argv, prog_name="jobrunner", standalone_mode=False)
     except click.Abort:
         click.echo("jobrunner: aborted", err=True)
         sys.exit(130)
@@ -96,13 +103,6 @@ def main(argv: list[str] | None = None) -> None:
     except JobrunnerError as exc:
         click.echo(f"jobrunner: error: {_one_line(exc)}", err=True)
         sys.exit(exc.exit_code)
-    except Exception as exc:
-        from cronjob.db import describe
-
-        if _is_database_error(exc):
-            click.echo(f"jobrunner: error: database: {describe(exc)}", err=True)
-            sys.exit(1)
-        raise
     sys.exit(code if isinstance(code, int) else 0)
 
 
@@ -127,13 +127,6 @@ def _skip_collection_at_exit() -> None:
         _exit_collection_skipped = True
 
 
-def _is_database_error(exc: BaseException) -> bool:
-    module = type(exc).__module__
-    return module.startswith("psycopg")
-
-
 def _one_line(exc: BaseException) -> str:
-    from cronjob.db import redact
-
     message = exc.format_message() if isinstance(exc, click.ClickException) else str(exc)
     return redact(" ".join(message.split()))

@@ -8,11 +8,19 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from cronjob.errors import DatabaseUnavailable, SchemaNotReady
+from cronjob.errors import (
+    DatabaseError,
+    DatabaseInterrupted,
+    DatabaseUnavailable,
+    SchemaNotReady,
+)
 
 URL_ENV_VARS = ("JOBRUNNER_DATABASE_URL", "DATABASE_URL")
 
@@ -58,20 +66,20 @@ def connect(
     application_name: str = "jobrunner",
 ) -> Any:
     """Open a connection, retrying briefly: a restarting server gets a few seconds."""
-    import psycopg
-
-    last: Exception | None = None
+    last: DatabaseInterrupted | None = None
     for attempt in range(attempts):
         try:
-            return _open(url, autocommit=autocommit, application_name=application_name)
-        except psycopg.OperationalError as exc:
+            with database_errors():
+                return _open(url, autocommit=autocommit, application_name=application_name)
+        except DatabaseInterrupted as exc:
             last = exc
             if attempt + 1 < attempts:
                 time.sleep(retry_delay * (attempt + 1))
-        except psycopg.ProgrammingError as exc:
-            raise DatabaseUnavailable(f"invalid database URL: {describe(exc)}") from None
+        except DatabaseError as exc:
+            # Not the server's doing: libpq could not make sense of the URL.
+            raise DatabaseUnavailable(f"invalid database URL: {exc.description}") from None
     assert last is not None
-    raise DatabaseUnavailable(f"cannot connect to the database: {describe(last)}") from None
+    raise DatabaseUnavailable(f"cannot connect to the database: {last.description}") from None
 
 
 # URLs whose server refused the `options` startup parameter: connection poolers
@@ -119,16 +127,52 @@ def describe(exc: BaseException) -> str:
     return redact(message)
 
 
+@contextmanager
+def database_errors(*, passing: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
+    """Turn driver errors raised inside into the project's own, once, here.
+
+    `psycopg.OperationalError` (a lost connection, a timeout, a deadlock) becomes
+    `DatabaseInterrupted`; any other `psycopg.Error` becomes `DatabaseError`. Either says
+    `database: <description>`, and keeps the driver's error as its `__cause__`. Errors that
+    are instances of `passing` propagate untranslated, for callers that handle them
+    themselves. Usable as a decorator too.
+    """
+    try:
+        yield
+    except passing:
+        raise
+    except Exception as exc:
+        # Looked up, not imported: without psycopg loaded no driver error can be in flight,
+        # and commands that never reach the database should not pay for the import.
+        psycopg = sys.modules.get("psycopg")
+        if psycopg is None or not isinstance(exc, psycopg.Error):
+            raise
+        kind = DatabaseInterrupted if isinstance(exc, psycopg.OperationalError) else DatabaseError
+        description = describe(exc)
+        primary = exc.diag.message_primary  # None when the client raised it
+        raise kind(
+            f"database: {description}",
+            description=description,
+            sqlstate=exc.sqlstate,
+            primary=redact(" ".join(primary.split())) if primary else None,
+        ) from exc
+
+
 LATEST_VERSION_SQL = "SELECT coalesce(max(version), 0) FROM jobrunner_migrations"
+
+# PostgreSQL error codes (SQLSTATE) that callers of database_errors tell apart.
+UNDEFINED_TABLE = "42P01"
+INSUFFICIENT_PRIVILEGE = "42501"
 
 
 def require_schema(conn: Any) -> None:
     """Refuse to work on a missing or outdated schema."""
-    import psycopg
-
     try:
-        row = conn.execute(LATEST_VERSION_SQL).fetchone()
-    except psycopg.errors.UndefinedTable:
+        with database_errors():
+            row = conn.execute(LATEST_VERSION_SQL).fetchone()
+    except DatabaseError as exc:
+        if exc.sqlstate != UNDEFINED_TABLE:
+            raise
         if not conn.autocommit:
             conn.rollback()
         raise SchemaNotReady(

@@ -21,7 +21,37 @@ class HandlerImportError(BadInput):
     """A handler module could not be imported."""
 
 
-class DatabaseUnavailable(JobrunnerError):
+class DatabaseError(JobrunnerError):
+    """The database failed what it was asked to do.
+
+    Raised by `cronjob.db.database_errors`, the one place driver errors are translated:
+    `description` is the driver's message on one line without passwords, `sqlstate` the
+    PostgreSQL error code (None when the error came from the client side), `primary` the
+    server's message without its context lines, and the driver's error is the `__cause__`.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        description: str | None = None,
+        sqlstate: str | None = None,
+        primary: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.description = message if description is None else description
+        self.sqlstate = sqlstate
+        self.primary = self.description if primary is None else primary
+
+
+class DatabaseInterrupted(DatabaseError):
+    """The database could not finish a statement for reasons of its own rather than the
+    statement's: the connection dropped, a timeout or a deadlock cancelled it, the server
+    is shutting down or out of resources. Worth trying again later, possibly on a new
+    connection."""
+
+
+class DatabaseUnavailable(DatabaseError):
     """The database could not be reached."""
 
 

@@ -128,19 +128,18 @@ class Materializer:
         return created, written
 
     def _write_tenants(self, conn: Any, advance: Advance, now: datetime) -> int | None:
-        import psycopg
+        from cronjob.db import database_errors
+        from cronjob.errors import DatabaseError
 
         assert self.tenants_sql is not None
         try:
             # A savepoint: a failing tenant query must not undo the rest of the batch.
-            with conn.transaction():
+            with database_errors(), conn.transaction():
                 return store.runs_materialize_tenants(
                     conn, advance, tenants_sql=self.tenants_sql, now=now
                 )
-        except psycopg.Error as exc:
-            from cronjob.db import describe
-
-            self._problem(advance.definition, f"the tenant query failed: {describe(exc)}")
+        except DatabaseError as exc:
+            self._problem(advance.definition, f"the tenant query failed: {exc.description}")
             return None
 
     def _problem(self, definition: DueDefinition, reason: str) -> None:

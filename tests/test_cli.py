@@ -267,6 +267,59 @@ def test_help_is_available_for_every_command():
         assert "Usage:" in result.stdout
 
 
+# Every command that runs no handler, with arguments that succeed once a run (id 1) and
+# a schedule (nightly) exist.
+OPERATOR_COMMANDS = {
+    "enqueue": ["enqueue", "test.ok"],
+    "retry": ["retry", "1"],
+    "cancel": ["cancel", "1"],
+    "list": ["list"],
+    "show": ["show", "1"],
+    "status": ["status"],
+    "metrics": ["metrics"],
+    "check": ["check", "--max-dead", "0"],
+    "prune": ["prune", "--older-than", "1d"],
+    "schedule add": ["schedule", "add", "hourly", "--cron", "@hourly", "--type", "test.ok"],
+    "schedule list": ["schedule", "list"],
+    "schedule show": ["schedule", "show", "nightly"],
+    "schedule pause": ["schedule", "pause", "nightly"],
+    "schedule resume": ["schedule", "resume", "nightly"],
+    "schedule remove": ["schedule", "remove", "nightly"],
+    "schedule sync": ["schedule", "sync", "-"],
+    "migrate": ["migrate"],
+}
+SYNC_FILE = '[schedules.nightly]\ncron = "0 3 * * *"\ntype = "test.ok"\n'
+
+
+@pytest.mark.parametrize("command", OPERATOR_COMMANDS)
+def test_operator_commands_work_when_a_handler_module_fails_to_import(db_url, command):
+    # Repairing what a broken deploy left behind must not depend on the broken module.
+    assert run_cli("enqueue", "test.ok", "--database-url", db_url).stdout == "1\n"
+    added = ("schedule", "add", "nightly", "--cron", "0 3 * * *", "--type", "test.ok")
+    assert run_cli(*added, "--database-url", db_url).exit_code == 0
+    result = run_cli(
+        *OPERATOR_COMMANDS[command],
+        input=SYNC_FILE,
+        env={"JOBRUNNER_DATABASE_URL": db_url, "JOBRUNNER_HANDLERS": "no_such_module_xyz"},
+    )
+    assert result.exit_code == 0, result.stderr
+    assert "no_such_module_xyz" not in result.stderr
+
+
+@pytest.mark.parametrize("command", OPERATOR_COMMANDS)
+def test_operator_commands_take_no_handlers_option(command):
+    result = run_cli(*OPERATOR_COMMANDS[command], "--handlers", "tests.handlers.basic")
+    assert result.exit_code == 2
+    assert "No such option '--handlers'" in result.stderr
+
+
+def test_only_the_commands_that_run_handlers_offer_the_handlers_option():
+    from cronjob.cli import COMMANDS
+
+    offering = [name for name in COMMANDS if "--handlers" in run_cli(name, "--help").stdout]
+    assert offering == ["tick", "demo"]
+
+
 # What a tick that finds nothing to do may import, cron minute after cron minute.
 # A module added here is a cost every host pays every minute: import it where it is used.
 IDLE_TICK_MODULES = [

@@ -41,6 +41,12 @@ def open_database(settings: Settings, *, require_schema: bool = True) -> tuple[D
     return database, conn
 
 
+def open_connection(database_url: str | None) -> Any:
+    """A ready connection for a command that runs no handlers, and so loads none."""
+    _, conn = open_database(Settings.build(database_url))
+    return conn
+
+
 def _embedded_dir() -> Any:
     from cronjob.embedded import data_dir
 

@@ -5,12 +5,13 @@ from typing import Any
 
 import click
 
-from cronjob.cli import database_options
+from cronjob.cli import database_url_option, handlers_option
 from cronjob.settings import Settings
 
 
 @click.command()
-@database_options
+@database_url_option
+@handlers_option
 def demo(database_url: str | None, handlers: str | None) -> None:
     """The quickstart: enqueue example jobs, define schedules, tick, and show what happened.
 

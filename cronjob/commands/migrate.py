@@ -2,32 +2,33 @@ from __future__ import annotations
 
 import click
 
-from cronjob.cli import database_options
+from cronjob.cli import database_url_option
 from cronjob.settings import Settings
 
 
 @click.command()
-@database_options
-def migrate(database_url: str | None, handlers: str | None) -> None:
+@database_url_option
+def migrate(database_url: str | None) -> None:
     """Apply pending schema migrations.
 
     Safe to run from several hosts at once: they queue on an advisory lock and
     the later ones find the work done.
     """
-    import psycopg
-
     from cronjob import db
     from cronjob import migrate as migrations
-    from cronjob.errors import JobrunnerError
+    from cronjob.errors import DatabaseError, JobrunnerError
     from cronjob.log import get_logger
 
     url, source = db.resolve_url(Settings.build(database_url).database_url)
     conn = db.connect(url)
     try:
-        applied = migrations.apply(conn)
-    except psycopg.errors.InsufficientPrivilege as exc:
+        with db.database_errors():
+            applied = migrations.apply(conn)
+    except DatabaseError as exc:
+        if exc.sqlstate != db.INSUFFICIENT_PRIVILEGE:
+            raise
         raise JobrunnerError(
-            f"cannot migrate as role {conn.info.user}: {exc.diag.message_primary}; "
+            f"cannot migrate as role {conn.info.user}: {exc.primary}; "
             "run `jobrunner migrate` as the schema owner (jobrunner_owner in deploy/roles.sql)"
         ) from None
     finally:

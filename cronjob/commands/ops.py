@@ -8,18 +8,12 @@ from typing import Any
 
 import click
 
-from cronjob.cli import database_options, json_option
+from cronjob.cli import database_url_option, json_option
+from cronjob.commands import open_connection
+from cronjob.commands.render import iso, table, when
 from cronjob.errors import BadInput
-from cronjob.settings import Settings
 
 SCHEDULES_SHOWN = 20
-
-
-def _connect(database_url: str | None) -> Any:
-    from cronjob.commands import open_database
-
-    _, conn = open_database(Settings.build(database_url))
-    return conn
 
 
 def _seconds(value: str | None, what: str) -> float | None:
@@ -46,7 +40,7 @@ def textfile_path(value: str) -> Path:
 
 
 @click.command()
-@database_options
+@database_url_option
 @click.option(
     "--unclaimed-after",
     default="10m",
@@ -56,9 +50,7 @@ def textfile_path(value: str) -> Path:
     "started in that time.",
 )
 @json_option
-def status(
-    database_url: str | None, handlers: str | None, unclaimed_after: str, as_json: bool
-) -> None:
+def status(database_url: str | None, unclaimed_after: str, as_json: bool) -> None:
     """How the queue is doing: runs by status and type, oldest due run, stuck and
     dead runs, job types nobody claims, and when each schedule fires next."""
     from cronjob import store
@@ -66,7 +58,7 @@ def status(
     from cronjob.inputs import parse_duration
 
     after = parse_duration(unclaimed_after, what="--unclaimed-after")
-    conn = _connect(database_url)
+    conn = open_connection(database_url)
     with conn:
         overview = summarize(store.runs_snapshot(conn))
         schedules = store.definitions_list_schedules(conn)
@@ -93,7 +85,7 @@ def _status_dict(overview: Any, schedules: list[Any], after: float) -> dict[str,
                 "due": t.due,
                 "oldest_due_age_seconds": _rounded(t.oldest_due_age),
                 "expired_leases": t.expired_leases,
-                "last_started_at": _iso(t.last_started_at),
+                "last_started_at": iso(t.last_started_at),
             }
             for t in overview.types
         },
@@ -103,7 +95,7 @@ def _status_dict(overview: Any, schedules: list[Any], after: float) -> dict[str,
                 "job_type": t.job_type,
                 "due": t.due,
                 "oldest_due_age_seconds": _rounded(t.oldest_due_age),
-                "last_started_at": _iso(t.last_started_at),
+                "last_started_at": iso(t.last_started_at),
             }
             for t in overview.unclaimed(after)
         ],
@@ -114,7 +106,7 @@ def _status_dict(overview: Any, schedules: list[Any], after: float) -> dict[str,
                 "schedule": d.schedule,
                 "timezone": d.timezone,
                 "enabled": d.enabled,
-                "next_fire_at": _iso(d.next_fire_at),
+                "next_fire_at": iso(d.next_fire_at),
             }
             for d in schedules
         ],
@@ -125,7 +117,7 @@ def _print_status(overview: Any, schedules: list[Any], after: float) -> None:
     from cronjob.health import seconds_text
     from cronjob.models import Status
 
-    click.echo(f"jobrunner status at {_when(overview.now)}")
+    click.echo(f"jobrunner status at {when(overview.now)}")
     click.echo()
     if not overview.types:
         click.echo("no runs")
@@ -142,7 +134,7 @@ def _print_status(overview: Any, schedules: list[Any], after: float) -> None:
             ("total", *(str(overview.by_status[s.value]) for s in Status), str(overview.due),
              seconds_text(age) if age is not None else "-", str(overview.expired_leases))
         )  # fmt: skip
-        _table(headers, rows, numeric_from=1)
+        table(headers, rows, right_from=1, bold_header=True)
     click.echo()
     oldest = overview.oldest_due
     _fact(
@@ -169,7 +161,7 @@ def _print_status(overview: Any, schedules: list[Any], after: float) -> None:
     if unclaimed:
         for i, t in enumerate(unclaimed):
             started = (
-                f"last started {_when(t.last_started_at)}" if t.last_started_at else "never started"
+                f"last started {when(t.last_started_at)}" if t.last_started_at else "never started"
             )
             _fact(
                 "unclaimed types" if i == 0 else "",
@@ -191,7 +183,7 @@ def _print_status(overview: Any, schedules: list[Any], after: float) -> None:
          "yes" if d.enabled else "paused")
         for d in schedules[:SCHEDULES_SHOWN]
     ]  # fmt: skip
-    _table(("NAME", "TYPE", "SCHEDULE", "TIMEZONE", "NEXT FIRE", "ENABLED"), rows)
+    table(("NAME", "TYPE", "SCHEDULE", "TIMEZONE", "NEXT FIRE", "ENABLED"), rows, bold_header=True)
     if len(schedules) > SCHEDULES_SHOWN:
         click.echo(f"… and {len(schedules) - SCHEDULES_SHOWN} more (`status --json` lists all)")
 
@@ -199,16 +191,16 @@ def _print_status(overview: Any, schedules: list[Any], after: float) -> None:
 def _next_fire(definition: Any, now: Any) -> str:
     from cronjob.health import seconds_text
 
-    when = definition.next_fire_at
-    if when is None:
+    fire_at = definition.next_fire_at
+    if fire_at is None:
         return "-"
     try:
         from zoneinfo import ZoneInfo
 
-        local = when.astimezone(ZoneInfo(definition.timezone))
+        local = fire_at.astimezone(ZoneInfo(definition.timezone))
     except Exception:
-        local = when
-    delta = (when - now).total_seconds()
+        local = fire_at
+    delta = (fire_at - now).total_seconds()
     relative = f"in {seconds_text(delta)}" if delta >= 0 else f"{seconds_text(-delta)} ago"
     return f"{local.strftime('%Y-%m-%d %H:%M%z')} ({relative})"
 
@@ -216,28 +208,6 @@ def _next_fire(definition: Any, now: Any) -> str:
 def _fact(label: str, text: str, *, problem: bool = False) -> None:
     label_text = f"{label}:" if label else ""
     click.echo(f"{label_text:<17}" + (click.style(text, fg="red", bold=True) if problem else text))
-
-
-def _table(headers: tuple[str, ...], rows: list[tuple[str, ...]], numeric_from: int = 99) -> None:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-
-    def line(cells: tuple[str, ...]) -> str:
-        return "  ".join(
-            c.rjust(w) if i >= numeric_from else c.ljust(w)
-            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        ).rstrip()
-
-    click.echo(click.style(line(headers), bold=True))
-    for row in rows:
-        click.echo(line(row))
-
-
-def _when(value: Any) -> str:
-    return value.strftime("%Y-%m-%d %H:%M:%S%z") if value else ""
-
-
-def _iso(value: Any) -> str | None:
-    return value.isoformat() if value is not None else None
 
 
 def _rounded(seconds: float | None) -> float | None:
@@ -248,19 +218,19 @@ def _rounded(seconds: float | None) -> float | None:
 
 
 @click.command()
-@database_options
+@database_url_option
 @click.option(
     "--textfile",
     metavar="PATH",
     help="Write to PATH atomically (temporary file + rename) instead of stdout, for "
     "node_exporter's textfile collector; name it *.prom.",
 )
-def metrics(database_url: str | None, handlers: str | None, textfile: str | None) -> None:
+def metrics(database_url: str | None, textfile: str | None) -> None:
     """Print the queue's metrics in the Prometheus text format."""
     from cronjob import metrics as exposition
 
     path = textfile_path(textfile) if textfile is not None else None
-    conn = _connect(database_url)
+    conn = open_connection(database_url)
     with conn:
         text = exposition.collect(conn)
     if path is None:
@@ -283,7 +253,7 @@ def write_metrics(path: Path, text: str) -> None:
 
 
 @click.command()
-@database_options
+@database_url_option
 @click.option(
     "--max-queue-age",
     metavar="DURATION",
@@ -305,7 +275,6 @@ def write_metrics(path: Path, text: str) -> None:
 @json_option
 def check(
     database_url: str | None,
-    handlers: str | None,
     max_queue_age: str | None,
     max_stuck: int | None,
     max_dead: int | None,
@@ -325,7 +294,7 @@ def check(
     thresholds = Thresholds(_seconds(max_queue_age, "--max-queue-age"), max_stuck, max_dead)
     if not thresholds.any:
         raise BadInput("nothing to check: give --max-queue-age, --max-stuck and/or --max-dead")
-    conn = _connect(database_url)
+    conn = open_connection(database_url)
     with conn:
         overview = summarize(store.runs_snapshot(conn))
     findings = evaluate(overview, thresholds)
@@ -350,7 +319,7 @@ def check(
 
 
 @click.command()
-@database_options
+@database_url_option
 @click.option(
     "--older-than",
     required=True,
@@ -382,7 +351,6 @@ def check(
 @json_option
 def prune(
     database_url: str | None,
-    handlers: str | None,
     older_than: str,
     statuses: str | None,
     dry_run: bool,
@@ -401,7 +369,7 @@ def prune(
     age = parse_duration(older_than, what="--older-than")
     effects_age = parse_duration(keep_effects, what="--keep-effects")
     chosen = prunable_statuses(statuses)
-    conn = _connect(database_url)
+    conn = open_connection(database_url)
     with conn:
         report = prune_runs(
             conn,

@@ -8,10 +8,11 @@ from typing import IO, Any
 import click
 
 from cronjob.api import new_run
-from cronjob.cli import database_options, json_option
+from cronjob.cli import database_url_option, json_option
+from cronjob.commands import open_connection
+from cronjob.commands.render import clip, iso, table, when
 from cronjob.errors import BadInput
 from cronjob.inputs import MAX_PAYLOAD_BYTES, decode_json, parse_payload, parse_timestamp
-from cronjob.settings import Settings
 
 JSONL_KEYS = {
     "type", "payload", "run_at", "delay", "idempotency_key", "max_attempts", "priority", "tenant",
@@ -21,7 +22,7 @@ JSONL_CHUNK = 5000
 
 @click.command()
 @click.argument("job_type", metavar="TYPE", required=False)
-@database_options
+@database_url_option
 @click.option("--payload", metavar="JSON", help="The payload, as JSON (default {}).")
 @click.option(
     "--payload-file",
@@ -51,7 +52,6 @@ JSONL_CHUNK = 5000
 def enqueue(
     job_type: str | None,
     database_url: str | None,
-    handlers: str | None,
     payload: str | None,
     payload_file: IO[str] | None,
     run_at: str | None,
@@ -98,8 +98,7 @@ def enqueue(
                 payload_is_text=True,
             )
         ]
-    settings = Settings.build(database_url, handlers)
-    _, conn = _open(settings)
+    conn = open_connection(database_url)
     with conn, conn.transaction():
         ids = []
         for start in range(0, len(runs), JSONL_CHUNK):
@@ -163,13 +162,6 @@ def _read_jsonl(stream: IO[str]) -> list[Any]:
     return runs
 
 
-def _open(settings: Settings) -> tuple[Any, Any]:
-    from cronjob.commands import load_handlers, open_database
-
-    load_handlers(settings)
-    return open_database(settings)
-
-
 def _ids(values: tuple[str, ...]) -> list[int]:
     from cronjob.inputs import parse_run_id
 
@@ -180,8 +172,8 @@ def _ids(values: tuple[str, ...]) -> list[int]:
 
 @click.command()
 @click.argument("run_ids", metavar="ID...", nargs=-1)
-@database_options
-def retry(run_ids: tuple[str, ...], database_url: str | None, handlers: str | None) -> int:
+@database_url_option
+def retry(run_ids: tuple[str, ...], database_url: str | None) -> int:
     """Make runs due now, with their lock cleared.
 
     A dead or cancelled run gets a fresh attempt budget; its history is kept.
@@ -190,7 +182,7 @@ def retry(run_ids: tuple[str, ...], database_url: str | None, handlers: str | No
     from cronjob.store import runs_retry_many
 
     ids = _ids(run_ids)
-    _, conn = _open(Settings.build(database_url, handlers))
+    conn = open_connection(database_url)
     with conn:
         changes = runs_retry_many(conn, ids)
     return _report(changes, "retried", "retry")
@@ -198,8 +190,8 @@ def retry(run_ids: tuple[str, ...], database_url: str | None, handlers: str | No
 
 @click.command()
 @click.argument("run_ids", metavar="ID...", nargs=-1)
-@database_options
-def cancel(run_ids: tuple[str, ...], database_url: str | None, handlers: str | None) -> int:
+@database_url_option
+def cancel(run_ids: tuple[str, ...], database_url: str | None) -> int:
     """Cancel runs that have not finished.
 
     A running handler is told at its next heartbeat (ctx.cancelled), and its
@@ -208,7 +200,7 @@ def cancel(run_ids: tuple[str, ...], database_url: str | None, handlers: str | N
     from cronjob.store import runs_cancel_many
 
     ids = _ids(run_ids)
-    _, conn = _open(Settings.build(database_url, handlers))
+    conn = open_connection(database_url)
     with conn:
         changes = runs_cancel_many(conn, ids)
     return _report(changes, "cancelled", "cancel")
@@ -232,14 +224,13 @@ def _report(changes: list[Any], done: str, verb: str) -> int:
 
 
 @click.command("list")
-@database_options
+@database_url_option
 @click.option("--status", "statuses", metavar="S1,S2", help="Only runs in these statuses.")
 @click.option("--type", "job_types", metavar="T1,T2", help="Only runs of these job types.")
 @click.option("--limit", type=click.IntRange(1, 100000), default=50, show_default=True)
 @json_option
 def list_runs(
     database_url: str | None,
-    handlers: str | None,
     statuses: str | None,
     job_types: str | None,
     limit: int,
@@ -255,7 +246,7 @@ def list_runs(
             raise BadInput(
                 f"unknown status {status!r}: expected one of {', '.join(s.value for s in Status)}"
             )
-    _, conn = _open(Settings.build(database_url, handlers))
+    conn = open_connection(database_url)
     with conn:
         runs = runs_list(conn, statuses=status_list, job_types=_split(job_types), limit=limit)
     if as_json:
@@ -263,25 +254,25 @@ def list_runs(
         return
     rows = [
         (str(r.id), r.status.value, r.job_type, r.tenant_id or "",
-         f"{r.attempts}/{r.max_attempts or '-'}", _when(r.finished_at or r.run_at),
-         _clip(r.last_error or "", 60))
+         f"{r.attempts}/{r.max_attempts or '-'}", when(r.finished_at or r.run_at),
+         clip(r.last_error or "", 60))
         for r in runs
     ]  # fmt: skip
-    _table(("ID", "STATUS", "TYPE", "TENANT", "ATTEMPTS", "RUN_AT/FINISHED", "LAST ERROR"), rows)
+    table(("ID", "STATUS", "TYPE", "TENANT", "ATTEMPTS", "RUN_AT/FINISHED", "LAST ERROR"), rows)
 
 
 @click.command()
 @click.argument("run_id", metavar="ID")
-@database_options
+@database_url_option
 @json_option
-def show(run_id: str, database_url: str | None, handlers: str | None, as_json: bool) -> None:
+def show(run_id: str, database_url: str | None, as_json: bool) -> None:
     """Show one run and its attempt history."""
     from cronjob.errors import RunNotFound
     from cronjob.inputs import parse_run_id
     from cronjob.store import run_attempts_get, run_get
 
     number = parse_run_id(run_id)
-    _, conn = _open(Settings.build(database_url, handlers))
+    conn = open_connection(database_url)
     with conn:
         run = run_get(conn, number)
         if run is None:
@@ -301,7 +292,7 @@ def show(run_id: str, database_url: str | None, handlers: str | None, as_json: b
     if attempts:
         click.echo("\nfailed attempts:")
         for a in attempts:
-            click.echo(f"  #{a.attempt}  {_when(a.finished_at)}  {a.error_type}: {a.message or ''}"
+            click.echo(f"  #{a.attempt}  {when(a.finished_at)}  {a.error_type}: {a.message or ''}"
                        f"  (worker {a.worker or '?'})")  # fmt: skip
         last = attempts[-1]
         if last.traceback:
@@ -314,36 +305,15 @@ def _split(value: str | None) -> list[str] | None:
     return items or None
 
 
-def _iso(value: Any) -> Any:
-    return value.isoformat() if hasattr(value, "isoformat") else value
-
-
 def _run_dict(run: Any) -> dict[str, Any]:
     from dataclasses import asdict
 
     data = asdict(run)
     data["status"] = run.status.value
-    return {k: _iso(v) for k, v in data.items()}
+    return {k: iso(v) for k, v in data.items()}
 
 
 def _attempt_dict(attempt: Any) -> dict[str, Any]:
     from dataclasses import asdict
 
-    return {k: _iso(v) for k, v in asdict(attempt).items()}
-
-
-def _when(value: Any) -> str:
-    return value.strftime("%Y-%m-%d %H:%M:%S%z") if value else ""
-
-
-def _clip(text: str, width: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _table(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
-              for i, h in enumerate(headers)]  # fmt: skip
-    click.echo("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=False)).rstrip())
-    for row in rows:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)).rstrip())
+    return {k: iso(v) for k, v in asdict(attempt).items()}

@@ -9,9 +9,10 @@ from typing import IO, Any
 
 import click
 
-from cronjob.cli import database_options, json_option
+from cronjob.cli import database_url_option, json_option
+from cronjob.commands import open_connection
+from cronjob.commands.render import iso, table
 from cronjob.errors import BadInput
-from cronjob.settings import Settings
 
 UPCOMING_SHOWN = 5
 RECENT_RUNS_SHOWN = 10
@@ -31,7 +32,7 @@ def schedule() -> None:
 
 @schedule.command()
 @click.argument("name")
-@database_options
+@database_url_option
 @click.option(
     "--cron", required=True, metavar="EXPR", help="Five-field cron text or @daily-style alias."
 )
@@ -68,7 +69,6 @@ def schedule() -> None:
 def add(
     name: str,
     database_url: str | None,
-    handlers: str | None,
     cron: str,
     job_type: str,
     payload: str | None,
@@ -95,7 +95,7 @@ def add(
         catch_up=catch_up,
         catch_up_limit=catch_up_limit,
     )
-    conn = _connect(database_url, handlers)
+    conn = open_connection(database_url)
     with conn:
         created = definitions.add(conn, spec)
     click.echo(f"added schedule {created.name}: next run {_next_run(created)}")
@@ -108,13 +108,13 @@ def add(
 
 
 @schedule.command(name="list")
-@database_options
+@database_url_option
 @json_option
-def list_schedules(database_url: str | None, handlers: str | None, as_json: bool) -> None:
+def list_schedules(database_url: str | None, as_json: bool) -> None:
     """List every schedule with its next run."""
     from cronjob import store
 
-    conn = _connect(database_url, handlers)
+    conn = open_connection(database_url)
     with conn:
         found = store.definitions_list(conn)
     if as_json:
@@ -123,24 +123,19 @@ def list_schedules(database_url: str | None, handlers: str | None, as_json: bool
     if not found:
         click.echo("No schedules. Add one with `jobrunner schedule add` or `schedule sync FILE`.")
         return
-    rows = [("NAME", "SCHEDULE", "TIMEZONE", "SCOPE", "TYPE", "NEXT RUN")] + [
-        (d.name, d.schedule, d.timezone, d.scope, d.job_type, _next_run(d)) for d in found
-    ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=True)]
-        click.echo("  ".join(cells).rstrip())
+    rows = [(d.name, d.schedule, d.timezone, d.scope, d.job_type, _next_run(d)) for d in found]
+    table(("NAME", "SCHEDULE", "TIMEZONE", "SCOPE", "TYPE", "NEXT RUN"), rows)
 
 
 @schedule.command()
 @click.argument("name")
-@database_options
+@database_url_option
 @json_option
-def show(name: str, database_url: str | None, handlers: str | None, as_json: bool) -> None:
+def show(name: str, database_url: str | None, as_json: bool) -> None:
     """One schedule: its settings, next fire times, high-water mark and recent runs."""
     from cronjob import definitions, store
 
-    conn = _connect(database_url, handlers)
+    conn = open_connection(database_url)
     with conn:
         found = definitions.get(conn, name)
         counts = store.definition_run_counts(conn, found.id)
@@ -190,12 +185,12 @@ def show(name: str, database_url: str | None, handlers: str | None, as_json: boo
 
 @schedule.command()
 @click.argument("name")
-@database_options
-def pause(name: str, database_url: str | None, handlers: str | None) -> None:
+@database_url_option
+def pause(name: str, database_url: str | None) -> None:
     """Stop materializing runs of NAME (runs already created are untouched)."""
     from cronjob import definitions
 
-    conn = _connect(database_url, handlers)
+    conn = open_connection(database_url)
     with conn:
         _, changed = definitions.pause(conn, name)
     click.echo(f"paused {name}" if changed else f"{name} was already paused")
@@ -203,12 +198,12 @@ def pause(name: str, database_url: str | None, handlers: str | None) -> None:
 
 @schedule.command()
 @click.argument("name")
-@database_options
-def resume(name: str, database_url: str | None, handlers: str | None) -> None:
+@database_url_option
+def resume(name: str, database_url: str | None) -> None:
     """Materialize runs of NAME again, from now on: time spent paused is not made up."""
     from cronjob import definitions
 
-    conn = _connect(database_url, handlers)
+    conn = open_connection(database_url)
     with conn:
         found, changed = definitions.resume(conn, name)
     if changed:
@@ -219,12 +214,12 @@ def resume(name: str, database_url: str | None, handlers: str | None) -> None:
 
 @schedule.command()
 @click.argument("name")
-@database_options
-def remove(name: str, database_url: str | None, handlers: str | None) -> None:
+@database_url_option
+def remove(name: str, database_url: str | None) -> None:
     """Delete the schedule NAME. Its runs are kept; queued ones still run."""
     from cronjob import definitions
 
-    conn = _connect(database_url, handlers)
+    conn = open_connection(database_url)
     with conn:
         definitions.remove(conn, name)
     click.echo(f"removed {name}")
@@ -232,12 +227,10 @@ def remove(name: str, database_url: str | None, handlers: str | None) -> None:
 
 @schedule.command()
 @click.argument("file", type=click.File("r", encoding="utf-8"))
-@database_options
+@database_url_option
 @click.option("--prune", is_flag=True, help="Remove schedules that are not in FILE.")
 @click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
-def sync(
-    file: IO[str], database_url: str | None, handlers: str | None, prune: bool, dry_run: bool
-) -> None:
+def sync(file: IO[str], database_url: str | None, prune: bool, dry_run: bool) -> None:
     """Make the schedules match a TOML FILE (- for stdin), upserting by name.
 
     \b
@@ -259,7 +252,7 @@ def sync(
     from cronjob import definitions
 
     specs = definitions.load_file(file.read(), source=getattr(file, "name", "FILE"))
-    conn = _connect(database_url, handlers)
+    conn = open_connection(database_url)
     with conn:
         items = definitions.sync(conn, specs, prune=prune, dry_run=dry_run)
     for item in items:
@@ -326,13 +319,6 @@ def _parse_from(text: str, zone: Any) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=zone)
 
 
-def _connect(database_url: str | None, handlers: str | None) -> Any:
-    from cronjob.commands import open_database
-
-    _, conn = open_database(Settings.build(database_url, handlers))
-    return conn
-
-
 def _in_zone(name: str) -> Any:
     from zoneinfo import ZoneInfo
 
@@ -353,9 +339,6 @@ def _next_run(definition: Any) -> str:
 
 
 def _definition_json(d: Any) -> dict[str, Any]:
-    def iso(moment: datetime | None) -> str | None:
-        return None if moment is None else moment.isoformat()
-
     return {
         "id": d.id, "name": d.name, "type": d.job_type, "cron": d.schedule,
         "timezone": d.timezone, "scope": d.scope, "payload": d.payload,

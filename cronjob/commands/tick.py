@@ -4,7 +4,7 @@ import json
 
 import click
 
-from cronjob.cli import database_options, json_option
+from cronjob.cli import database_url_option, handlers_option, json_option
 from cronjob.settings import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_CONCURRENCY,
@@ -33,7 +33,8 @@ def _duration(what: str, minimum: float = 0.0):
 
 
 @click.command()
-@database_options
+@database_url_option
+@handlers_option
 @click.option(
     "--concurrency",
     type=click.IntRange(1, 256),

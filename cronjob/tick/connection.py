@@ -111,31 +111,25 @@ class ConnectionKeeper:
     def _guarded(
         self, what: str, op: Callable[[Any], T], passing: tuple[type[Exception], ...]
     ) -> T:
-        import psycopg
+        from cronjob.db import database_errors
+        from cronjob.errors import DatabaseInterrupted
 
         try:
-            return op(self.conn)
-        except passing:
-            raise
-        except psycopg.OperationalError as exc:
-            from cronjob.db import describe
-
-            self._log.warning("database error", during=what, error=describe(exc))
+            with database_errors(passing=passing):
+                return op(self.conn)
+        except DatabaseInterrupted as exc:
+            self._log.warning("database error", during=what, error=exc.description)
             if self.conn.broken or self.conn.closed:
                 self._reconnect()
             raise StatementFailed(what) from exc
 
     def _reconnect(self) -> None:
-        import psycopg
-
-        from cronjob.db import describe
-
-        last: BaseException | None = None
+        last: JobrunnerError | OSError | None = None
         for pause in RECONNECT_PAUSES:
             time.sleep(pause)
             try:
                 conn = self._connect()
-            except (JobrunnerError, OSError, psycopg.Error) as exc:
+            except (JobrunnerError, OSError) as exc:  # connect translates the driver's errors
                 last = exc
                 continue
             try:
@@ -144,4 +138,10 @@ class ConnectionKeeper:
                 self.conn = conn
             self._log.info("reconnected to the database")
             return
-        raise ReconnectFailed(describe(last) if last else "unknown error")
+        raise ReconnectFailed(_described(last) if last else "unknown error")
+
+
+def _described(exc: BaseException) -> str:
+    from cronjob.db import describe
+
+    return describe(exc)
