@@ -35,13 +35,13 @@ def test_backoff_defaults_are_15s_base_and_1h_cap():
     assert Backoff.of("1m") == Backoff(base=60, cap=3600)
 
 
-def test_an_error_with_attempts_left_is_retryable_with_backoff():
+def test_an_error_with_attempts_left_has_failed_and_retries_after_a_backoff():
     decision = decide(claimed(2), Errored("E", "m"), Backoff(base=10, cap=100))
     assert decision.status is Status.FAILED
     assert 0 <= decision.retry_delay <= 20
 
 
-def test_the_last_attempt_is_discarded_as_dead():
+def test_an_error_on_the_final_attempt_is_dead():
     assert decide(claimed(5), Errored("E", "m"), Backoff()).status is Status.DEAD
 
 

@@ -184,7 +184,7 @@ def test_a_stale_worker_cannot_overwrite_a_newer_outcome(db_url, conn):
     from cronjob import transitions
     from cronjob.models import Errored
 
-    decision = transitions.discarded(stale, Errored("RuntimeError", "late"))
+    decision = transitions.dead(stale, Errored("RuntimeError", "late"))
     assert store.runs_finalize_many(conn, [decision], worker="stale:1") == set()
     assert run_row(conn, run_id).status == "succeeded"
 
