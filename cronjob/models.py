@@ -38,7 +38,7 @@ class ClaimedRun(NamedTuple):
     tenant_id: str | None
     scheduled_for: datetime | None
     attempt: int
-    max_attempts: int
+    final_attempt: bool  # this attempt used up the budget: an error makes the run dead
     lease_token: UUID
     locked_until: datetime
 

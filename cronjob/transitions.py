@@ -30,6 +30,11 @@ are not fenced: rescue acts because the lease is gone, and the operator's retry
 and cancel take a running run from its worker, which learns it at its next
 heartbeat or finalize.
 
+Failed or dead is decided in one place: an errored attempt is dead when the
+handler failed permanently or the attempt was the final one. "Final" is
+`queries.FINAL_ATTEMPT`, which the claim evaluates into `ClaimedRun.final_attempt`
+for `decide` below and which rescue evaluates for the runs it recovers.
+
 Each finalize is built by the constructor named for the status it writes.
 """
 
@@ -67,7 +72,7 @@ def decide(run: ClaimedRun, outcome: Outcome, backoff: Backoff, duration: float 
             return succeeded(run, duration)
         case Errored(permanent=True):
             return dead(run, outcome, duration)
-        case Errored() if run.attempt >= run.max_attempts:
+        case Errored() if run.final_attempt:
             return dead(run, outcome, duration)
         case Errored(retry_delay=float() as delay):
             return failed(run, outcome, delay, duration)

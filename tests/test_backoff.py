@@ -13,9 +13,9 @@ from cronjob.models import ClaimedRun, Errored, Status, Succeeded
 from cronjob.transitions import backoff_delay, decide
 
 
-def claimed(attempt: int, max_attempts: int = 5) -> ClaimedRun:
+def claimed(attempt: int, *, final_attempt: bool = False) -> ClaimedRun:
     now = datetime.now(UTC)
-    return ClaimedRun(1, "t", {}, None, None, attempt, max_attempts, uuid.uuid4(), now)
+    return ClaimedRun(1, "t", {}, None, None, attempt, final_attempt, uuid.uuid4(), now)
 
 
 @pytest.mark.parametrize("attempt", [1, 2, 3, 5, 8, 20, 100])
@@ -42,7 +42,13 @@ def test_an_error_with_attempts_left_has_failed_and_retries_after_a_backoff():
 
 
 def test_an_error_on_the_final_attempt_is_dead():
-    assert decide(claimed(5), Errored("E", "m"), Backoff()).status is Status.DEAD
+    decision = decide(claimed(5, final_attempt=True), Errored("E", "m"), Backoff())
+    assert decision.status is Status.DEAD
+
+
+def test_a_retry_asked_on_the_final_attempt_is_dead():
+    errored = Errored("Retry", "later", retry_delay=1.0)
+    assert decide(claimed(5, final_attempt=True), errored, Backoff()).status is Status.DEAD
 
 
 def test_retry_delay_asked_by_the_handler_is_used():
