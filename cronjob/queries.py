@@ -113,13 +113,12 @@ claimed AS (
         updated_at = {_NOW}
     WHERE r.id = ANY(ARRAY(SELECT id FROM c))
     RETURNING r.id, r.job_type, r.payload, r.tenant_id, r.scheduled_for, r.attempts,
-              r.max_attempts, r.locked_until, r.priority, r.run_at
+              r.max_attempts, r.priority, r.run_at
 )
 -- Handed to the workers in this order, so a batch starts in priority order too.
 -- The payload comes as text, decoded by store._claimed_runs; the lease token is
 -- the caller's own parameter.
-SELECT id, job_type, payload::text, tenant_id, scheduled_for, attempts, {FINAL_ATTEMPT},
-       locked_until
+SELECT id, job_type, payload::text, tenant_id, scheduled_for, attempts, {FINAL_ATTEMPT}
 FROM claimed ORDER BY priority, run_at, id
 """
 

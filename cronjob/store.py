@@ -155,8 +155,8 @@ _decode_payload = json.JSONDecoder().decode
 def _claimed_runs(rows: list[Sequence[Any]], token: UUID) -> list[ClaimedRun]:
     decode = _decode_payload
     return [
-        ClaimedRun(run_id, job_type, decode(payload), tenant, due, attempt, final, token, until)
-        for run_id, job_type, payload, tenant, due, attempt, final, until in rows
+        ClaimedRun(run_id, job_type, decode(payload), tenant, due, attempt, final, token)
+        for run_id, job_type, payload, tenant, due, attempt, final in rows
     ]
 
 

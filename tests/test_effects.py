@@ -448,7 +448,7 @@ def test_the_runners_own_statements_in_ctx_db_run_under_the_runners_limits(effec
 def unconnected_context() -> JobContext:
     from cronjob.models import ClaimedRun
 
-    run = ClaimedRun(1, "t", {}, None, None, 1, 1, None, None)  # type: ignore[arg-type]
+    run = ClaimedRun(1, "t", {}, None, None, 1, False, None)  # type: ignore[arg-type]
     return JobContext(run, lambda **_: pytest.fail("no connection needed"))
 
 
