@@ -318,7 +318,7 @@ def effects_prune_many(
     conn: Any,
     *,
     older_than_seconds: float = 0.0,
-    batch_size: int = 1000,
+    batch_size: int,
     now: datetime | None = None,
 ) -> int:
     """Delete ledger keys whose run is gone and that are older than `older_than_seconds`.

@@ -10,7 +10,7 @@ import click
 
 from cronjob.cli import database_options, json_option
 from cronjob.errors import BadInput
-from cronjob.settings import Settings
+from cronjob.settings import DEFAULT_PRUNE_BATCH_SIZE, Settings
 
 SCHEDULES_SHOWN = 20
 
@@ -375,7 +375,7 @@ def check(
 @click.option(
     "--batch-size",
     type=click.IntRange(1, 100_000),
-    default=1000,
+    default=DEFAULT_PRUNE_BATCH_SIZE,
     show_default=True,
     help="Runs deleted per statement (each commits on its own).",
 )
