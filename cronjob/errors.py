@@ -74,10 +74,6 @@ class RunNotFound(JobrunnerError):
     """No run has the given id."""
 
 
-class InvalidTransition(JobrunnerError):
-    """The run is in a state that does not allow the requested change."""
-
-
 class DefinitionNotFound(JobrunnerError):
     """No schedule definition has the given name."""
 

@@ -23,7 +23,8 @@ from cronjob.models import Advance, DueDefinition
 # Due definitions locked and written per transaction. A claim batch is bounded by how many
 # runs a tick can start at once; this one only by how long its row locks last (tens of
 # milliseconds), and larger batches spread each statement's fixed cost over more rows.
-DEFAULT_BATCH_SIZE = 1000
+# A tick sizes its own batch from its claim batch instead (BATCH_FACTOR).
+MATERIALIZE_BATCH_SIZE = 1000
 BATCH_FACTOR = 10  # a tick materializes this many definitions per run it claims at once
 
 NO_TENANT_QUERY = (
@@ -54,7 +55,7 @@ class Materializer:
         *,
         tenants_sql: str | None = None,
         now: datetime | None = None,
-        batch_size: int = DEFAULT_BATCH_SIZE,
+        batch_size: int = MATERIALIZE_BATCH_SIZE,
         log: Any = None,
     ) -> None:
         self.tenants_sql = check_tenants_sql(tenants_sql)

@@ -19,10 +19,6 @@ class Status(enum.StrEnum):
     DEAD = "dead"
     CANCELLED = "cancelled"
 
-    @property
-    def terminal(self) -> bool:
-        return self in TERMINAL
-
 
 TERMINAL = frozenset({Status.SUCCEEDED, Status.DEAD, Status.CANCELLED})
 
@@ -38,9 +34,8 @@ class ClaimedRun(NamedTuple):
     tenant_id: str | None
     scheduled_for: datetime | None
     attempt: int
-    max_attempts: int
+    final_attempt: bool  # this attempt used up the budget: an error makes the run dead
     lease_token: UUID
-    locked_until: datetime
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ from typing import Any
 
 from cronjob import store
 from cronjob.models import TERMINAL, PruneReport, Status
+from cronjob.settings import DEFAULT_PRUNE_BATCH_SIZE
 
 PRUNABLE = tuple(s.value for s in Status if s in TERMINAL)  # succeeded, dead, cancelled
-DEFAULT_BATCH_SIZE = 1000
 TICK_MAX_BATCHES = 3  # pruning at the end of a tick must never dominate the tick
 
 
@@ -24,7 +24,7 @@ def prune_runs(
     *,
     older_than: float,
     statuses: Sequence[str] = PRUNABLE,
-    batch_size: int = DEFAULT_BATCH_SIZE,
+    batch_size: int = DEFAULT_PRUNE_BATCH_SIZE,
     max_batches: int | None = None,
     dry_run: bool = False,
     keep_effects: float = 0.0,

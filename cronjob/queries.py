@@ -67,6 +67,13 @@ SELECT EXISTS (SELECT 1 FROM job_runs
     OR EXISTS (SELECT 1 FROM job_definitions WHERE enabled AND next_fire_at <= {_NOW})
 """
 
+# The one rule for failed or dead: an attempt that used up its run's budget is the
+# final one. The claim hands its verdict to the runner's decision
+# (ClaimedRun.final_attempt, read by transitions.decide) and rescue applies it to
+# the runs it recovers, so the two can never disagree. Columns are unqualified:
+# both statements read them from the only relation that has them.
+FINAL_ATTEMPT = "attempts >= coalesce(max_attempts, 1)"
+
 # The claim must walk job_runs_dispatch in order and stop after `limit` rows. With
 # statistics that predate a burst of enqueues (or none yet, on a fresh table) the
 # planner expects few runnable rows and prefers a bitmap scan that sorts every one
@@ -106,13 +113,12 @@ claimed AS (
         updated_at = {_NOW}
     WHERE r.id = ANY(ARRAY(SELECT id FROM c))
     RETURNING r.id, r.job_type, r.payload, r.tenant_id, r.scheduled_for, r.attempts,
-              r.max_attempts, r.locked_until, r.priority, r.run_at
+              r.max_attempts, r.priority, r.run_at
 )
 -- Handed to the workers in this order, so a batch starts in priority order too.
 -- The payload comes as text, decoded by store._claimed_runs; the lease token is
 -- the caller's own parameter.
-SELECT id, job_type, payload::text, tenant_id, scheduled_for, attempts, max_attempts,
-       locked_until
+SELECT id, job_type, payload::text, tenant_id, scheduled_for, attempts, {FINAL_ATTEMPT}
 FROM claimed ORDER BY priority, run_at, id
 """
 
@@ -192,9 +198,9 @@ WITH expired AS (
 ),
 rescued AS (
     UPDATE job_runs r
-    SET status = CASE WHEN r.attempts >= coalesce(r.max_attempts, 1) THEN 'dead' ELSE 'failed' END,
+    SET status = CASE WHEN {FINAL_ATTEMPT} THEN 'dead' ELSE 'failed' END,
         run_at = {_NOW},
-        finished_at = CASE WHEN r.attempts >= coalesce(r.max_attempts, 1) THEN {_NOW} END,
+        finished_at = CASE WHEN {FINAL_ATTEMPT} THEN {_NOW} END,
         last_error = 'lease expired: the worker ' || coalesce(r.locked_by, '?')
                      || ' stopped heartbeating (crashed, killed or stalled)',
         error_type = 'lease_expired',

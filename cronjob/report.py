@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+SUMMARY_IDS = 100  # run ids named in one summary or log line, at most
+
 
 @dataclass
 class TickReport:
@@ -27,7 +29,6 @@ class TickReport:
     unrecorded: int = 0
     stopped_by: str | None = None
     elapsed: float = 0.0
-    by_type: dict[str, int] = field(default_factory=dict)
     pruned: int | None = None  # finished runs pruned after the tick, when it prunes
     # Due schedules that could not be materialized (materialize.Problem); all else was done.
     problems: list[Any] = field(default_factory=list)
@@ -42,7 +43,11 @@ class TickReport:
             "dead": self.dead,
             "lost": self.lost,
             "handed_back": self.handed_back,
-            **({"handed_back_ids": self.handed_back_ids[:100]} if self.handed_back_ids else {}),
+            **(
+                {"handed_back_ids": self.handed_back_ids[:SUMMARY_IDS]}
+                if self.handed_back_ids
+                else {}
+            ),
             **({"unrecorded": self.unrecorded} if self.unrecorded else {}),
             "elapsed_s": round(self.elapsed, 3),
             **({"stopped_by": self.stopped_by} if self.stopped_by else {}),

@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DEFAULT_CONCURRENCY = 4
-DEFAULT_BATCH_SIZE = 500
+DEFAULT_CLAIM_BATCH_SIZE = 500
 DEFAULT_MAX_RUNTIME = 50.0  # ends inside the cron minute that started it
 DEFAULT_GRACE = 25.0  # below systemd's and Kubernetes' default 30 s stop timeout
+# prune's --batch-size: runs, and then ledger keys, deleted per statement
+DEFAULT_PRUNE_BATCH_SIZE = 1000
 
 
 @dataclass(frozen=True)

@@ -155,8 +155,8 @@ _decode_payload = json.JSONDecoder().decode
 def _claimed_runs(rows: list[Sequence[Any]], token: UUID) -> list[ClaimedRun]:
     decode = _decode_payload
     return [
-        ClaimedRun(run_id, job_type, decode(payload), tenant, due, attempt, budget, token, until)
-        for run_id, job_type, payload, tenant, due, attempt, budget, until in rows
+        ClaimedRun(run_id, job_type, decode(payload), tenant, due, attempt, final, token)
+        for run_id, job_type, payload, tenant, due, attempt, final in rows
     ]
 
 
@@ -318,7 +318,7 @@ def effects_prune_many(
     conn: Any,
     *,
     older_than_seconds: float = 0.0,
-    batch_size: int = 1000,
+    batch_size: int,
     now: datetime | None = None,
 ) -> int:
     """Delete ledger keys whose run is gone and that are older than `older_than_seconds`.

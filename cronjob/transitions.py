@@ -1,7 +1,41 @@
 """Pure decisions: what a handler's outcome means for its run.
 
-Every state change the runner writes is built by one of the named constructors
-below, so the legal moves fit on one screen.
+Every legal move of a run's status, and the statement in queries.py that makes it.
+[fenced]: the write happens only while the row is `running` under the caller's lease
+token, so a worker that lost its lease can never overwrite a newer outcome.
+
+  enqueue (RUN_INSERT_MANY), materialize (RUN_MATERIALIZE_*)
+      (new row)                     -> queued
+  claim (RUN_CLAIM_MANY)
+      queued | failed, run_at due   -> running: attempt + 1, a fresh lease token
+  heartbeat (RUN_HEARTBEAT_MANY) [fenced]
+      running                       -> running: lease renewed
+  finalize (`decide` below, written by RUN_FINALIZE_MANY) [fenced]
+      running                       -> succeeded | failed, due after a backoff | dead
+  hand back (RUN_HAND_BACK_MANY) [fenced]
+      running                       -> queued, or failed if an earlier attempt failed:
+                                       due now, the attempt not counted
+  rescue (RUN_RESCUE_MANY)
+      running, lease expired        -> failed, due now | dead on the final attempt
+  retry, by an operator (RUN_RETRY_MANY)
+      dead | cancelled              -> queued, due now, attempts reset to 0
+      queued | failed | running     -> due now, attempts kept: failed, or queued if none
+  cancel, by an operator (RUN_CANCEL_MANY)
+      queued | failed | running     -> cancelled
+  prune (RUN_PRUNE_BATCH)
+      succeeded | dead | cancelled  -> deleted, with its attempt history
+
+A succeeded run never moves again except to be pruned. Rescue, retry and cancel
+are not fenced: rescue acts because the lease is gone, and the operator's retry
+and cancel take a running run from its worker, which learns it at its next
+heartbeat or finalize.
+
+Failed or dead is decided in one place: an errored attempt is dead when the
+handler failed permanently or the attempt was the final one. "Final" is
+`queries.FINAL_ATTEMPT`, which the claim evaluates into `ClaimedRun.final_attempt`
+for `decide` below and which rescue evaluates for the runs it recovers.
+
+Each finalize is built by the constructor named for the status it writes.
 """
 
 from __future__ import annotations
@@ -22,11 +56,13 @@ def succeeded(run: ClaimedRun, duration: float = 0.0) -> Decision:
     return Decision(run, Status.SUCCEEDED, duration=duration)
 
 
-def retryable(run: ClaimedRun, error: Errored, delay: float, duration: float = 0.0) -> Decision:
+def failed(run: ClaimedRun, error: Errored, delay: float, duration: float = 0.0) -> Decision:
+    """Failed, to be retried `delay` seconds from now."""
     return Decision(run, Status.FAILED, retry_delay=delay, error=error, duration=duration)
 
 
-def discarded(run: ClaimedRun, error: Errored, duration: float = 0.0) -> Decision:
+def dead(run: ClaimedRun, error: Errored, duration: float = 0.0) -> Decision:
+    """Failed for good: never retried unless an operator asks."""
     return Decision(run, Status.DEAD, error=error, duration=duration)
 
 
@@ -35,11 +71,11 @@ def decide(run: ClaimedRun, outcome: Outcome, backoff: Backoff, duration: float 
         case Succeeded():
             return succeeded(run, duration)
         case Errored(permanent=True):
-            return discarded(run, outcome, duration)
-        case Errored() if run.attempt >= run.max_attempts:
-            return discarded(run, outcome, duration)
+            return dead(run, outcome, duration)
+        case Errored() if run.final_attempt:
+            return dead(run, outcome, duration)
         case Errored(retry_delay=float() as delay):
-            return retryable(run, outcome, delay, duration)
+            return failed(run, outcome, delay, duration)
         case Errored():
-            return retryable(run, outcome, backoff_delay(run.attempt, backoff), duration)
+            return failed(run, outcome, backoff_delay(run.attempt, backoff), duration)
     raise TypeError(f"unknown outcome {outcome!r}")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import random
 import uuid
-from datetime import UTC, datetime
 
 import pytest
 
@@ -13,9 +12,8 @@ from cronjob.models import ClaimedRun, Errored, Status, Succeeded
 from cronjob.transitions import backoff_delay, decide
 
 
-def claimed(attempt: int, max_attempts: int = 5) -> ClaimedRun:
-    now = datetime.now(UTC)
-    return ClaimedRun(1, "t", {}, None, None, attempt, max_attempts, uuid.uuid4(), now)
+def claimed(attempt: int, *, final_attempt: bool = False) -> ClaimedRun:
+    return ClaimedRun(1, "t", {}, None, None, attempt, final_attempt, uuid.uuid4())
 
 
 @pytest.mark.parametrize("attempt", [1, 2, 3, 5, 8, 20, 100])
@@ -35,14 +33,20 @@ def test_backoff_defaults_are_15s_base_and_1h_cap():
     assert Backoff.of("1m") == Backoff(base=60, cap=3600)
 
 
-def test_an_error_with_attempts_left_is_retryable_with_backoff():
+def test_an_error_with_attempts_left_has_failed_and_retries_after_a_backoff():
     decision = decide(claimed(2), Errored("E", "m"), Backoff(base=10, cap=100))
     assert decision.status is Status.FAILED
     assert 0 <= decision.retry_delay <= 20
 
 
-def test_the_last_attempt_is_discarded_as_dead():
-    assert decide(claimed(5), Errored("E", "m"), Backoff()).status is Status.DEAD
+def test_an_error_on_the_final_attempt_is_dead():
+    decision = decide(claimed(5, final_attempt=True), Errored("E", "m"), Backoff())
+    assert decision.status is Status.DEAD
+
+
+def test_a_retry_asked_on_the_final_attempt_is_dead():
+    errored = Errored("Retry", "later", retry_delay=1.0)
+    assert decide(claimed(5, final_attempt=True), errored, Backoff()).status is Status.DEAD
 
 
 def test_retry_delay_asked_by_the_handler_is_used():

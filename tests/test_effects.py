@@ -457,7 +457,7 @@ def test_the_runners_own_statements_in_ctx_db_run_under_the_runners_limits(effec
 def unconnected_context() -> JobContext:
     from cronjob.models import ClaimedRun
 
-    run = ClaimedRun(1, "t", {}, None, None, 1, 1, None, None)  # type: ignore[arg-type]
+    run = ClaimedRun(1, "t", {}, None, None, 1, False, None)  # type: ignore[arg-type]
     return JobContext(run, lambda **_: pytest.fail("no connection needed"))
 
 
@@ -677,7 +677,8 @@ def test_prune_keeps_a_key_whose_run_still_exists_however_old(effects_db, conn, 
     assert run_row(conn, retrying).status == "failed"
 
     years_later = db_now(conn) + timedelta(days=3650)
-    assert store.effects_prune_many(conn, older_than_seconds=0, now=years_later) == 0
+    deleted = store.effects_prune_many(conn, older_than_seconds=0, batch_size=100, now=years_later)
+    assert deleted == 0
     assert [k for k, _, _ in ledger(conn)] == ["invoice:7", "mail:7"]
 
 
@@ -689,7 +690,7 @@ def test_prune_can_keep_keys_longer_than_their_runs(effects_db, conn, files):
     tick(effects_db, "effects.record")
     conn.execute("DELETE FROM job_runs WHERE id IN (%s, %s)", (old, new))
 
-    deleted = store.effects_prune_many(conn, older_than_seconds=90 * 86400)
+    deleted = store.effects_prune_many(conn, older_than_seconds=90 * 86400, batch_size=100)
 
     assert deleted == 1
     assert [k for k, _, _ in ledger(conn)] == ["new"]

@@ -175,6 +175,34 @@ def test_a_run_that_keeps_losing_its_lease_goes_dead_when_attempts_run_out(db_ur
     assert (run.status, run.error_type) == ("dead", "lease_expired")
 
 
+@pytest.mark.parametrize("max_attempts", [1, 2, 3])
+def test_an_error_and_a_lost_lease_on_the_same_attempt_end_in_the_same_status(
+    db_url, conn, max_attempts
+):
+    """The runner's decision and rescue apply one rule for the final attempt."""
+    from cronjob import transitions
+    from cronjob.handlers import Backoff
+    from cronjob.models import Errored
+
+    errored = enqueue(conn, "test.ok", max_attempts=max_attempts)
+    crashed = enqueue(conn, "test.ok", max_attempts=max_attempts)
+    now = db_now(conn)
+    for attempt in range(1, max_attempts + 1):
+        now += timedelta(minutes=2)
+        held = store.runs_claim_many(
+            conn, job_types=["test.ok"], leases=[60], max_attempts=[5], limit=2, worker="w:1",
+            now=now,
+        )  # fmt: skip
+        assert sorted(r.id for r in held) == [errored, crashed]
+        assert {r.final_attempt for r in held} == {attempt == max_attempts}
+        [run] = [r for r in held if r.id == errored]
+        decision = transitions.decide(run, Errored("E", "m", retry_delay=0.0), Backoff())
+        store.runs_finalize_many(conn, [decision], worker="w:1", now=now)
+        store.runs_rescue_many(conn, now=now + timedelta(seconds=90))
+        statuses = {run_row(conn, errored).status, run_row(conn, crashed).status}
+        assert statuses == {"dead" if attempt == max_attempts else "failed"}
+
+
 def test_a_stale_worker_cannot_overwrite_a_newer_outcome(db_url, conn):
     run_id = enqueue(conn, "test.ok")
     [stale] = claim_as(conn, "stale:1", lease=60)
@@ -184,7 +212,7 @@ def test_a_stale_worker_cannot_overwrite_a_newer_outcome(db_url, conn):
     from cronjob import transitions
     from cronjob.models import Errored
 
-    decision = transitions.discarded(stale, Errored("RuntimeError", "late"))
+    decision = transitions.dead(stale, Errored("RuntimeError", "late"))
     assert store.runs_finalize_many(conn, [decision], worker="stale:1") == set()
     assert run_row(conn, run_id).status == "succeeded"
 

@@ -22,14 +22,11 @@ from cronjob.tick.producer import CLAIM_HORIZON, Producer
 from cronjob.tick.shutdown import Shutdown
 
 
-def claimed(run_id: int, job_type: str = "t", attempt: int = 1) -> ClaimedRun:
-    fields = dict(
+def claimed(run_id: int, job_type: str = "t") -> ClaimedRun:
+    return ClaimedRun(
         id=run_id, job_type=job_type, payload={}, tenant_id=None, scheduled_for=None,
-        attempt=attempt, lease_token=uuid.uuid4(),
+        attempt=1, final_attempt=False, lease_token=uuid.uuid4(),
     )  # fmt: skip
-    names = ClaimedRun._fields
-    defaults = {"max_attempts": 5, "final_attempt": False, "locked_until": None}
-    return ClaimedRun(**{n: fields.get(n, defaults.get(n)) for n in names})
 
 
 def spec(job_type: str = "t", func: Any = None, **options: Any) -> HandlerSpec:

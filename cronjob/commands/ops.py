@@ -12,6 +12,7 @@ from cronjob.cli import database_url_option, json_option
 from cronjob.commands import open_connection
 from cronjob.commands.render import iso, table, when
 from cronjob.errors import BadInput
+from cronjob.settings import DEFAULT_PRUNE_BATCH_SIZE
 
 SCHEDULES_SHOWN = 20
 
@@ -344,7 +345,7 @@ def check(
 @click.option(
     "--batch-size",
     type=click.IntRange(1, 100_000),
-    default=1000,
+    default=DEFAULT_PRUNE_BATCH_SIZE,
     show_default=True,
     help="Runs deleted per statement (each commits on its own).",
 )

@@ -6,7 +6,7 @@ import click
 
 from cronjob.cli import database_url_option, handlers_option, json_option
 from cronjob.settings import (
-    DEFAULT_BATCH_SIZE,
+    DEFAULT_CLAIM_BATCH_SIZE,
     DEFAULT_CONCURRENCY,
     DEFAULT_GRACE,
     DEFAULT_MAX_RUNTIME,
@@ -45,11 +45,11 @@ def _duration(what: str, minimum: float = 0.0):
 @click.option(
     "--batch-size",
     type=click.IntRange(1, 10000),
-    default=DEFAULT_BATCH_SIZE,
+    default=DEFAULT_CLAIM_BATCH_SIZE,
     show_default=True,
-    help="Most runs claimed, and finalized, per statement; due schedules materialized per "
-    "transaction. A tick keeps about a second's work claimed beyond --concurrency, never more "
-    "than this.",
+    help="Most runs claimed, and finalized, per statement (and ten times this many due "
+    "schedules materialized per transaction). A tick keeps about a second's work claimed "
+    "beyond --concurrency, never more than this.",
 )
 @click.option(
     "--max-runtime",

@@ -52,7 +52,7 @@ from typing import Any
 from cronjob.handlers import HandlerSpec
 from cronjob.report import TickReport
 from cronjob.settings import (
-    DEFAULT_BATCH_SIZE,
+    DEFAULT_CLAIM_BATCH_SIZE,
     DEFAULT_CONCURRENCY,
     DEFAULT_GRACE,
     DEFAULT_MAX_RUNTIME,
@@ -63,7 +63,7 @@ from cronjob.waiting import work_waiting
 @dataclass(frozen=True)
 class TickOptions:
     concurrency: int = DEFAULT_CONCURRENCY
-    batch_size: int = DEFAULT_BATCH_SIZE
+    batch_size: int = DEFAULT_CLAIM_BATCH_SIZE
     max_runtime: float = DEFAULT_MAX_RUNTIME
     grace: float = DEFAULT_GRACE
     lease: float | None = None  # overrides every handler's own lease

@@ -25,7 +25,6 @@ class Shutdown:
         self.reason: str | None = None
         self.urgent = False
         self.at = 0.0
-        self.signals: list[int] = []
 
     @property
     def requested(self) -> bool:
@@ -41,7 +40,6 @@ class Shutdown:
         return self.urgent or (self.reason is not None and now - self.at >= self.grace)
 
     def on_signal(self, signum: int, _frame: Any = None) -> None:
-        self.signals.append(signum)
         if self.reason is None:
             self.request(signal.Signals(signum).name)
         else:

@@ -16,9 +16,7 @@ from typing import Any
 from cronjob.errors import ConnectionLost
 from cronjob.log import log_many
 from cronjob.models import ClaimedRun, Decision, Errored, Status
-from cronjob.report import TickReport
-
-SUMMARY_IDS = 100  # run ids named in one log line, at most
+from cronjob.report import SUMMARY_IDS, TickReport
 
 Line = tuple[str, str, dict[str, Any]]  # level, event, fields
 
@@ -118,7 +116,6 @@ class Tally:
             report.dead += 1
         else:
             report.lost += 1
-        report.by_type[run.job_type] = report.by_type.get(run.job_type, 0) + 1
         fields: dict[str, Any] = {
             "job_type": run.job_type,
             "run_id": run.id,
