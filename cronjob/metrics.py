@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from cronjob.health import Overview, summarize
+from cronjob.health import Overview, TypeHealth, summarize
 from cronjob.models import DurationSummary, Status
 
 DURATION_WINDOW = 3600.0  # the run-time summary covers runs finished in the last hour
@@ -35,73 +35,93 @@ def collect(conn: Any, *, now: datetime | None = None) -> str:
 
 def render(overview: Overview, durations: Sequence[DurationSummary]) -> str:
     lines: list[str] = []
-    types = overview.types
-
-    def family(name: str, kind: str, help_text: str, samples: Iterable[str]) -> None:
+    for name, kind, help_text, samples in (
+        *_run_families(overview.types),
+        _duration_family(durations),
+    ):
         lines.append(f"# HELP {name} {_escape_help(help_text)}")
         lines.append(f"# TYPE {name} {kind}")
         lines.extend(samples)
+    return "\n".join(lines) + "\n"
 
-    # Every status of every type known to the table is written, zeros included,
-    # so a series does not vanish (and silence an alert) when its count drops to 0.
-    family(
-        "jobrunner_runs",
-        "gauge",
-        "Runs in the job_runs table, by status and job type.",
+
+# name, type, help text, sample lines
+Family = tuple[str, str, str, Iterable[str]]
+
+
+def _run_families(types: Sequence[TypeHealth]) -> list[Family]:
+    """The gauges read from the table, one sample per job type (and status)."""
+    return [
+        # Every status of every type known to the table is written, zeros included,
+        # so a series does not vanish (and silence an alert) when its count drops to 0.
         (
-            _sample("jobrunner_runs", {"job_type": t.job_type, "status": s.value},
-                    t.by_status[s.value])
-            for t in types
-            for s in Status
+            "jobrunner_runs",
+            "gauge",
+            "Runs in the job_runs table, by status and job type.",
+            (
+                _sample(
+                    "jobrunner_runs",
+                    {"job_type": t.job_type, "status": s.value},
+                    t.by_status[s.value],
+                )
+                for t in types
+                for s in Status
+            ),
         ),
-    )  # fmt: skip
-    family(
-        "jobrunner_due_runs",
-        "gauge",
-        "Queued or failed runs whose run_at has come: waiting for a tick to claim them.",
-        (_sample("jobrunner_due_runs", {"job_type": t.job_type}, t.due) for t in types),
-    )
-    family(
-        "jobrunner_oldest_due_age_seconds",
-        "gauge",
-        "How long the oldest due run of each job type has waited to be claimed (0: none due).",
         (
-            _sample(
-                "jobrunner_oldest_due_age_seconds",
-                {"job_type": t.job_type},
-                t.oldest_due_age or 0.0,
-            )
-            for t in types
+            "jobrunner_due_runs",
+            "gauge",
+            "Queued or failed runs whose run_at has come: waiting for a tick to claim them.",
+            (_sample("jobrunner_due_runs", {"job_type": t.job_type}, t.due) for t in types),
         ),
-    )
-    family(
-        "jobrunner_expired_leases",
-        "gauge",
-        "Running runs whose lease expired: their worker crashed, was killed or stalled, "
-        "and no tick has rescued them yet.",
-        (_sample("jobrunner_expired_leases", {"job_type": t.job_type}, t.expired_leases)
-         for t in types),
-    )  # fmt: skip
-    family(
-        "jobrunner_dead_runs",
-        "gauge",
-        "Runs that gave up (out of attempts or failed permanently) and are not yet pruned.",
-        (_sample("jobrunner_dead_runs", {"job_type": t.job_type}, t.dead) for t in types),
-    )
-    family(
-        "jobrunner_last_started_timestamp_seconds",
-        "gauge",
-        "When a run of each job type was last claimed (Unix time).",
         (
-            _sample(
-                "jobrunner_last_started_timestamp_seconds",
-                {"job_type": t.job_type},
-                t.last_started_at.timestamp(),
-            )
-            for t in types
-            if t.last_started_at is not None
+            "jobrunner_oldest_due_age_seconds",
+            "gauge",
+            "How long the oldest due run of each job type has waited to be claimed (0: none due).",
+            (
+                _sample(
+                    "jobrunner_oldest_due_age_seconds",
+                    {"job_type": t.job_type},
+                    t.oldest_due_age or 0.0,
+                )
+                for t in types
+            ),
         ),
-    )
+        (
+            "jobrunner_expired_leases",
+            "gauge",
+            "Running runs whose lease expired: their worker crashed, was killed or stalled, "
+            "and no tick has rescued them yet.",
+            (
+                _sample("jobrunner_expired_leases", {"job_type": t.job_type}, t.expired_leases)
+                for t in types
+            ),
+        ),
+        (
+            "jobrunner_dead_runs",
+            "gauge",
+            "Runs that gave up (out of attempts or failed permanently) and are not yet pruned.",
+            (_sample("jobrunner_dead_runs", {"job_type": t.job_type}, t.dead) for t in types),
+        ),
+        (
+            "jobrunner_last_started_timestamp_seconds",
+            "gauge",
+            "When a run of each job type was last claimed (Unix time).",
+            (
+                _sample(
+                    "jobrunner_last_started_timestamp_seconds",
+                    {"job_type": t.job_type},
+                    t.last_started_at.timestamp(),
+                )
+                for t in types
+                if t.last_started_at is not None
+            ),
+        ),
+    ]
+
+
+def _duration_family(durations: Sequence[DurationSummary]) -> Family:
+    """Run time by job type over the recent window, as a summary with its quantiles."""
     duration_samples = []
     for d in durations:
         for quantile, seconds in d.quantiles:
@@ -118,7 +138,7 @@ def render(overview: Overview, durations: Sequence[DurationSummary]) -> str:
         duration_samples.append(
             _sample("jobrunner_run_duration_seconds_count", {"job_type": d.job_type}, d.count)
         )
-    family(
+    return (
         "jobrunner_run_duration_seconds",
         "summary",
         f"Run time (claim to finish) of runs that succeeded or died in the last "
@@ -126,7 +146,6 @@ def render(overview: Overview, durations: Sequence[DurationSummary]) -> str:
         "they are not cumulative counters.",
         duration_samples,
     )
-    return "\n".join(lines) + "\n"
 
 
 def write_textfile(path: Path, text: str) -> None:
