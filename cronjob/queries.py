@@ -11,7 +11,7 @@ _NOW = "coalesce(%(now)s::timestamptz, now())"
 # the handler's own ctx.db transaction): now() would be when that transaction began.
 _STATEMENT_NOW = "coalesce(%(now)s::timestamptz, statement_timestamp())"
 
-RUN_COLUMNS = (
+_RUN_COLUMNS = (
     "id, definition_id, job_type, payload, tenant_id, scheduled_for, run_at, status, attempts,"
     " max_attempts, priority, idempotency_key, locked_by, locked_until, last_error, error_type,"
     " started_at, finished_at, created_at, updated_at"
@@ -21,7 +21,7 @@ RUN_COLUMNS = (
 # the id it got, whether it was inserted now or already existed under its key.
 # The arrays travel in binary: text arrays of JSON would otherwise be quoted and
 # escaped element by element.
-RUN_INSERT_MANY = f"""
+RUNS_INSERT_MANY = f"""
 WITH input AS (
     SELECT nextval('job_runs_id_seq') AS new_id, i.*
     FROM unnest(
@@ -52,7 +52,7 @@ LEFT JOIN job_runs existing ON mine.id IS NULL AND same_key.id IS NULL
 ORDER BY i.ord
 """
 
-RUN_GET_IDS_BY_KEY = (
+RUNS_INSERT_MANY_IDS_BY_KEY = (
     "SELECT idempotency_key, id FROM job_runs WHERE idempotency_key = ANY(%(keys)s)"
 )
 
@@ -72,7 +72,7 @@ SELECT EXISTS (SELECT 1 FROM job_runs
 # planner expects few runnable rows and prefers a bitmap scan that sorts every one
 # of them, on every claim. Set for the rest of the claim's own transaction, of which
 # the claim is the last statement.
-CLAIM_PLAN = (
+RUNS_CLAIM_MANY_PLAN = (
     "SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true)"
 )
 
@@ -82,7 +82,7 @@ CLAIM_PLAN = (
 # takes each type's lease and attempt budget by position in the parallel arrays.
 # One lease token covers the whole claim: ids tell its runs apart, and a fresh
 # uuid per row would be a third of the statement's cost.
-RUN_CLAIM_MANY = f"""
+RUNS_CLAIM_MANY = f"""
 WITH c AS MATERIALIZED (
     SELECT id FROM job_runs
     WHERE status IN ('queued', 'failed') AND run_at <= {_NOW}
@@ -121,7 +121,7 @@ FROM claimed ORDER BY priority, run_at, id
 # cancelled, re-claimed) can never overwrite a newer outcome. Failed attempts are
 # recorded in the same statement. `id = ANY(ids)` (here and in the statements
 # below) keeps the lookup on the primary key however many rows the table holds.
-RUN_FINALIZE_MANY = f"""
+RUNS_FINALIZE_MANY = f"""
 WITH o AS (
     SELECT * FROM unnest(
         %(ids)b::bigint[], %(tokens)b::uuid[], %(statuses)b::text[], %(delays)b::float8[],
@@ -155,7 +155,7 @@ SELECT id FROM done
 
 # Renew every lease this tick holds in one statement; runs missing from the
 # result were cancelled or re-claimed, and their handlers must be told.
-RUN_HEARTBEAT_MANY = f"""
+RUNS_HEARTBEAT_MANY = f"""
 UPDATE job_runs r
 SET locked_until = {_NOW} + make_interval(secs => o.lease), updated_at = {_NOW}
 FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[], %(leases)b::float8[])
@@ -166,7 +166,7 @@ RETURNING r.id, r.locked_until
 """
 
 # Unfinished work goes back as if never claimed: due now, the attempt not counted.
-RUN_HAND_BACK_MANY = f"""
+RUNS_HAND_BACK_MANY = f"""
 UPDATE job_runs r
 SET status = CASE WHEN r.attempts > 1 THEN 'failed' ELSE 'queued' END,
     attempts = r.attempts - 1,
@@ -182,7 +182,7 @@ RETURNING r.id
 
 # Crash recovery: a running run whose lease expired lost its worker. The lost
 # attempt is recorded, and the run is due again or, out of attempts, dead.
-RUN_RESCUE_MANY = f"""
+RUNS_RESCUE_MANY = f"""
 WITH expired AS (
     SELECT id, locked_by FROM job_runs
     WHERE status = 'running' AND locked_until < {_NOW}
@@ -209,7 +209,7 @@ SELECT id, attempts, locked_by, 'lease_expired', last_error, started_at, {_NOW} 
 RETURNING run_id
 """
 
-RUN_GET = f"SELECT {RUN_COLUMNS} FROM job_runs WHERE id = %(id)s"
+RUN_GET = f"SELECT {_RUN_COLUMNS} FROM job_runs WHERE id = %(id)s"
 
 RUN_ATTEMPTS_GET = """
 SELECT attempt, worker, error_type, message, traceback, started_at, finished_at
@@ -217,7 +217,7 @@ FROM job_attempts WHERE run_id = %(id)s ORDER BY attempt, id
 """
 
 # retry: due now, lock cleared; dead and cancelled runs get a fresh attempt budget.
-RUN_RETRY_MANY = f"""
+RUNS_RETRY_MANY = f"""
 WITH target AS (
     SELECT id, status FROM job_runs WHERE id = ANY(%(ids)s) ORDER BY id FOR UPDATE
 ),
@@ -238,7 +238,7 @@ SELECT t.id, t.status, c.id IS NOT NULL AS changed
 FROM target t LEFT JOIN changed c USING (id)
 """
 
-RUN_CANCEL_MANY = f"""
+RUNS_CANCEL_MANY = f"""
 WITH target AS (
     SELECT id, status FROM job_runs WHERE id = ANY(%(ids)s) ORDER BY id FOR UPDATE
 ),
@@ -255,8 +255,8 @@ SELECT t.id, t.status, c.id IS NOT NULL AS changed
 FROM target t LEFT JOIN changed c USING (id)
 """
 
-RUN_LIST = f"""
-SELECT {RUN_COLUMNS} FROM job_runs
+RUNS_LIST = f"""
+SELECT {_RUN_COLUMNS} FROM job_runs
 WHERE (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s))
   AND (%(job_types)s::text[] IS NULL OR job_type = ANY(%(job_types)s))
 ORDER BY id DESC
@@ -307,7 +307,7 @@ SELECT EXISTS (SELECT 1 FROM held), EXISTS (SELECT 1 FROM recorded)
 # Retention: a key goes once its run is gone (pruned) and it is older than the
 # retention. A key whose run still exists is kept whatever its age: that run may
 # still be retried, and forgetting the key would repeat the effect.
-EFFECT_DELETE_MANY = f"""
+EFFECTS_PRUNE_MANY = f"""
 WITH doomed AS (
     SELECT e.key FROM job_effects e
     WHERE e.created_at < {_NOW} - make_interval(secs => %(older_than)s)
@@ -326,7 +326,7 @@ WHERE e.key = d.key
 # Everything `status`, `metrics` and `check` need about runs, in one scan: one
 # row per (job type, status) with the counts and ages that matter. The clock row
 # is joined on so an empty table still tells the database's time.
-RUN_SNAPSHOT = f"""
+RUNS_SNAPSHOT = f"""
 WITH clock AS (SELECT {_NOW} AS now),
 cells AS (
     SELECT r.job_type, r.status, count(*) AS runs,
@@ -345,7 +345,7 @@ FROM clock LEFT JOIN cells ON true
 ORDER BY cells.job_type, cells.status
 """
 
-DEFINITION_LIST_SCHEDULES = """
+DEFINITIONS_LIST_SCHEDULES = """
 SELECT name, job_type, schedule, timezone, enabled, next_fire_at
 FROM job_definitions
 ORDER BY enabled DESC, next_fire_at NULLS LAST, name
@@ -353,7 +353,7 @@ ORDER BY enabled DESC, next_fire_at NULLS LAST, name
 
 # Run time of runs that finished recently, per job type. Cancelled runs are left
 # out: their started_at belongs to an attempt that never reported back.
-RUN_DURATIONS_RECENT = f"""
+RUNS_SUMMARIZE_DURATIONS = f"""
 SELECT job_type, count(*), sum(seconds),
        percentile_cont(%(quantiles)s::float8[]) WITHIN GROUP (ORDER BY seconds)
 FROM (
@@ -370,7 +370,7 @@ ORDER BY job_type
 # terminal statuses are spelled out again here: whatever the caller passes, a
 # run that may still execute is never deleted. Attempts go with their run
 # (ON DELETE CASCADE).
-RUN_PRUNE_BATCH = f"""
+RUNS_PRUNE_BATCH = f"""
 WITH batch AS MATERIALIZED (
     SELECT id FROM job_runs
     WHERE status IN ('succeeded', 'dead', 'cancelled') AND status = ANY(%(statuses)s)
@@ -385,7 +385,7 @@ gone AS (
 SELECT status, count(*) FROM gone GROUP BY status
 """
 
-RUN_PRUNE_COUNT = f"""
+RUNS_COUNT_PRUNABLE = f"""
 SELECT status, count(*) FROM job_runs
 WHERE status IN ('succeeded', 'dead', 'cancelled') AND status = ANY(%(statuses)s)
   AND finished_at < {_NOW} - make_interval(secs => %(older_than)s)
@@ -397,7 +397,7 @@ GROUP BY status
 
 CLOCK_NOW = f"SELECT {_NOW}"
 
-DEFINITION_COLUMNS = (
+_DEFINITION_COLUMNS = (
     "id, name, job_type, payload, schedule, timezone, scope, max_attempts, priority, catch_up,"
     " catch_up_limit, enabled, materialized_through, next_fire_at, created_at, updated_at"
 )
@@ -412,7 +412,7 @@ VALUES (%(name)s, %(job_type)s, %(payload)s::jsonb, %(schedule)s, %(timezone)s, 
         %(max_attempts)s, %(priority)s, %(catch_up)s, %(catch_up_limit)s, %(enabled)s,
         %(now)s, %(next_fire_at)s, %(now)s, %(now)s)
 ON CONFLICT (name) DO NOTHING
-RETURNING {DEFINITION_COLUMNS}
+RETURNING {_DEFINITION_COLUMNS}
 """
 
 DEFINITION_UPDATE = f"""
@@ -423,7 +423,7 @@ SET job_type = %(job_type)s, payload = %(payload)s::jsonb, schedule = %(schedule
     enabled = %(enabled)s, materialized_through = %(materialized_through)s,
     next_fire_at = %(next_fire_at)s, updated_at = %(now)s
 WHERE id = %(id)s
-RETURNING {DEFINITION_COLUMNS}
+RETURNING {_DEFINITION_COLUMNS}
 """
 
 # Pausing keeps the mark; resuming moves it to now (computed by the caller).
@@ -432,27 +432,27 @@ UPDATE job_definitions
 SET enabled = %(enabled)s, materialized_through = %(materialized_through)s,
     next_fire_at = %(next_fire_at)s, updated_at = %(now)s
 WHERE id = %(id)s
-RETURNING {DEFINITION_COLUMNS}
+RETURNING {_DEFINITION_COLUMNS}
 """
 
-DEFINITION_GET_BY_NAME = f"SELECT {DEFINITION_COLUMNS} FROM job_definitions WHERE name = %(name)s"
+DEFINITION_GET = f"SELECT {_DEFINITION_COLUMNS} FROM job_definitions WHERE name = %(name)s"
 
 # Waits for a tick that is materializing this definition, so a pause or resume never
 # interleaves with its high-water mark moving.
-DEFINITION_LOCK_BY_NAME = DEFINITION_GET_BY_NAME + " FOR UPDATE"
+DEFINITION_GET_FOR_UPDATE = DEFINITION_GET + " FOR UPDATE"
 
-DEFINITION_LIST = f"SELECT {DEFINITION_COLUMNS} FROM job_definitions ORDER BY name"
+DEFINITIONS_LIST = f"SELECT {_DEFINITION_COLUMNS} FROM job_definitions ORDER BY name"
 
-DEFINITION_LOCK_ALL = DEFINITION_LIST + " FOR UPDATE"
+DEFINITIONS_LIST_FOR_UPDATE = DEFINITIONS_LIST + " FOR UPDATE"
 
 # Its runs stay, unlinked by a trigger (migration 0006).
 DEFINITION_DELETE = "DELETE FROM job_definitions WHERE id = %(id)s"
 
-DEFINITION_RUN_COUNTS = """
+DEFINITION_RUNS_COUNT_BY_STATUS = """
 SELECT status, count(*) FROM job_runs WHERE definition_id = %(id)s GROUP BY status
 """
 
-DEFINITION_RUNS_RECENT = """
+DEFINITION_RUNS_LIST_RECENT = """
 SELECT id, tenant_id, scheduled_for, status, attempts FROM job_runs
 WHERE definition_id = %(id)s
 ORDER BY scheduled_for DESC, id DESC
@@ -461,7 +461,7 @@ LIMIT %(limit)s
 
 # An idle tick's whole cost for schedules: one index probe, and the clock every batch of the
 # tick then uses, so all of them agree on what "due" means.
-DEFINITION_DUE_EXISTS = f"""
+DEFINITIONS_DUE_EXISTS = f"""
 SELECT {_NOW}, EXISTS (
     SELECT 1 FROM job_definitions WHERE enabled AND next_fire_at <= {_NOW}
 )
@@ -471,7 +471,7 @@ SELECT {_NOW}, EXISTS (
 # behind each other. A row another tick advanced meanwhile is re-checked against
 # `next_fire_at <= now` before it is locked, so it is not taken twice. Ordered by the due
 # index alone, so a batch is a short index range scan rather than a sort of everything due.
-DEFINITION_CLAIM_DUE_MANY = """
+DEFINITIONS_CLAIM_DUE_MANY = """
 SELECT id, name, schedule, timezone, scope, catch_up, catch_up_limit, materialized_through
 FROM job_definitions
 WHERE enabled AND next_fire_at <= %(now)s AND id <> ALL(%(skip)s::bigint[])
@@ -490,7 +490,7 @@ _OCCURRENCE_CONFLICT = (
 # make a tick create them again. The unique occurrence index settles any race that got past
 # the row locks. The arrays travel in binary: as text, each timestamp is formatted and quoted,
 # which for a batch of a thousand definitions took longer than the statement itself.
-RUN_MATERIALIZE_MANY = f"""
+RUNS_MATERIALIZE_MANY = f"""
 WITH occurrence AS (
     SELECT * FROM unnest(%(run_definition_ids)b::bigint[], %(scheduled_fors)b::timestamptz[])
         AS o(definition_id, scheduled_for)
@@ -520,7 +520,7 @@ SELECT (SELECT count(*) FROM created), (SELECT count(*) FROM advanced)
 # The operator's tenant query is embedded as a subquery (a FROM item admits a query and
 # nothing else); its first column, whatever it is called, is the tenant id (NULL and empty
 # ids are no tenants). Sorted, so the rows reach the occurrence index in key order.
-_RUN_MATERIALIZE_TENANTS = """
+_RUNS_MATERIALIZE_TENANTS = """
 INSERT INTO job_runs (definition_id, job_type, payload, tenant_id, scheduled_for, run_at,
                       max_attempts, priority, created_at, updated_at)
 SELECT d.id, d.job_type, d.payload, t.tenant_id, o.scheduled_for, o.scheduled_for,
@@ -538,15 +538,15 @@ CROSS JOIN (
 WHERE d.id = %(id)s
 """
 
-RUN_MATERIALIZE_TENANTS = _RUN_MATERIALIZE_TENANTS + _OCCURRENCE_CONFLICT
+RUNS_MATERIALIZE_TENANTS = _RUNS_MATERIALIZE_TENANTS + _OCCURRENCE_CONFLICT
 
 # When none of these occurrences has a run yet, which the caller checks while holding the
 # definition's row lock (no other tick can add one meanwhile), a plain INSERT does: it skips
 # the speculative insertion ON CONFLICT performs for every row, about a third of the cost
 # of a fan-out over 100,000 tenants. The occurrence index still refuses any duplicate.
-RUN_MATERIALIZE_TENANTS_FIRST = _RUN_MATERIALIZE_TENANTS
+RUNS_MATERIALIZE_TENANTS_FIRST = _RUNS_MATERIALIZE_TENANTS
 
-RUN_OCCURRENCES_EXIST = """
+RUNS_MATERIALIZE_TENANTS_OCCURRENCES_EXIST = """
 SELECT EXISTS (
     SELECT 1 FROM job_runs
     WHERE definition_id = %(id)s AND scheduled_for = ANY(%(scheduled_fors)s::timestamptz[])
@@ -554,4 +554,4 @@ SELECT EXISTS (
 """
 
 # Any constant works; this one spells "jobsched". Two deploys syncing at once apply in turn.
-DEFINITION_SYNC_LOCK = "SELECT pg_advisory_xact_lock(7669456938163791204)"
+DEFINITIONS_LOCK_FOR_SYNC = "SELECT pg_advisory_xact_lock(7669456938163791204)"

@@ -78,13 +78,15 @@ def runs_insert_many(
         "tenants": [r.tenant_id for r in runs],
         "now": now,
     }
-    rows = conn.execute(queries.RUN_INSERT_MANY, params).fetchall()
+    rows = conn.execute(queries.RUNS_INSERT_MANY, params).fetchall()
     ids: list[int | None] = [row[2] for row in rows]
     missing = [rows[i][1] for i, run_id in enumerate(ids) if run_id is None]
     if missing:
         # Another transaction inserted these keys while ours waited on them; they
         # are visible now, in a statement with a fresh snapshot.
-        found = dict(conn.execute(queries.RUN_GET_IDS_BY_KEY, {"keys": missing}).fetchall())
+        found = dict(
+            conn.execute(queries.RUNS_INSERT_MANY_IDS_BY_KEY, {"keys": missing}).fetchall()
+        )
         ids = [found[rows[i][1]] if run_id is None else run_id for i, run_id in enumerate(ids)]
     return [Enqueued(int(run_id), bool(row[3])) for run_id, row in zip(ids, rows, strict=False)]  # type: ignore[arg-type]
 
@@ -103,14 +105,14 @@ def runs_claim_many(
     _require_autocommit(conn)
     params = _claim_params(job_types, leases, max_attempts, limit, worker, now)
     with conn.pipeline(), conn.transaction():
-        conn.execute(queries.CLAIM_PLAN)
-        claiming = conn.execute(queries.RUN_CLAIM_MANY, params)
+        conn.execute(queries.RUNS_CLAIM_MANY_PLAN)
+        claiming = conn.execute(queries.RUNS_CLAIM_MANY, params)
     return _claimed_runs(claiming.fetchall(), params["token"])
 
 
 def _require_autocommit(conn: Any) -> None:
     # Inside a caller's transaction the claim would commit only with it, and the
-    # planner settings of queries.CLAIM_PLAN would stay on for the rest of it.
+    # planner settings of queries.RUNS_CLAIM_MANY_PLAN would stay on for the rest of it.
     if not conn.autocommit:
         raise ValueError("claiming needs an autocommit connection: a claim commits on its own")
 
@@ -142,7 +144,7 @@ def runs_finalize_many(
     """Apply decisions; returns the ids whose lease was still held (the others are lost)."""
     if not decisions:
         return set()
-    rows = conn.execute(queries.RUN_FINALIZE_MANY, _finalize_params(decisions, worker, now))
+    rows = conn.execute(queries.RUNS_FINALIZE_MANY, _finalize_params(decisions, worker, now))
     return {row[0] for row in rows.fetchall()}
 
 
@@ -185,10 +187,10 @@ def runs_finalize_and_claim_many(
     claim_params = _claim_params(job_types, leases, max_attempts, limit, worker, now)
     with conn.pipeline(), conn.transaction():
         finalized = conn.execute(
-            queries.RUN_FINALIZE_MANY, _finalize_params(decisions, worker, now)
+            queries.RUNS_FINALIZE_MANY, _finalize_params(decisions, worker, now)
         )
-        conn.execute(queries.CLAIM_PLAN)
-        claiming = conn.execute(queries.RUN_CLAIM_MANY, claim_params)
+        conn.execute(queries.RUNS_CLAIM_MANY_PLAN)
+        claiming = conn.execute(queries.RUNS_CLAIM_MANY, claim_params)
     return {row[0] for row in finalized.fetchall()}, _claimed_runs(
         claiming.fetchall(), claim_params["token"]
     )
@@ -217,7 +219,7 @@ def runs_heartbeat_many(
 ) -> dict[int, datetime]:
     """Renew leases; returns the new lease expiry of each run still held."""
     rows = conn.execute(
-        queries.RUN_HEARTBEAT_MANY,
+        queries.RUNS_HEARTBEAT_MANY,
         {
             "ids": [r.id for r in runs],
             "tokens": [r.lease_token for r in runs],
@@ -234,14 +236,14 @@ def runs_hand_back_many(
     if not runs:
         return set()
     rows = conn.execute(
-        queries.RUN_HAND_BACK_MANY,
+        queries.RUNS_HAND_BACK_MANY,
         {"ids": [r.id for r in runs], "tokens": [r.lease_token for r in runs], "now": now},
     ).fetchall()
     return {row[0] for row in rows}
 
 
 def runs_rescue_many(conn: Any, *, limit: int = 1000, now: datetime | None = None) -> list[int]:
-    rows = conn.execute(queries.RUN_RESCUE_MANY, {"limit": limit, "now": now}).fetchall()
+    rows = conn.execute(queries.RUNS_RESCUE_MANY, {"limit": limit, "now": now}).fetchall()
     return [row[0] for row in rows]
 
 
@@ -262,7 +264,7 @@ def runs_list(
     limit: int = 50,
 ) -> list[Run]:
     rows = conn.execute(
-        queries.RUN_LIST,
+        queries.RUNS_LIST,
         {
             "statuses": list(statuses) if statuses else None,
             "job_types": list(job_types) if job_types else None,
@@ -273,11 +275,11 @@ def runs_list(
 
 
 def runs_retry_many(conn: Any, ids: Sequence[int], *, now: datetime | None = None) -> list[Change]:
-    return _changes(conn, queries.RUN_RETRY_MANY, ids, now)
+    return _changes(conn, queries.RUNS_RETRY_MANY, ids, now)
 
 
 def runs_cancel_many(conn: Any, ids: Sequence[int], *, now: datetime | None = None) -> list[Change]:
-    return _changes(conn, queries.RUN_CANCEL_MANY, ids, now)
+    return _changes(conn, queries.RUNS_CANCEL_MANY, ids, now)
 
 
 def _changes(conn: Any, sql: str, ids: Sequence[int], now: datetime | None) -> list[Change]:
@@ -332,7 +334,7 @@ def effects_prune_many(
     params = {"older_than": float(older_than_seconds), "limit": batch_size, "now": now}
     total = 0
     while True:
-        deleted = conn.execute(queries.EFFECT_DELETE_MANY, params).rowcount
+        deleted = conn.execute(queries.EFFECTS_PRUNE_MANY, params).rowcount
         total += deleted
         if deleted < batch_size:
             return total
@@ -342,7 +344,7 @@ def effects_prune_many(
 
 
 def runs_snapshot(conn: Any, *, now: datetime | None = None) -> RunSnapshot:
-    rows = conn.execute(queries.RUN_SNAPSHOT, {"now": now}).fetchall()
+    rows = conn.execute(queries.RUNS_SNAPSHOT, {"now": now}).fetchall()
     cells = tuple(
         RunCell(job_type, Status(status), runs, due, expired, oldest_due_at, last_started_at)
         for _, job_type, status, runs, due, expired, oldest_due_at, last_started_at in rows
@@ -354,11 +356,11 @@ def runs_snapshot(conn: Any, *, now: datetime | None = None) -> RunSnapshot:
 def definitions_list_schedules(conn: Any) -> list[DefinitionSchedule]:
     return [
         DefinitionSchedule(*row)
-        for row in conn.execute(queries.DEFINITION_LIST_SCHEDULES).fetchall()
+        for row in conn.execute(queries.DEFINITIONS_LIST_SCHEDULES).fetchall()
     ]
 
 
-def runs_durations_recent(
+def runs_summarize_durations(
     conn: Any,
     *,
     window: float,
@@ -366,7 +368,7 @@ def runs_durations_recent(
     now: datetime | None = None,
 ) -> list[DurationSummary]:
     rows = conn.execute(
-        queries.RUN_DURATIONS_RECENT,
+        queries.RUNS_SUMMARIZE_DURATIONS,
         {"window": window, "quantiles": list(quantiles), "now": now},
     ).fetchall()
     return [
@@ -385,14 +387,14 @@ def runs_prune_batch(
 ) -> dict[str, int]:
     """Delete one batch of finished runs; returns how many of each status went."""
     params = {"statuses": list(statuses), "older_than": older_than, "limit": limit, "now": now}
-    return dict(conn.execute(queries.RUN_PRUNE_BATCH, params).fetchall())
+    return dict(conn.execute(queries.RUNS_PRUNE_BATCH, params).fetchall())
 
 
-def runs_prune_count(
+def runs_count_prunable(
     conn: Any, *, statuses: Sequence[str], older_than: float, now: datetime | None = None
 ) -> dict[str, int]:
     params = {"statuses": list(statuses), "older_than": older_than, "now": now}
-    return dict(conn.execute(queries.RUN_PRUNE_COUNT, params).fetchall())
+    return dict(conn.execute(queries.RUNS_COUNT_PRUNABLE, params).fetchall())
 
 
 # -- schedules --
@@ -462,13 +464,13 @@ def _spec_params(spec: DefinitionSpec) -> dict[str, Any]:
 
 
 def definition_get(conn: Any, name: str, *, lock: bool = False) -> Definition | None:
-    sql = queries.DEFINITION_LOCK_BY_NAME if lock else queries.DEFINITION_GET_BY_NAME
+    sql = queries.DEFINITION_GET_FOR_UPDATE if lock else queries.DEFINITION_GET
     row = conn.execute(sql, {"name": name}).fetchone()
     return Definition(*row) if row else None
 
 
 def definitions_list(conn: Any, *, lock: bool = False) -> list[Definition]:
-    sql = queries.DEFINITION_LOCK_ALL if lock else queries.DEFINITION_LIST
+    sql = queries.DEFINITIONS_LIST_FOR_UPDATE if lock else queries.DEFINITIONS_LIST
     return [Definition(*row) for row in conn.execute(sql).fetchall()]
 
 
@@ -476,21 +478,23 @@ def definition_delete(conn: Any, definition_id: int) -> None:
     conn.execute(queries.DEFINITION_DELETE, {"id": definition_id})
 
 
-def definition_run_counts(conn: Any, definition_id: int) -> dict[Status, int]:
-    rows = conn.execute(queries.DEFINITION_RUN_COUNTS, {"id": definition_id}).fetchall()
+def definition_runs_count_by_status(conn: Any, definition_id: int) -> dict[Status, int]:
+    rows = conn.execute(queries.DEFINITION_RUNS_COUNT_BY_STATUS, {"id": definition_id}).fetchall()
     return {Status(status): number for status, number in rows}
 
 
-def definition_runs_recent(conn: Any, definition_id: int, *, limit: int) -> list[DefinitionRun]:
+def definition_runs_list_recent(
+    conn: Any, definition_id: int, *, limit: int
+) -> list[DefinitionRun]:
     rows = conn.execute(
-        queries.DEFINITION_RUNS_RECENT, {"id": definition_id, "limit": limit}
+        queries.DEFINITION_RUNS_LIST_RECENT, {"id": definition_id, "limit": limit}
     ).fetchall()
     return [DefinitionRun(r[0], r[1], r[2], Status(r[3]), r[4]) for r in rows]
 
 
 def definitions_due_exists(conn: Any, *, now: datetime | None = None) -> tuple[datetime, bool]:
     """The clock this tick materializes by, and whether any definition is due by it."""
-    clock, due = conn.execute(queries.DEFINITION_DUE_EXISTS, {"now": now}).fetchone()
+    clock, due = conn.execute(queries.DEFINITIONS_DUE_EXISTS, {"now": now}).fetchone()
     return clock, due
 
 
@@ -499,7 +503,7 @@ def definitions_claim_due_many(
 ) -> list[DueDefinition]:
     """Lock up to `limit` due definitions no other tick holds; call inside a transaction."""
     rows = conn.execute(
-        queries.DEFINITION_CLAIM_DUE_MANY, {"now": now, "limit": limit, "skip": list(skip)}
+        queries.DEFINITIONS_CLAIM_DUE_MANY, {"now": now, "limit": limit, "skip": list(skip)}
     ).fetchall()
     return [DueDefinition(*row) for row in rows]
 
@@ -517,7 +521,7 @@ def runs_materialize_many(
         run_definition_ids.extend([advance.definition.id] * len(advance.scheduled_fors))
         scheduled_fors.extend(advance.scheduled_fors)
     created, _ = conn.execute(
-        queries.RUN_MATERIALIZE_MANY,
+        queries.RUNS_MATERIALIZE_MANY,
         {
             "run_definition_ids": run_definition_ids,
             "scheduled_fors": scheduled_fors,
@@ -542,13 +546,15 @@ def runs_materialize_tenants(
         "scheduled_fors": list(advance.scheduled_fors),
         "now": now,
     }
-    first = not conn.execute(queries.RUN_OCCURRENCES_EXIST, params).fetchone()[0]
-    template = queries.RUN_MATERIALIZE_TENANTS_FIRST if first else queries.RUN_MATERIALIZE_TENANTS
+    first = not conn.execute(queries.RUNS_MATERIALIZE_TENANTS_OCCURRENCES_EXIST, params).fetchone()[
+        0
+    ]
+    template = queries.RUNS_MATERIALIZE_TENANTS_FIRST if first else queries.RUNS_MATERIALIZE_TENANTS
     # The tenant query is the operator's own SQL: `%` in it must not read as a placeholder.
     sql = template.replace("{tenants_sql}", tenants_sql.replace("%", "%%"))
     return conn.execute(sql, params).rowcount
 
 
-def definitions_sync_lock(conn: Any) -> None:
+def definitions_lock_for_sync(conn: Any) -> None:
     """Wait for any other `schedule sync` to finish; held until this transaction ends."""
-    conn.execute(queries.DEFINITION_SYNC_LOCK)
+    conn.execute(queries.DEFINITIONS_LOCK_FOR_SYNC)
