@@ -76,6 +76,15 @@ RUNS_CLAIM_MANY_PLAN = (
     "SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true)"
 )
 
+# What a claim returns, read by position into models.ClaimedRun on the tick's hot path
+# (store._claimed_runs): ClaimedRun's fields in order, each under its field's name, bar
+# the lease token, which is the caller's own parameter. The payload comes as text for
+# store's one JSON decoder. tests/test_layout.py fails if the two part ways.
+RUNS_CLAIM_MANY_COLUMNS = (
+    "id, job_type, payload::text AS payload, tenant_id, scheduled_for, attempts AS attempt,"
+    " max_attempts, locked_until"
+)
+
 # The locking subquery is a MATERIALIZED CTE: as `WHERE id IN (SELECT ... LIMIT n)`
 # the planner may re-run it and claim more than n rows. The update finds its rows
 # through `id = ANY(array)`, a primary-key lookup whatever the table's size, and
@@ -109,10 +118,7 @@ claimed AS (
               r.max_attempts, r.locked_until, r.priority, r.run_at
 )
 -- Handed to the workers in this order, so a batch starts in priority order too.
--- The payload comes as text, decoded by store._claimed_runs; the lease token is
--- the caller's own parameter.
-SELECT id, job_type, payload::text, tenant_id, scheduled_for, attempts, max_attempts,
-       locked_until
+SELECT {RUNS_CLAIM_MANY_COLUMNS}
 FROM claimed ORDER BY priority, run_at, id
 """
 
@@ -354,8 +360,8 @@ ORDER BY enabled DESC, next_fire_at NULLS LAST, name
 # Run time of runs that finished recently, per job type. Cancelled runs are left
 # out: their started_at belongs to an attempt that never reported back.
 RUNS_SUMMARIZE_DURATIONS = f"""
-SELECT job_type, count(*), sum(seconds),
-       percentile_cont(%(quantiles)s::float8[]) WITHIN GROUP (ORDER BY seconds)
+SELECT job_type, count(*) AS count, sum(seconds) AS total,
+       percentile_cont(%(quantiles)s::float8[]) WITHIN GROUP (ORDER BY seconds) AS seconds
 FROM (
     SELECT job_type, extract(epoch FROM finished_at - started_at)::float8 AS seconds
     FROM job_runs

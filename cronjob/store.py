@@ -10,7 +10,9 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from psycopg.rows import RowFactory, class_row, dict_row, kwargs_row
 
 from cronjob import queries
 from cronjob.models import (
@@ -30,7 +32,10 @@ from cronjob.models import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from uuid import UUID
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -78,17 +83,18 @@ def runs_insert_many(
         "tenants": [r.tenant_id for r in runs],
         "now": now,
     }
-    rows = conn.execute(queries.RUNS_INSERT_MANY, params).fetchall()
-    ids: list[int | None] = [row[2] for row in rows]
-    missing = [rows[i][1] for i, run_id in enumerate(ids) if run_id is None]
+    rows = conn.cursor(row_factory=dict_row).execute(queries.RUNS_INSERT_MANY, params).fetchall()
+    missing = [row["idempotency_key"] for row in rows if row["id"] is None]
     if missing:
         # Another transaction inserted these keys while ours waited on them; they
         # are visible now, in a statement with a fresh snapshot.
         found = dict(
             conn.execute(queries.RUNS_INSERT_MANY_IDS_BY_KEY, {"keys": missing}).fetchall()
         )
-        ids = [found[rows[i][1]] if run_id is None else run_id for i, run_id in enumerate(ids)]
-    return [Enqueued(int(run_id), bool(row[3])) for run_id, row in zip(ids, rows, strict=False)]  # type: ignore[arg-type]
+        for row in rows:
+            if row["id"] is None:
+                row["id"] = found[row["idempotency_key"]]
+    return [Enqueued(id=int(row["id"]), created=bool(row["created"])) for row in rows]
 
 
 def runs_claim_many(
@@ -155,6 +161,8 @@ _decode_payload = json.JSONDecoder().decode
 
 
 def _claimed_runs(rows: list[Sequence[Any]], token: UUID) -> list[ClaimedRun]:
+    # By position, on the tick's hot path: the columns are queries.RUNS_CLAIM_MANY_COLUMNS,
+    # which lists ClaimedRun's fields in order, bar the lease token.
     decode = _decode_payload
     return [
         ClaimedRun(run_id, job_type, decode(payload), tenant, due, attempt, budget, token, until)
@@ -247,13 +255,26 @@ def runs_rescue_many(conn: Any, *, limit: int = 1000, now: datetime | None = Non
     return [row[0] for row in rows]
 
 
+def _with_status(model: Callable[..., _T]) -> RowFactory[_T]:
+    """Rows of a model whose `status` column is a Status."""
+
+    def build(*, status: str, **columns: Any) -> _T:
+        return model(status=Status(status), **columns)
+
+    return kwargs_row(build)
+
+
+_RUN = _with_status(Run)
+_ATTEMPT = class_row(Attempt)
+
+
 def run_get(conn: Any, run_id: int) -> Run | None:
-    row = conn.execute(queries.RUN_GET, {"id": run_id}).fetchone()
-    return _run(row) if row else None
+    return conn.cursor(row_factory=_RUN).execute(queries.RUN_GET, {"id": run_id}).fetchone()
 
 
 def run_attempts_get(conn: Any, run_id: int) -> list[Attempt]:
-    return [Attempt(*row) for row in conn.execute(queries.RUN_ATTEMPTS_GET, {"id": run_id})]
+    cursor = conn.cursor(row_factory=_ATTEMPT)
+    return cursor.execute(queries.RUN_ATTEMPTS_GET, {"id": run_id}).fetchall()
 
 
 def runs_list(
@@ -263,15 +284,12 @@ def runs_list(
     job_types: Sequence[str] | None = None,
     limit: int = 50,
 ) -> list[Run]:
-    rows = conn.execute(
-        queries.RUNS_LIST,
-        {
-            "statuses": list(statuses) if statuses else None,
-            "job_types": list(job_types) if job_types else None,
-            "limit": limit,
-        },
-    ).fetchall()
-    return [_run(row) for row in rows]
+    params = {
+        "statuses": list(statuses) if statuses else None,
+        "job_types": list(job_types) if job_types else None,
+        "limit": limit,
+    }
+    return conn.cursor(row_factory=_RUN).execute(queries.RUNS_LIST, params).fetchall()
 
 
 def runs_retry_many(conn: Any, ids: Sequence[int], *, now: datetime | None = None) -> list[Change]:
@@ -283,17 +301,12 @@ def runs_cancel_many(conn: Any, ids: Sequence[int], *, now: datetime | None = No
 
 
 def _changes(conn: Any, sql: str, ids: Sequence[int], now: datetime | None) -> list[Change]:
+    rows = conn.cursor(row_factory=dict_row).execute(sql, {"ids": list(ids), "now": now})
     found = {
-        row[0]: Change(row[0], Status(row[1]), row[2])
-        for row in conn.execute(sql, {"ids": list(ids), "now": now}).fetchall()
+        row["id"]: Change(id=row["id"], previous=Status(row["status"]), changed=row["changed"])
+        for row in rows.fetchall()
     }
-    return [found.get(i, Change(i, None, False)) for i in ids]
-
-
-def _run(row: Sequence[Any]) -> Run:
-    values = list(row)
-    values[7] = Status(values[7])
-    return Run(*values)
+    return [found.get(i, Change(id=i, previous=None, changed=False)) for i in ids]
 
 
 # -- effects --
@@ -344,20 +357,20 @@ def effects_prune_many(
 
 
 def runs_snapshot(conn: Any, *, now: datetime | None = None) -> RunSnapshot:
-    rows = conn.execute(queries.RUNS_SNAPSHOT, {"now": now}).fetchall()
-    cells = tuple(
-        RunCell(job_type, Status(status), runs, due, expired, oldest_due_at, last_started_at)
-        for _, job_type, status, runs, due, expired, oldest_due_at, last_started_at in rows
-        if job_type is not None
-    )
-    return RunSnapshot(rows[0][0], cells)
+    cursor = conn.cursor(row_factory=dict_row)
+    rows = cursor.execute(queries.RUNS_SNAPSHOT, {"now": now}).fetchall()
+    cells = tuple(_run_cell(**row) for row in rows if row["job_type"] is not None)
+    return RunSnapshot(now=rows[0]["now"], cells=cells)
+
+
+def _run_cell(*, now: datetime, status: str, **counts: Any) -> RunCell:
+    # `now` is on every row, and belongs to the snapshot rather than to a cell.
+    return RunCell(status=Status(status), **counts)
 
 
 def definitions_list_schedules(conn: Any) -> list[DefinitionSchedule]:
-    return [
-        DefinitionSchedule(*row)
-        for row in conn.execute(queries.DEFINITIONS_LIST_SCHEDULES).fetchall()
-    ]
+    cursor = conn.cursor(row_factory=class_row(DefinitionSchedule))
+    return cursor.execute(queries.DEFINITIONS_LIST_SCHEDULES).fetchall()
 
 
 def runs_summarize_durations(
@@ -367,13 +380,18 @@ def runs_summarize_durations(
     quantiles: Sequence[float],
     now: datetime | None = None,
 ) -> list[DurationSummary]:
-    rows = conn.execute(
+    rows = conn.cursor(row_factory=dict_row).execute(
         queries.RUNS_SUMMARIZE_DURATIONS,
         {"window": window, "quantiles": list(quantiles), "now": now},
-    ).fetchall()
+    )
     return [
-        DurationSummary(job_type, count, total, tuple(zip(quantiles, values, strict=True)))
-        for job_type, count, total, values in rows
+        DurationSummary(
+            job_type=row["job_type"],
+            count=row["count"],
+            total=row["total"],
+            quantiles=tuple(zip(quantiles, row["seconds"], strict=True)),
+        )
+        for row in rows.fetchall()
     ]
 
 
@@ -416,40 +434,40 @@ def clock_now(conn: Any, *, now: datetime | None = None) -> datetime:
     return conn.execute(queries.CLOCK_NOW, {"now": now}).fetchone()[0]
 
 
+_DEFINITION = class_row(Definition)
+
+
 def definition_insert(
     conn: Any, spec: DefinitionSpec, *, enabled: bool, now: datetime,
     next_fire_at: datetime | None,
 ) -> Definition | None:  # fmt: skip
     """Insert a definition starting at `now`; None when the name is taken."""
-    row = conn.execute(
-        queries.DEFINITION_INSERT,
-        {**_spec_params(spec), "enabled": enabled, "now": now, "next_fire_at": next_fire_at},
-    ).fetchone()
-    return Definition(*row) if row else None
+    params = {**_spec_params(spec), "enabled": enabled, "now": now, "next_fire_at": next_fire_at}
+    return (
+        conn.cursor(row_factory=_DEFINITION).execute(queries.DEFINITION_INSERT, params).fetchone()
+    )
 
 
 def definition_update(
     conn: Any, definition_id: int, spec: DefinitionSpec, *, enabled: bool, now: datetime,
     materialized_through: datetime, next_fire_at: datetime | None,
 ) -> Definition:  # fmt: skip
-    row = conn.execute(
+    return conn.cursor(row_factory=_DEFINITION).execute(
         queries.DEFINITION_UPDATE,
         {**_spec_params(spec), "id": definition_id, "enabled": enabled, "now": now,
          "materialized_through": materialized_through, "next_fire_at": next_fire_at},
     ).fetchone()  # fmt: skip
-    return Definition(*row)
 
 
 def definition_set_enabled(
     conn: Any, definition_id: int, enabled: bool, *, now: datetime,
     materialized_through: datetime, next_fire_at: datetime | None,
 ) -> Definition:  # fmt: skip
-    row = conn.execute(
+    return conn.cursor(row_factory=_DEFINITION).execute(
         queries.DEFINITION_SET_ENABLED,
         {"id": definition_id, "enabled": enabled, "now": now,
          "materialized_through": materialized_through, "next_fire_at": next_fire_at},
     ).fetchone()  # fmt: skip
-    return Definition(*row)
 
 
 def _spec_params(spec: DefinitionSpec) -> dict[str, Any]:
@@ -465,13 +483,12 @@ def _spec_params(spec: DefinitionSpec) -> dict[str, Any]:
 
 def definition_get(conn: Any, name: str, *, lock: bool = False) -> Definition | None:
     sql = queries.DEFINITION_GET_FOR_UPDATE if lock else queries.DEFINITION_GET
-    row = conn.execute(sql, {"name": name}).fetchone()
-    return Definition(*row) if row else None
+    return conn.cursor(row_factory=_DEFINITION).execute(sql, {"name": name}).fetchone()
 
 
 def definitions_list(conn: Any, *, lock: bool = False) -> list[Definition]:
     sql = queries.DEFINITIONS_LIST_FOR_UPDATE if lock else queries.DEFINITIONS_LIST
-    return [Definition(*row) for row in conn.execute(sql).fetchall()]
+    return conn.cursor(row_factory=_DEFINITION).execute(sql).fetchall()
 
 
 def definition_delete(conn: Any, definition_id: int) -> None:
@@ -486,10 +503,9 @@ def definition_runs_count_by_status(conn: Any, definition_id: int) -> dict[Statu
 def definition_runs_list_recent(
     conn: Any, definition_id: int, *, limit: int
 ) -> list[DefinitionRun]:
-    rows = conn.execute(
-        queries.DEFINITION_RUNS_LIST_RECENT, {"id": definition_id, "limit": limit}
-    ).fetchall()
-    return [DefinitionRun(r[0], r[1], r[2], Status(r[3]), r[4]) for r in rows]
+    cursor = conn.cursor(row_factory=_with_status(DefinitionRun))
+    params = {"id": definition_id, "limit": limit}
+    return cursor.execute(queries.DEFINITION_RUNS_LIST_RECENT, params).fetchall()
 
 
 def definitions_due_exists(conn: Any, *, now: datetime | None = None) -> tuple[datetime, bool]:
@@ -502,10 +518,9 @@ def definitions_claim_due_many(
     conn: Any, *, now: datetime, limit: int, skip: Sequence[int] = ()
 ) -> list[DueDefinition]:
     """Lock up to `limit` due definitions no other tick holds; call inside a transaction."""
-    rows = conn.execute(
-        queries.DEFINITIONS_CLAIM_DUE_MANY, {"now": now, "limit": limit, "skip": list(skip)}
-    ).fetchall()
-    return [DueDefinition(*row) for row in rows]
+    cursor = conn.cursor(row_factory=class_row(DueDefinition))
+    params = {"now": now, "limit": limit, "skip": list(skip)}
+    return cursor.execute(queries.DEFINITIONS_CLAIM_DUE_MANY, params).fetchall()
 
 
 def runs_materialize_many(
