@@ -119,22 +119,21 @@ def describe(exc: BaseException) -> str:
     return redact(message)
 
 
-LATEST_VERSION_SQL = "SELECT coalesce(max(version), 0) FROM jobrunner_migrations"
-
-
 def require_schema(conn: Any) -> None:
     """Refuse to work on a missing or outdated schema."""
     import psycopg
 
+    from cronjob.store import migrations_get_latest_version
+
     try:
-        row = conn.execute(LATEST_VERSION_SQL).fetchone()
+        current = migrations_get_latest_version(conn)
     except psycopg.errors.UndefinedTable:
         if not conn.autocommit:
             conn.rollback()
         raise SchemaNotReady(
             "the jobrunner schema is missing from this database: run `jobrunner migrate`"
         ) from None
-    current, latest = row[0], latest_shipped_version()
+    latest = latest_shipped_version()
     if current < latest:
         raise SchemaNotReady(
             f"the jobrunner schema is at version {current}, this jobrunner needs {latest}: "

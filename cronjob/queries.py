@@ -1,4 +1,6 @@
-"""Every runtime SQL statement, named entity-verb-qualifier, in one place.
+"""Every SQL statement jobrunner runs but the migration files, named entity-verb-qualifier.
+
+Each is executed by the store function of the same name (cronjob.store).
 
 Time-dependent statements take an optional `now` parameter so tests can drive the
 clock; in production it is NULL and the database clock decides.
@@ -216,6 +218,10 @@ RETURNING run_id
 """
 
 RUN_GET = f"SELECT {_RUN_COLUMNS} FROM job_runs WHERE id = %(id)s"
+
+RUNS_LIST_IDS_BY_DEFINITION = (
+    "SELECT id FROM job_runs WHERE definition_id = ANY(%(definition_ids)s) ORDER BY id"
+)
 
 RUN_ATTEMPTS_GET = """
 SELECT attempt, worker, error_type, message, traceback, started_at, finished_at
@@ -561,3 +567,26 @@ SELECT EXISTS (
 
 # Any constant works; this one spells "jobsched". Two deploys syncing at once apply in turn.
 DEFINITIONS_LOCK_FOR_SYNC = "SELECT pg_advisory_xact_lock(7669456938163791204)"
+
+
+# -- schema: the migrations applied, and applying them --
+
+MIGRATIONS_GET_LATEST_VERSION = "SELECT coalesce(max(version), 0) FROM jobrunner_migrations"
+
+# Transaction-scoped, so it works behind PgBouncer in transaction mode. Any constant
+# works; this one spells "jobrunr" (0x6A6F6272756E72) and only has to be unique per
+# database.
+MIGRATIONS_LOCK = "SELECT pg_advisory_xact_lock(29958816149106290)"
+
+MIGRATIONS_CREATE_TABLE = """
+CREATE TABLE IF NOT EXISTS jobrunner_migrations (
+    version integer PRIMARY KEY,
+    name text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now())
+"""
+
+MIGRATIONS_LIST_APPLIED = "SELECT version FROM jobrunner_migrations"
+
+MIGRATION_APPLY_RECORD = (
+    "INSERT INTO jobrunner_migrations (version, name) VALUES (%(version)s, %(name)s)"
+)

@@ -1,15 +1,11 @@
-"""Whether a tick has anything to do, asked before the tick machinery is imported."""
+"""Whether a tick has anything to do, asked before the tick machinery is imported.
+
+The question is cronjob.store.tick_work_exists; this name stays until the command
+that asks it imports it from there.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from datetime import datetime
-from typing import Any
+from cronjob.store import tick_work_exists as work_waiting
 
-from cronjob.queries import TICK_WORK_EXISTS
-
-
-def work_waiting(conn: Any, job_types: Iterable[str], *, now: datetime | None = None) -> bool:
-    """True if a run of `job_types` is due, a lease expired, or a schedule is due."""
-    row = conn.execute(TICK_WORK_EXISTS, {"job_types": list(job_types), "now": now}).fetchone()
-    return bool(row[0])
+__all__ = ["work_waiting"]

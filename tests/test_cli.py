@@ -282,6 +282,8 @@ IDLE_TICK_MODULES = [
     "cronjob.queries",
     "cronjob.report",
     "cronjob.settings",
+    "cronjob.store",
+    "cronjob.store.preflight",
     "cronjob.waiting",
 ]
 

@@ -1,7 +1,8 @@
-"""One function per query: takes a connection, returns models, never commits on its own.
+"""The store's functions that read and write runs, definitions and effects, as models.
 
-The claim functions are the exception: on the autocommit connection they require,
-they group their statements in one transaction of their own.
+Like every store function they never commit on their own, but for the claim
+functions: on the autocommit connection they require, they group their statements
+in one transaction of their own.
 """
 
 from __future__ import annotations
@@ -272,6 +273,11 @@ def run_get(conn: Any, run_id: int) -> Run | None:
     return conn.cursor(row_factory=_RUN).execute(queries.RUN_GET, {"id": run_id}).fetchone()
 
 
+def runs_list_ids_by_definition(conn: Any, definition_ids: Sequence[int]) -> list[int]:
+    params = {"definition_ids": list(definition_ids)}
+    return [row[0] for row in conn.execute(queries.RUNS_LIST_IDS_BY_DEFINITION, params).fetchall()]
+
+
 def run_attempts_get(conn: Any, run_id: int) -> list[Attempt]:
     cursor = conn.cursor(row_factory=_ATTEMPT)
     return cursor.execute(queries.RUN_ATTEMPTS_GET, {"id": run_id}).fetchall()
@@ -309,7 +315,21 @@ def _changes(conn: Any, sql: str, ids: Sequence[int], now: datetime | None) -> l
     return [found.get(i, Change(id=i, previous=None, changed=False)) for i in ids]
 
 
-# -- effects --
+# -- effects: the handler's transaction and the effects ledger --
+
+
+def handler_transaction_mark(conn: Any, lease_token: str) -> None:
+    """Mark `conn`'s open transaction as the one opened for the run holding `lease_token`."""
+    conn.execute(queries.HANDLER_TRANSACTION_MARK, {"token": lease_token})
+
+
+def handler_transaction_get_mark(conn: Any) -> str | None:
+    """The lease token the transaction was marked with; None or '' once it ended."""
+    return conn.execute(queries.HANDLER_TRANSACTION_GET_MARK).fetchone()[0]
+
+
+def handler_transaction_restore_limits(conn: Any) -> None:
+    conn.execute(queries.HANDLER_TRANSACTION_RESTORE_LIMITS)
 
 
 def effect_insert_once(conn: Any, key: str, run: ClaimedRun) -> bool:
