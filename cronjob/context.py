@@ -81,11 +81,11 @@ class JobContext:
         lease, and fails the attempt if the handler ended it.
         """
         if self._db is None:
-            from cronjob import queries
+            from cronjob import store
 
             conn = self._connect(autocommit=False)
             try:
-                conn.execute(queries.HANDLER_TRANSACTION_MARK, {"token": self._token})
+                store.handler_transaction_mark(conn, self._token)
             except BaseException:
                 conn.close()
                 raise
@@ -135,7 +135,7 @@ class JobContext:
         """`ctx.db`, checked and ready for the runner to record success in it."""
         from psycopg.pq import TransactionStatus
 
-        from cronjob import queries
+        from cronjob import store
 
         conn = self._db
         if conn.closed:
@@ -148,14 +148,13 @@ class JobContext:
                 "ctx.db's transaction is aborted: a statement failed in it and the handler"
                 " carried on (wrap statements that may fail in `with ctx.db.transaction():`)"
             )
-        mark = conn.execute(queries.HANDLER_TRANSACTION_GET_MARK).fetchone()[0]
-        if mark != self._token:
+        if store.handler_transaction_get_mark(conn) != self._token:
             raise HandlerTransactionError(
                 "the handler committed or rolled back ctx.db itself, so its writes could not"
                 " commit together with the run's success (use `ctx.db.transaction()` for"
                 " savepoints and let the runner commit)"
             )
-        conn.execute(queries.HANDLER_TRANSACTION_RESTORE_LIMITS)
+        store.handler_transaction_restore_limits(conn)
         return conn
 
     def close(self) -> None:

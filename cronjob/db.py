@@ -158,8 +158,6 @@ def database_errors(*, passing: tuple[type[BaseException], ...] = ()) -> Iterato
         ) from exc
 
 
-LATEST_VERSION_SQL = "SELECT coalesce(max(version), 0) FROM jobrunner_migrations"
-
 # PostgreSQL error codes (SQLSTATE) that callers of database_errors tell apart.
 UNDEFINED_TABLE = "42P01"
 INSUFFICIENT_PRIVILEGE = "42501"
@@ -167,9 +165,11 @@ INSUFFICIENT_PRIVILEGE = "42501"
 
 def require_schema(conn: Any) -> None:
     """Refuse to work on a missing or outdated schema."""
+    from cronjob.store import migrations_get_latest_version
+
     try:
         with database_errors():
-            row = conn.execute(LATEST_VERSION_SQL).fetchone()
+            current = migrations_get_latest_version(conn)
     except DatabaseError as exc:
         if exc.sqlstate != UNDEFINED_TABLE:
             raise
@@ -178,7 +178,7 @@ def require_schema(conn: Any) -> None:
         raise SchemaNotReady(
             "the jobrunner schema is missing from this database: run `jobrunner migrate`"
         ) from None
-    current, latest = row[0], latest_shipped_version()
+    latest = latest_shipped_version()
     if current < latest:
         raise SchemaNotReady(
             f"the jobrunner schema is at version {current}, this jobrunner needs {latest}: "

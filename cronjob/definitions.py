@@ -334,7 +334,7 @@ def sync(
     """
     with conn.transaction():
         if not dry_run:
-            store.definitions_sync_lock(conn)
+            store.definitions_lock_for_sync(conn)
         existing = store.definitions_list(conn, lock=not dry_run)
         items = plan_sync(existing, specs, prune=prune)
         if dry_run:

@@ -27,7 +27,7 @@ def collect(conn: Any, *, now: datetime | None = None) -> str:
     from cronjob import store
 
     overview = summarize(store.runs_snapshot(conn, now=now))
-    durations = store.runs_durations_recent(
+    durations = store.runs_summarize_durations(
         conn, window=DURATION_WINDOW, quantiles=QUANTILES, now=now
     )
     return render(overview, durations)

@@ -7,10 +7,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from cronjob import store
 from cronjob.db import MIGRATION_FILENAME, migrations_dir
-
-# Any constant works; this one spells "jobrunr" and only has to be unique per database.
-MIGRATION_LOCK_KEY = 0x6A6F6272756E72
 
 
 @dataclass(frozen=True)
@@ -38,21 +36,14 @@ def apply(conn: Any) -> list[Migration]:
     """
     applied: list[Migration] = []
     with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,))
-        conn.execute(
-            "CREATE TABLE IF NOT EXISTS jobrunner_migrations ("
-            " version integer PRIMARY KEY,"
-            " name text NOT NULL,"
-            " applied_at timestamptz NOT NULL DEFAULT now())"
-        )
-        done = {row[0] for row in conn.execute("SELECT version FROM jobrunner_migrations")}
+        store.migrations_lock(conn)
+        store.migrations_create_table(conn)
+        done = store.migrations_list_applied(conn)
         for migration in shipped_migrations():
             if migration.version in done:
                 continue
-            conn.execute(migration.path.read_text())
-            conn.execute(
-                "INSERT INTO jobrunner_migrations (version, name) VALUES (%s, %s)",
-                (migration.version, migration.name),
+            store.migration_apply(
+                conn, migration.path.read_text(), migration.version, migration.name
             )
             applied.append(migration)
     return applied

@@ -26,7 +26,11 @@ TERMINAL = frozenset({Status.SUCCEEDED, Status.DEAD, Status.CANCELLED})
 # ClaimedRun and Decision are made once per run on the tick's busy path: as named
 # tuples they are as immutable as a frozen dataclass at a fifth of the cost.
 class ClaimedRun(NamedTuple):
-    """A run this tick holds the lease on."""
+    """A run this tick holds the lease on.
+
+    Built by position from the claim's columns, queries.RUNS_CLAIM_MANY_COLUMNS, which
+    name these fields in this order (all but lease_token): add a field to both, in step.
+    """
 
     id: int
     job_type: str

@@ -45,7 +45,7 @@ def prune_runs(
     if not conn.autocommit:
         raise ValueError("prune_runs needs an autocommit connection: each batch commits alone")
     if dry_run:
-        counts = store.runs_prune_count(conn, statuses=statuses, older_than=older_than, now=now)
+        counts = store.runs_count_prunable(conn, statuses=statuses, older_than=older_than, now=now)
         return PruneReport(counts, 0, True)
     totals: dict[str, int] = {}
     batches = 0

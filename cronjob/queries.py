@@ -1,4 +1,6 @@
-"""Every runtime SQL statement, named entity-verb-qualifier, in one place.
+"""Every SQL statement jobrunner runs but the migration files, named entity-verb-qualifier.
+
+Each is executed by the store function of the same name (cronjob.store).
 
 Time-dependent statements take an optional `now` parameter so tests can drive the
 clock; in production it is NULL and the database clock decides.
@@ -11,7 +13,7 @@ _NOW = "coalesce(%(now)s::timestamptz, now())"
 # the handler's own ctx.db transaction): now() would be when that transaction began.
 _STATEMENT_NOW = "coalesce(%(now)s::timestamptz, statement_timestamp())"
 
-RUN_COLUMNS = (
+_RUN_COLUMNS = (
     "id, definition_id, job_type, payload, tenant_id, scheduled_for, run_at, status, attempts,"
     " max_attempts, priority, idempotency_key, locked_by, locked_until, last_error, error_type,"
     " started_at, finished_at, created_at, updated_at"
@@ -21,7 +23,7 @@ RUN_COLUMNS = (
 # the id it got, whether it was inserted now or already existed under its key.
 # The arrays travel in binary: text arrays of JSON would otherwise be quoted and
 # escaped element by element.
-RUN_INSERT_MANY = f"""
+RUNS_INSERT_MANY = f"""
 WITH input AS (
     SELECT nextval('job_runs_id_seq') AS new_id, i.*
     FROM unnest(
@@ -52,7 +54,7 @@ LEFT JOIN job_runs existing ON mine.id IS NULL AND same_key.id IS NULL
 ORDER BY i.ord
 """
 
-RUN_GET_IDS_BY_KEY = (
+RUNS_INSERT_MANY_IDS_BY_KEY = (
     "SELECT idempotency_key, id FROM job_runs WHERE idempotency_key = ANY(%(keys)s)"
 )
 
@@ -72,15 +74,24 @@ SELECT EXISTS (SELECT 1 FROM job_runs
 # (ClaimedRun.final_attempt, read by transitions.decide) and rescue applies it to
 # the runs it recovers, so the two can never disagree. Columns are unqualified:
 # both statements read them from the only relation that has them.
-FINAL_ATTEMPT = "attempts >= coalesce(max_attempts, 1)"
+_FINAL_ATTEMPT = "attempts >= coalesce(max_attempts, 1)"
 
 # The claim must walk job_runs_dispatch in order and stop after `limit` rows. With
 # statistics that predate a burst of enqueues (or none yet, on a fresh table) the
 # planner expects few runnable rows and prefers a bitmap scan that sorts every one
 # of them, on every claim. Set for the rest of the claim's own transaction, of which
 # the claim is the last statement.
-CLAIM_PLAN = (
+RUNS_CLAIM_MANY_PLAN = (
     "SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true)"
+)
+
+# What a claim returns, read by position into models.ClaimedRun on the tick's hot path
+# (store._claimed_runs): ClaimedRun's fields in order, each under its field's name, bar
+# the lease token, which is the caller's own parameter. The payload comes as text for
+# store's one JSON decoder. tests/test_layout.py fails if the two part ways.
+RUNS_CLAIM_MANY_COLUMNS = (
+    "id, job_type, payload::text AS payload, tenant_id, scheduled_for, attempts AS attempt,"
+    f" {_FINAL_ATTEMPT} AS final_attempt"
 )
 
 # The locking subquery is a MATERIALIZED CTE: as `WHERE id IN (SELECT ... LIMIT n)`
@@ -89,7 +100,7 @@ CLAIM_PLAN = (
 # takes each type's lease and attempt budget by position in the parallel arrays.
 # One lease token covers the whole claim: ids tell its runs apart, and a fresh
 # uuid per row would be a third of the statement's cost.
-RUN_CLAIM_MANY = f"""
+RUNS_CLAIM_MANY = f"""
 WITH c AS MATERIALIZED (
     SELECT id FROM job_runs
     WHERE status IN ('queued', 'failed') AND run_at <= {_NOW}
@@ -116,9 +127,7 @@ claimed AS (
               r.max_attempts, r.priority, r.run_at
 )
 -- Handed to the workers in this order, so a batch starts in priority order too.
--- The payload comes as text, decoded by store._claimed_runs; the lease token is
--- the caller's own parameter.
-SELECT id, job_type, payload::text, tenant_id, scheduled_for, attempts, {FINAL_ATTEMPT}
+SELECT {RUNS_CLAIM_MANY_COLUMNS}
 FROM claimed ORDER BY priority, run_at, id
 """
 
@@ -127,7 +136,7 @@ FROM claimed ORDER BY priority, run_at, id
 # cancelled, re-claimed) can never overwrite a newer outcome. Failed attempts are
 # recorded in the same statement. `id = ANY(ids)` (here and in the statements
 # below) keeps the lookup on the primary key however many rows the table holds.
-RUN_FINALIZE_MANY = f"""
+RUNS_FINALIZE_MANY = f"""
 WITH o AS (
     SELECT * FROM unnest(
         %(ids)b::bigint[], %(tokens)b::uuid[], %(statuses)b::text[], %(delays)b::float8[],
@@ -161,7 +170,7 @@ SELECT id FROM done
 
 # Renew every lease this tick holds in one statement; runs missing from the
 # result were cancelled or re-claimed, and their handlers must be told.
-RUN_HEARTBEAT_MANY = f"""
+RUNS_HEARTBEAT_MANY = f"""
 UPDATE job_runs r
 SET locked_until = {_NOW} + make_interval(secs => o.lease), updated_at = {_NOW}
 FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[], %(leases)b::float8[])
@@ -172,7 +181,7 @@ RETURNING r.id, r.locked_until
 """
 
 # Unfinished work goes back as if never claimed: due now, the attempt not counted.
-RUN_HAND_BACK_MANY = f"""
+RUNS_HAND_BACK_MANY = f"""
 UPDATE job_runs r
 SET status = CASE WHEN r.attempts > 1 THEN 'failed' ELSE 'queued' END,
     attempts = r.attempts - 1,
@@ -188,7 +197,7 @@ RETURNING r.id
 
 # Crash recovery: a running run whose lease expired lost its worker. The lost
 # attempt is recorded, and the run is due again or, out of attempts, dead.
-RUN_RESCUE_MANY = f"""
+RUNS_RESCUE_MANY = f"""
 WITH expired AS (
     SELECT id, locked_by FROM job_runs
     WHERE status = 'running' AND locked_until < {_NOW}
@@ -198,9 +207,9 @@ WITH expired AS (
 ),
 rescued AS (
     UPDATE job_runs r
-    SET status = CASE WHEN {FINAL_ATTEMPT} THEN 'dead' ELSE 'failed' END,
+    SET status = CASE WHEN {_FINAL_ATTEMPT} THEN 'dead' ELSE 'failed' END,
         run_at = {_NOW},
-        finished_at = CASE WHEN {FINAL_ATTEMPT} THEN {_NOW} END,
+        finished_at = CASE WHEN {_FINAL_ATTEMPT} THEN {_NOW} END,
         last_error = 'lease expired: the worker ' || coalesce(r.locked_by, '?')
                      || ' stopped heartbeating (crashed, killed or stalled)',
         error_type = 'lease_expired',
@@ -215,7 +224,11 @@ SELECT id, attempts, locked_by, 'lease_expired', last_error, started_at, {_NOW} 
 RETURNING run_id
 """
 
-RUN_GET = f"SELECT {RUN_COLUMNS} FROM job_runs WHERE id = %(id)s"
+RUN_GET = f"SELECT {_RUN_COLUMNS} FROM job_runs WHERE id = %(id)s"
+
+RUNS_LIST_IDS_BY_DEFINITION = (
+    "SELECT id FROM job_runs WHERE definition_id = ANY(%(definition_ids)s) ORDER BY id"
+)
 
 RUN_ATTEMPTS_GET = """
 SELECT attempt, worker, error_type, message, traceback, started_at, finished_at
@@ -223,7 +236,7 @@ FROM job_attempts WHERE run_id = %(id)s ORDER BY attempt, id
 """
 
 # retry: due now, lock cleared; dead and cancelled runs get a fresh attempt budget.
-RUN_RETRY_MANY = f"""
+RUNS_RETRY_MANY = f"""
 WITH target AS (
     SELECT id, status FROM job_runs WHERE id = ANY(%(ids)s) ORDER BY id FOR UPDATE
 ),
@@ -244,7 +257,7 @@ SELECT t.id, t.status, c.id IS NOT NULL AS changed
 FROM target t LEFT JOIN changed c USING (id)
 """
 
-RUN_CANCEL_MANY = f"""
+RUNS_CANCEL_MANY = f"""
 WITH target AS (
     SELECT id, status FROM job_runs WHERE id = ANY(%(ids)s) ORDER BY id FOR UPDATE
 ),
@@ -261,8 +274,8 @@ SELECT t.id, t.status, c.id IS NOT NULL AS changed
 FROM target t LEFT JOIN changed c USING (id)
 """
 
-RUN_LIST = f"""
-SELECT {RUN_COLUMNS} FROM job_runs
+RUNS_LIST = f"""
+SELECT {_RUN_COLUMNS} FROM job_runs
 WHERE (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s))
   AND (%(job_types)s::text[] IS NULL OR job_type = ANY(%(job_types)s))
 ORDER BY id DESC
@@ -313,7 +326,7 @@ SELECT EXISTS (SELECT 1 FROM held), EXISTS (SELECT 1 FROM recorded)
 # Retention: a key goes once its run is gone (pruned) and it is older than the
 # retention. A key whose run still exists is kept whatever its age: that run may
 # still be retried, and forgetting the key would repeat the effect.
-EFFECT_DELETE_MANY = f"""
+EFFECTS_PRUNE_MANY = f"""
 WITH doomed AS (
     SELECT e.key FROM job_effects e
     WHERE e.created_at < {_NOW} - make_interval(secs => %(older_than)s)
@@ -332,7 +345,7 @@ WHERE e.key = d.key
 # Everything `status`, `metrics` and `check` need about runs, in one scan: one
 # row per (job type, status) with the counts and ages that matter. The clock row
 # is joined on so an empty table still tells the database's time.
-RUN_SNAPSHOT = f"""
+RUNS_SNAPSHOT = f"""
 WITH clock AS (SELECT {_NOW} AS now),
 cells AS (
     SELECT r.job_type, r.status, count(*) AS runs,
@@ -351,7 +364,7 @@ FROM clock LEFT JOIN cells ON true
 ORDER BY cells.job_type, cells.status
 """
 
-DEFINITION_LIST_SCHEDULES = """
+DEFINITIONS_LIST_SCHEDULES = """
 SELECT name, job_type, schedule, timezone, enabled, next_fire_at
 FROM job_definitions
 ORDER BY enabled DESC, next_fire_at NULLS LAST, name
@@ -359,9 +372,9 @@ ORDER BY enabled DESC, next_fire_at NULLS LAST, name
 
 # Run time of runs that finished recently, per job type. Cancelled runs are left
 # out: their started_at belongs to an attempt that never reported back.
-RUN_DURATIONS_RECENT = f"""
-SELECT job_type, count(*), sum(seconds),
-       percentile_cont(%(quantiles)s::float8[]) WITHIN GROUP (ORDER BY seconds)
+RUNS_SUMMARIZE_DURATIONS = f"""
+SELECT job_type, count(*) AS count, sum(seconds) AS total,
+       percentile_cont(%(quantiles)s::float8[]) WITHIN GROUP (ORDER BY seconds) AS seconds
 FROM (
     SELECT job_type, extract(epoch FROM finished_at - started_at)::float8 AS seconds
     FROM job_runs
@@ -376,7 +389,7 @@ ORDER BY job_type
 # terminal statuses are spelled out again here: whatever the caller passes, a
 # run that may still execute is never deleted. Attempts go with their run
 # (ON DELETE CASCADE).
-RUN_PRUNE_BATCH = f"""
+RUNS_PRUNE_BATCH = f"""
 WITH batch AS MATERIALIZED (
     SELECT id FROM job_runs
     WHERE status IN ('succeeded', 'dead', 'cancelled') AND status = ANY(%(statuses)s)
@@ -391,7 +404,7 @@ gone AS (
 SELECT status, count(*) FROM gone GROUP BY status
 """
 
-RUN_PRUNE_COUNT = f"""
+RUNS_COUNT_PRUNABLE = f"""
 SELECT status, count(*) FROM job_runs
 WHERE status IN ('succeeded', 'dead', 'cancelled') AND status = ANY(%(statuses)s)
   AND finished_at < {_NOW} - make_interval(secs => %(older_than)s)
@@ -403,7 +416,7 @@ GROUP BY status
 
 CLOCK_NOW = f"SELECT {_NOW}"
 
-DEFINITION_COLUMNS = (
+_DEFINITION_COLUMNS = (
     "id, name, job_type, payload, schedule, timezone, scope, max_attempts, priority, catch_up,"
     " catch_up_limit, enabled, materialized_through, next_fire_at, created_at, updated_at"
 )
@@ -418,7 +431,7 @@ VALUES (%(name)s, %(job_type)s, %(payload)s::jsonb, %(schedule)s, %(timezone)s, 
         %(max_attempts)s, %(priority)s, %(catch_up)s, %(catch_up_limit)s, %(enabled)s,
         %(now)s, %(next_fire_at)s, %(now)s, %(now)s)
 ON CONFLICT (name) DO NOTHING
-RETURNING {DEFINITION_COLUMNS}
+RETURNING {_DEFINITION_COLUMNS}
 """
 
 DEFINITION_UPDATE = f"""
@@ -429,7 +442,7 @@ SET job_type = %(job_type)s, payload = %(payload)s::jsonb, schedule = %(schedule
     enabled = %(enabled)s, materialized_through = %(materialized_through)s,
     next_fire_at = %(next_fire_at)s, updated_at = %(now)s
 WHERE id = %(id)s
-RETURNING {DEFINITION_COLUMNS}
+RETURNING {_DEFINITION_COLUMNS}
 """
 
 # Pausing keeps the mark; resuming moves it to now (computed by the caller).
@@ -438,27 +451,27 @@ UPDATE job_definitions
 SET enabled = %(enabled)s, materialized_through = %(materialized_through)s,
     next_fire_at = %(next_fire_at)s, updated_at = %(now)s
 WHERE id = %(id)s
-RETURNING {DEFINITION_COLUMNS}
+RETURNING {_DEFINITION_COLUMNS}
 """
 
-DEFINITION_GET_BY_NAME = f"SELECT {DEFINITION_COLUMNS} FROM job_definitions WHERE name = %(name)s"
+DEFINITION_GET = f"SELECT {_DEFINITION_COLUMNS} FROM job_definitions WHERE name = %(name)s"
 
 # Waits for a tick that is materializing this definition, so a pause or resume never
 # interleaves with its high-water mark moving.
-DEFINITION_LOCK_BY_NAME = DEFINITION_GET_BY_NAME + " FOR UPDATE"
+DEFINITION_GET_FOR_UPDATE = DEFINITION_GET + " FOR UPDATE"
 
-DEFINITION_LIST = f"SELECT {DEFINITION_COLUMNS} FROM job_definitions ORDER BY name"
+DEFINITIONS_LIST = f"SELECT {_DEFINITION_COLUMNS} FROM job_definitions ORDER BY name"
 
-DEFINITION_LOCK_ALL = DEFINITION_LIST + " FOR UPDATE"
+DEFINITIONS_LIST_FOR_UPDATE = DEFINITIONS_LIST + " FOR UPDATE"
 
 # Its runs stay, unlinked by a trigger (migration 0006).
 DEFINITION_DELETE = "DELETE FROM job_definitions WHERE id = %(id)s"
 
-DEFINITION_RUN_COUNTS = """
+DEFINITION_RUNS_COUNT_BY_STATUS = """
 SELECT status, count(*) FROM job_runs WHERE definition_id = %(id)s GROUP BY status
 """
 
-DEFINITION_RUNS_RECENT = """
+DEFINITION_RUNS_LIST_RECENT = """
 SELECT id, tenant_id, scheduled_for, status, attempts FROM job_runs
 WHERE definition_id = %(id)s
 ORDER BY scheduled_for DESC, id DESC
@@ -467,7 +480,7 @@ LIMIT %(limit)s
 
 # An idle tick's whole cost for schedules: one index probe, and the clock every batch of the
 # tick then uses, so all of them agree on what "due" means.
-DEFINITION_DUE_EXISTS = f"""
+DEFINITIONS_DUE_EXISTS = f"""
 SELECT {_NOW}, EXISTS (
     SELECT 1 FROM job_definitions WHERE enabled AND next_fire_at <= {_NOW}
 )
@@ -477,7 +490,7 @@ SELECT {_NOW}, EXISTS (
 # behind each other. A row another tick advanced meanwhile is re-checked against
 # `next_fire_at <= now` before it is locked, so it is not taken twice. Ordered by the due
 # index alone, so a batch is a short index range scan rather than a sort of everything due.
-DEFINITION_CLAIM_DUE_MANY = """
+DEFINITIONS_CLAIM_DUE_MANY = """
 SELECT id, name, schedule, timezone, scope, catch_up, catch_up_limit, materialized_through
 FROM job_definitions
 WHERE enabled AND next_fire_at <= %(now)s AND id <> ALL(%(skip)s::bigint[])
@@ -496,7 +509,7 @@ _OCCURRENCE_CONFLICT = (
 # make a tick create them again. The unique occurrence index settles any race that got past
 # the row locks. The arrays travel in binary: as text, each timestamp is formatted and quoted,
 # which for a batch of a thousand definitions took longer than the statement itself.
-RUN_MATERIALIZE_MANY = f"""
+RUNS_MATERIALIZE_MANY = f"""
 WITH occurrence AS (
     SELECT * FROM unnest(%(run_definition_ids)b::bigint[], %(scheduled_fors)b::timestamptz[])
         AS o(definition_id, scheduled_for)
@@ -526,7 +539,7 @@ SELECT (SELECT count(*) FROM created), (SELECT count(*) FROM advanced)
 # The operator's tenant query is embedded as a subquery (a FROM item admits a query and
 # nothing else); its first column, whatever it is called, is the tenant id (NULL and empty
 # ids are no tenants). Sorted, so the rows reach the occurrence index in key order.
-_RUN_MATERIALIZE_TENANTS = """
+_RUNS_MATERIALIZE_TENANTS = """
 INSERT INTO job_runs (definition_id, job_type, payload, tenant_id, scheduled_for, run_at,
                       max_attempts, priority, created_at, updated_at)
 SELECT d.id, d.job_type, d.payload, t.tenant_id, o.scheduled_for, o.scheduled_for,
@@ -544,15 +557,15 @@ CROSS JOIN (
 WHERE d.id = %(id)s
 """
 
-RUN_MATERIALIZE_TENANTS = _RUN_MATERIALIZE_TENANTS + _OCCURRENCE_CONFLICT
+RUNS_MATERIALIZE_TENANTS = _RUNS_MATERIALIZE_TENANTS + _OCCURRENCE_CONFLICT
 
 # When none of these occurrences has a run yet, which the caller checks while holding the
 # definition's row lock (no other tick can add one meanwhile), a plain INSERT does: it skips
 # the speculative insertion ON CONFLICT performs for every row, about a third of the cost
 # of a fan-out over 100,000 tenants. The occurrence index still refuses any duplicate.
-RUN_MATERIALIZE_TENANTS_FIRST = _RUN_MATERIALIZE_TENANTS
+RUNS_MATERIALIZE_TENANTS_FIRST = _RUNS_MATERIALIZE_TENANTS
 
-RUN_OCCURRENCES_EXIST = """
+RUNS_MATERIALIZE_TENANTS_OCCURRENCES_EXIST = """
 SELECT EXISTS (
     SELECT 1 FROM job_runs
     WHERE definition_id = %(id)s AND scheduled_for = ANY(%(scheduled_fors)s::timestamptz[])
@@ -560,4 +573,27 @@ SELECT EXISTS (
 """
 
 # Any constant works; this one spells "jobsched". Two deploys syncing at once apply in turn.
-DEFINITION_SYNC_LOCK = "SELECT pg_advisory_xact_lock(7669456938163791204)"
+DEFINITIONS_LOCK_FOR_SYNC = "SELECT pg_advisory_xact_lock(7669456938163791204)"
+
+
+# -- schema: the migrations applied, and applying them --
+
+MIGRATIONS_GET_LATEST_VERSION = "SELECT coalesce(max(version), 0) FROM jobrunner_migrations"
+
+# Transaction-scoped, so it works behind PgBouncer in transaction mode. Any constant
+# works; this one spells "jobrunr" (0x6A6F6272756E72) and only has to be unique per
+# database.
+MIGRATIONS_LOCK = "SELECT pg_advisory_xact_lock(29958816149106290)"
+
+MIGRATIONS_CREATE_TABLE = """
+CREATE TABLE IF NOT EXISTS jobrunner_migrations (
+    version integer PRIMARY KEY,
+    name text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now())
+"""
+
+MIGRATIONS_LIST_APPLIED = "SELECT version FROM jobrunner_migrations"
+
+MIGRATION_APPLY_RECORD = (
+    "INSERT INTO jobrunner_migrations (version, name) VALUES (%(version)s, %(name)s)"
+)

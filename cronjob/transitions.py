@@ -32,7 +32,7 @@ heartbeat or finalize.
 
 Failed or dead is decided in one place: an errored attempt is dead when the
 handler failed permanently or the attempt was the final one. "Final" is
-`queries.FINAL_ATTEMPT`, which the claim evaluates into `ClaimedRun.final_attempt`
+`queries._FINAL_ATTEMPT`, which the claim evaluates into `ClaimedRun.final_attempt`
 for `decide` below and which rescue evaluates for the runs it recovers.
 
 Each finalize is built by the constructor named for the status it writes.

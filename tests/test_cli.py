@@ -335,8 +335,9 @@ IDLE_TICK_MODULES = [
     "cronjob.queries",
     "cronjob.report",
     "cronjob.settings",
+    "cronjob.store",
+    "cronjob.store.preflight",
     "cronjob.tick",  # the story (run_tick) alone: its parts load only when there is work
-    "cronjob.waiting",
 ]
 
 

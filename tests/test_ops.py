@@ -562,7 +562,7 @@ def test_prune_never_deletes_unfinished_runs_whatever_it_is_asked(conn, aged):
 
     before = remaining(conn)
     conn.execute(
-        queries.RUN_PRUNE_BATCH,
+        queries.RUNS_PRUNE_BATCH,
         {"statuses": list(STATUSES), "older_than": 0, "limit": 1000, "now": None},
     )
     assert remaining(conn) == before - set(aged["old"]) - {aged["recent"]}

@@ -9,7 +9,7 @@ does the database work a tick does.
 
 from __future__ import annotations
 
-# A tick plans its claim with bitmap and sequential scans off (queries.CLAIM_PLAN),
+# A tick plans its claim with bitmap and sequential scans off (queries.RUNS_CLAIM_MANY_PLAN),
 # so a fresh, never analyzed table is still claimed by walking the dispatch index.
 # The ceiling's clients and the growth section's claim probes set the same for their
 # whole session.

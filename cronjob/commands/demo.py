@@ -20,11 +20,11 @@ def demo(database_url: str | None, handlers: str | None) -> None:
     schedule makes one run and a tenant-scoped one a run per tenant. The demo
     schedules are removed afterwards (their runs stay).
     """
+    from cronjob import store
     from cronjob.api import enqueue
     from cronjob.commands import load_handlers, open_database
     from cronjob.demo import DEMO_TENANTS_SQL
     from cronjob.handlers import registry
-    from cronjob.store import run_attempts_get, run_get
     from cronjob.tick import TickOptions, run_tick
 
     settings = Settings.build(database_url, handlers)
@@ -47,7 +47,7 @@ def demo(database_url: str | None, handlers: str | None) -> None:
         specs = {t: s for t, s in registry().items() if t.startswith("demo.")}
         options = TickOptions(tenants_sql=DEMO_TENANTS_SQL, owns_process=False)
         report = run_tick(conn, specs, connect=database.connect, options=options)
-        ids += _runs_of(conn, scheduled)
+        ids += store.runs_list_ids_by_definition(conn, scheduled)
         _remove_schedules(conn)
         click.echo(
             f"\nTick done: materialized {report.materialized} scheduled runs, "
@@ -56,11 +56,11 @@ def demo(database_url: str | None, handlers: str | None) -> None:
         )
         click.echo(f"{'ID':>6}  {'TYPE':<12} {'STATUS':<10} {'ATTEMPTS':<8}  WHAT HAPPENED")
         for run_id in ids:
-            run = run_get(conn, run_id)
+            run = store.run_get(conn, run_id)
             assert run is not None
             story = "; ".join(
                 f"attempt {a.attempt}: {a.error_type}: {a.message}"
-                for a in run_attempts_get(conn, run_id)
+                for a in store.run_attempts_get(conn, run_id)
             )
             if run.scheduled_for is not None:
                 tenant = f" for tenant {run.tenant_id}" if run.tenant_id else ""
@@ -99,13 +99,6 @@ def _define_schedules(conn: Any) -> list[int]:
         )
         created.append(definitions.add(conn, spec, now=clock - timedelta(seconds=61)).id)
     return created
-
-
-def _runs_of(conn: Any, definition_ids: list[int]) -> list[int]:
-    rows = conn.execute(
-        "SELECT id FROM job_runs WHERE definition_id = ANY(%s) ORDER BY id", [definition_ids]
-    )
-    return [row[0] for row in rows]
 
 
 def _remove_schedules(conn: Any) -> None:

@@ -138,8 +138,8 @@ def show(name: str, database_url: str | None, as_json: bool) -> None:
     conn = open_connection(database_url)
     with conn:
         found = definitions.get(conn, name)
-        counts = store.definition_run_counts(conn, found.id)
-        recent = store.definition_runs_recent(conn, found.id, limit=RECENT_RUNS_SHOWN)
+        counts = store.definition_runs_count_by_status(conn, found.id)
+        recent = store.definition_runs_list_recent(conn, found.id, limit=RECENT_RUNS_SHOWN)
     upcoming = definitions.upcoming_fire_times(found, UPCOMING_SHOWN)
     local = _in_zone(found.timezone)
     if as_json:

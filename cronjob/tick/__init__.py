@@ -57,7 +57,7 @@ from cronjob.settings import (
     DEFAULT_GRACE,
     DEFAULT_MAX_RUNTIME,
 )
-from cronjob.waiting import work_waiting
+from cronjob.store import tick_work_exists
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def run_tick(
     report = TickReport()
     started = time.monotonic()
     original = conn
-    if work_waiting(conn, handlers, now=options.now):  # idle probe
+    if tick_work_exists(conn, handlers, now=options.now):  # idle probe
         from cronjob.tick.busy import BusyTick, materialize, rescue
 
         tick = BusyTick(conn, handlers, connect=connect, options=options, report=report, log=log)

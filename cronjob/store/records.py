@@ -1,7 +1,8 @@
-"""One function per query: takes a connection, returns models, never commits on its own.
+"""The store's functions that read and write runs, definitions and effects, as models.
 
-The claim functions are the exception: on the autocommit connection they require,
-they group their statements in one transaction of their own.
+Like every store function they never commit on their own, but for the claim
+functions: on the autocommit connection they require, they group their statements
+in one transaction of their own.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from psycopg.rows import RowFactory, class_row, dict_row, kwargs_row
 
 from cronjob import queries
 from cronjob.models import (
@@ -30,7 +33,10 @@ from cronjob.models import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from uuid import UUID
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -78,15 +84,18 @@ def runs_insert_many(
         "tenants": [r.tenant_id for r in runs],
         "now": now,
     }
-    rows = conn.execute(queries.RUN_INSERT_MANY, params).fetchall()
-    ids: list[int | None] = [row[2] for row in rows]
-    missing = [rows[i][1] for i, run_id in enumerate(ids) if run_id is None]
+    rows = conn.cursor(row_factory=dict_row).execute(queries.RUNS_INSERT_MANY, params).fetchall()
+    missing = [row["idempotency_key"] for row in rows if row["id"] is None]
     if missing:
         # Another transaction inserted these keys while ours waited on them; they
         # are visible now, in a statement with a fresh snapshot.
-        found = dict(conn.execute(queries.RUN_GET_IDS_BY_KEY, {"keys": missing}).fetchall())
-        ids = [found[rows[i][1]] if run_id is None else run_id for i, run_id in enumerate(ids)]
-    return [Enqueued(int(run_id), bool(row[3])) for run_id, row in zip(ids, rows, strict=False)]  # type: ignore[arg-type]
+        found = dict(
+            conn.execute(queries.RUNS_INSERT_MANY_IDS_BY_KEY, {"keys": missing}).fetchall()
+        )
+        for row in rows:
+            if row["id"] is None:
+                row["id"] = found[row["idempotency_key"]]
+    return [Enqueued(id=int(row["id"]), created=bool(row["created"])) for row in rows]
 
 
 def runs_claim_many(
@@ -103,14 +112,14 @@ def runs_claim_many(
     _require_autocommit(conn)
     params = _claim_params(job_types, leases, max_attempts, limit, worker, now)
     with conn.pipeline(), conn.transaction():
-        conn.execute(queries.CLAIM_PLAN)
-        claiming = conn.execute(queries.RUN_CLAIM_MANY, params)
+        conn.execute(queries.RUNS_CLAIM_MANY_PLAN)
+        claiming = conn.execute(queries.RUNS_CLAIM_MANY, params)
     return _claimed_runs(claiming.fetchall(), params["token"])
 
 
 def _require_autocommit(conn: Any) -> None:
     # Inside a caller's transaction the claim would commit only with it, and the
-    # planner settings of queries.CLAIM_PLAN would stay on for the rest of it.
+    # planner settings of queries.RUNS_CLAIM_MANY_PLAN would stay on for the rest of it.
     if not conn.autocommit:
         raise ValueError("claiming needs an autocommit connection: a claim commits on its own")
 
@@ -142,7 +151,7 @@ def runs_finalize_many(
     """Apply decisions; returns the ids whose lease was still held (the others are lost)."""
     if not decisions:
         return set()
-    rows = conn.execute(queries.RUN_FINALIZE_MANY, _finalize_params(decisions, worker, now))
+    rows = conn.execute(queries.RUNS_FINALIZE_MANY, _finalize_params(decisions, worker, now))
     return {row[0] for row in rows.fetchall()}
 
 
@@ -153,6 +162,8 @@ _decode_payload = json.JSONDecoder().decode
 
 
 def _claimed_runs(rows: list[Sequence[Any]], token: UUID) -> list[ClaimedRun]:
+    # By position, on the tick's hot path: the columns are queries.RUNS_CLAIM_MANY_COLUMNS,
+    # which lists ClaimedRun's fields in order, bar the lease token.
     decode = _decode_payload
     return [
         ClaimedRun(run_id, job_type, decode(payload), tenant, due, attempt, final, token)
@@ -185,10 +196,10 @@ def runs_finalize_and_claim_many(
     claim_params = _claim_params(job_types, leases, max_attempts, limit, worker, now)
     with conn.pipeline(), conn.transaction():
         finalized = conn.execute(
-            queries.RUN_FINALIZE_MANY, _finalize_params(decisions, worker, now)
+            queries.RUNS_FINALIZE_MANY, _finalize_params(decisions, worker, now)
         )
-        conn.execute(queries.CLAIM_PLAN)
-        claiming = conn.execute(queries.RUN_CLAIM_MANY, claim_params)
+        conn.execute(queries.RUNS_CLAIM_MANY_PLAN)
+        claiming = conn.execute(queries.RUNS_CLAIM_MANY, claim_params)
     return {row[0] for row in finalized.fetchall()}, _claimed_runs(
         claiming.fetchall(), claim_params["token"]
     )
@@ -217,7 +228,7 @@ def runs_heartbeat_many(
 ) -> dict[int, datetime]:
     """Renew leases; returns the new lease expiry of each run still held."""
     rows = conn.execute(
-        queries.RUN_HEARTBEAT_MANY,
+        queries.RUNS_HEARTBEAT_MANY,
         {
             "ids": [r.id for r in runs],
             "tokens": [r.lease_token for r in runs],
@@ -234,24 +245,42 @@ def runs_hand_back_many(
     if not runs:
         return set()
     rows = conn.execute(
-        queries.RUN_HAND_BACK_MANY,
+        queries.RUNS_HAND_BACK_MANY,
         {"ids": [r.id for r in runs], "tokens": [r.lease_token for r in runs], "now": now},
     ).fetchall()
     return {row[0] for row in rows}
 
 
 def runs_rescue_many(conn: Any, *, limit: int = 1000, now: datetime | None = None) -> list[int]:
-    rows = conn.execute(queries.RUN_RESCUE_MANY, {"limit": limit, "now": now}).fetchall()
+    rows = conn.execute(queries.RUNS_RESCUE_MANY, {"limit": limit, "now": now}).fetchall()
     return [row[0] for row in rows]
 
 
+def _with_status(model: Callable[..., _T]) -> RowFactory[_T]:
+    """Rows of a model whose `status` column is a Status."""
+
+    def build(*, status: str, **columns: Any) -> _T:
+        return model(status=Status(status), **columns)
+
+    return kwargs_row(build)
+
+
+_RUN = _with_status(Run)
+_ATTEMPT = class_row(Attempt)
+
+
 def run_get(conn: Any, run_id: int) -> Run | None:
-    row = conn.execute(queries.RUN_GET, {"id": run_id}).fetchone()
-    return _run(row) if row else None
+    return conn.cursor(row_factory=_RUN).execute(queries.RUN_GET, {"id": run_id}).fetchone()
+
+
+def runs_list_ids_by_definition(conn: Any, definition_ids: Sequence[int]) -> list[int]:
+    params = {"definition_ids": list(definition_ids)}
+    return [row[0] for row in conn.execute(queries.RUNS_LIST_IDS_BY_DEFINITION, params).fetchall()]
 
 
 def run_attempts_get(conn: Any, run_id: int) -> list[Attempt]:
-    return [Attempt(*row) for row in conn.execute(queries.RUN_ATTEMPTS_GET, {"id": run_id})]
+    cursor = conn.cursor(row_factory=_ATTEMPT)
+    return cursor.execute(queries.RUN_ATTEMPTS_GET, {"id": run_id}).fetchall()
 
 
 def runs_list(
@@ -261,40 +290,46 @@ def runs_list(
     job_types: Sequence[str] | None = None,
     limit: int = 50,
 ) -> list[Run]:
-    rows = conn.execute(
-        queries.RUN_LIST,
-        {
-            "statuses": list(statuses) if statuses else None,
-            "job_types": list(job_types) if job_types else None,
-            "limit": limit,
-        },
-    ).fetchall()
-    return [_run(row) for row in rows]
+    params = {
+        "statuses": list(statuses) if statuses else None,
+        "job_types": list(job_types) if job_types else None,
+        "limit": limit,
+    }
+    return conn.cursor(row_factory=_RUN).execute(queries.RUNS_LIST, params).fetchall()
 
 
 def runs_retry_many(conn: Any, ids: Sequence[int], *, now: datetime | None = None) -> list[Change]:
-    return _changes(conn, queries.RUN_RETRY_MANY, ids, now)
+    return _changes(conn, queries.RUNS_RETRY_MANY, ids, now)
 
 
 def runs_cancel_many(conn: Any, ids: Sequence[int], *, now: datetime | None = None) -> list[Change]:
-    return _changes(conn, queries.RUN_CANCEL_MANY, ids, now)
+    return _changes(conn, queries.RUNS_CANCEL_MANY, ids, now)
 
 
 def _changes(conn: Any, sql: str, ids: Sequence[int], now: datetime | None) -> list[Change]:
+    rows = conn.cursor(row_factory=dict_row).execute(sql, {"ids": list(ids), "now": now})
     found = {
-        row[0]: Change(row[0], Status(row[1]), row[2])
-        for row in conn.execute(sql, {"ids": list(ids), "now": now}).fetchall()
+        row["id"]: Change(id=row["id"], previous=Status(row["status"]), changed=row["changed"])
+        for row in rows.fetchall()
     }
-    return [found.get(i, Change(i, None, False)) for i in ids]
+    return [found.get(i, Change(id=i, previous=None, changed=False)) for i in ids]
 
 
-def _run(row: Sequence[Any]) -> Run:
-    values = list(row)
-    values[7] = Status(values[7])
-    return Run(*values)
+# -- effects: the handler's transaction and the effects ledger --
 
 
-# -- effects --
+def handler_transaction_mark(conn: Any, lease_token: str) -> None:
+    """Mark `conn`'s open transaction as the one opened for the run holding `lease_token`."""
+    conn.execute(queries.HANDLER_TRANSACTION_MARK, {"token": lease_token})
+
+
+def handler_transaction_get_mark(conn: Any) -> str | None:
+    """The lease token the transaction was marked with; None or '' once it ended."""
+    return conn.execute(queries.HANDLER_TRANSACTION_GET_MARK).fetchone()[0]
+
+
+def handler_transaction_restore_limits(conn: Any) -> None:
+    conn.execute(queries.HANDLER_TRANSACTION_RESTORE_LIMITS)
 
 
 def effect_insert_once(conn: Any, key: str, run: ClaimedRun) -> bool:
@@ -332,7 +367,7 @@ def effects_prune_many(
     params = {"older_than": float(older_than_seconds), "limit": batch_size, "now": now}
     total = 0
     while True:
-        deleted = conn.execute(queries.EFFECT_DELETE_MANY, params).rowcount
+        deleted = conn.execute(queries.EFFECTS_PRUNE_MANY, params).rowcount
         total += deleted
         if deleted < batch_size:
             return total
@@ -342,36 +377,41 @@ def effects_prune_many(
 
 
 def runs_snapshot(conn: Any, *, now: datetime | None = None) -> RunSnapshot:
-    rows = conn.execute(queries.RUN_SNAPSHOT, {"now": now}).fetchall()
-    cells = tuple(
-        RunCell(job_type, Status(status), runs, due, expired, oldest_due_at, last_started_at)
-        for _, job_type, status, runs, due, expired, oldest_due_at, last_started_at in rows
-        if job_type is not None
-    )
-    return RunSnapshot(rows[0][0], cells)
+    cursor = conn.cursor(row_factory=dict_row)
+    rows = cursor.execute(queries.RUNS_SNAPSHOT, {"now": now}).fetchall()
+    cells = tuple(_run_cell(**row) for row in rows if row["job_type"] is not None)
+    return RunSnapshot(now=rows[0]["now"], cells=cells)
+
+
+def _run_cell(*, now: datetime, status: str, **counts: Any) -> RunCell:
+    # `now` is on every row, and belongs to the snapshot rather than to a cell.
+    return RunCell(status=Status(status), **counts)
 
 
 def definitions_list_schedules(conn: Any) -> list[DefinitionSchedule]:
-    return [
-        DefinitionSchedule(*row)
-        for row in conn.execute(queries.DEFINITION_LIST_SCHEDULES).fetchall()
-    ]
+    cursor = conn.cursor(row_factory=class_row(DefinitionSchedule))
+    return cursor.execute(queries.DEFINITIONS_LIST_SCHEDULES).fetchall()
 
 
-def runs_durations_recent(
+def runs_summarize_durations(
     conn: Any,
     *,
     window: float,
     quantiles: Sequence[float],
     now: datetime | None = None,
 ) -> list[DurationSummary]:
-    rows = conn.execute(
-        queries.RUN_DURATIONS_RECENT,
+    rows = conn.cursor(row_factory=dict_row).execute(
+        queries.RUNS_SUMMARIZE_DURATIONS,
         {"window": window, "quantiles": list(quantiles), "now": now},
-    ).fetchall()
+    )
     return [
-        DurationSummary(job_type, count, total, tuple(zip(quantiles, values, strict=True)))
-        for job_type, count, total, values in rows
+        DurationSummary(
+            job_type=row["job_type"],
+            count=row["count"],
+            total=row["total"],
+            quantiles=tuple(zip(quantiles, row["seconds"], strict=True)),
+        )
+        for row in rows.fetchall()
     ]
 
 
@@ -385,14 +425,14 @@ def runs_prune_batch(
 ) -> dict[str, int]:
     """Delete one batch of finished runs; returns how many of each status went."""
     params = {"statuses": list(statuses), "older_than": older_than, "limit": limit, "now": now}
-    return dict(conn.execute(queries.RUN_PRUNE_BATCH, params).fetchall())
+    return dict(conn.execute(queries.RUNS_PRUNE_BATCH, params).fetchall())
 
 
-def runs_prune_count(
+def runs_count_prunable(
     conn: Any, *, statuses: Sequence[str], older_than: float, now: datetime | None = None
 ) -> dict[str, int]:
     params = {"statuses": list(statuses), "older_than": older_than, "now": now}
-    return dict(conn.execute(queries.RUN_PRUNE_COUNT, params).fetchall())
+    return dict(conn.execute(queries.RUNS_COUNT_PRUNABLE, params).fetchall())
 
 
 # -- schedules --
@@ -414,40 +454,40 @@ def clock_now(conn: Any, *, now: datetime | None = None) -> datetime:
     return conn.execute(queries.CLOCK_NOW, {"now": now}).fetchone()[0]
 
 
+_DEFINITION = class_row(Definition)
+
+
 def definition_insert(
     conn: Any, spec: DefinitionSpec, *, enabled: bool, now: datetime,
     next_fire_at: datetime | None,
 ) -> Definition | None:  # fmt: skip
     """Insert a definition starting at `now`; None when the name is taken."""
-    row = conn.execute(
-        queries.DEFINITION_INSERT,
-        {**_spec_params(spec), "enabled": enabled, "now": now, "next_fire_at": next_fire_at},
-    ).fetchone()
-    return Definition(*row) if row else None
+    params = {**_spec_params(spec), "enabled": enabled, "now": now, "next_fire_at": next_fire_at}
+    return (
+        conn.cursor(row_factory=_DEFINITION).execute(queries.DEFINITION_INSERT, params).fetchone()
+    )
 
 
 def definition_update(
     conn: Any, definition_id: int, spec: DefinitionSpec, *, enabled: bool, now: datetime,
     materialized_through: datetime, next_fire_at: datetime | None,
 ) -> Definition:  # fmt: skip
-    row = conn.execute(
+    return conn.cursor(row_factory=_DEFINITION).execute(
         queries.DEFINITION_UPDATE,
         {**_spec_params(spec), "id": definition_id, "enabled": enabled, "now": now,
          "materialized_through": materialized_through, "next_fire_at": next_fire_at},
     ).fetchone()  # fmt: skip
-    return Definition(*row)
 
 
 def definition_set_enabled(
     conn: Any, definition_id: int, enabled: bool, *, now: datetime,
     materialized_through: datetime, next_fire_at: datetime | None,
 ) -> Definition:  # fmt: skip
-    row = conn.execute(
+    return conn.cursor(row_factory=_DEFINITION).execute(
         queries.DEFINITION_SET_ENABLED,
         {"id": definition_id, "enabled": enabled, "now": now,
          "materialized_through": materialized_through, "next_fire_at": next_fire_at},
     ).fetchone()  # fmt: skip
-    return Definition(*row)
 
 
 def _spec_params(spec: DefinitionSpec) -> dict[str, Any]:
@@ -462,35 +502,35 @@ def _spec_params(spec: DefinitionSpec) -> dict[str, Any]:
 
 
 def definition_get(conn: Any, name: str, *, lock: bool = False) -> Definition | None:
-    sql = queries.DEFINITION_LOCK_BY_NAME if lock else queries.DEFINITION_GET_BY_NAME
-    row = conn.execute(sql, {"name": name}).fetchone()
-    return Definition(*row) if row else None
+    sql = queries.DEFINITION_GET_FOR_UPDATE if lock else queries.DEFINITION_GET
+    return conn.cursor(row_factory=_DEFINITION).execute(sql, {"name": name}).fetchone()
 
 
 def definitions_list(conn: Any, *, lock: bool = False) -> list[Definition]:
-    sql = queries.DEFINITION_LOCK_ALL if lock else queries.DEFINITION_LIST
-    return [Definition(*row) for row in conn.execute(sql).fetchall()]
+    sql = queries.DEFINITIONS_LIST_FOR_UPDATE if lock else queries.DEFINITIONS_LIST
+    return conn.cursor(row_factory=_DEFINITION).execute(sql).fetchall()
 
 
 def definition_delete(conn: Any, definition_id: int) -> None:
     conn.execute(queries.DEFINITION_DELETE, {"id": definition_id})
 
 
-def definition_run_counts(conn: Any, definition_id: int) -> dict[Status, int]:
-    rows = conn.execute(queries.DEFINITION_RUN_COUNTS, {"id": definition_id}).fetchall()
+def definition_runs_count_by_status(conn: Any, definition_id: int) -> dict[Status, int]:
+    rows = conn.execute(queries.DEFINITION_RUNS_COUNT_BY_STATUS, {"id": definition_id}).fetchall()
     return {Status(status): number for status, number in rows}
 
 
-def definition_runs_recent(conn: Any, definition_id: int, *, limit: int) -> list[DefinitionRun]:
-    rows = conn.execute(
-        queries.DEFINITION_RUNS_RECENT, {"id": definition_id, "limit": limit}
-    ).fetchall()
-    return [DefinitionRun(r[0], r[1], r[2], Status(r[3]), r[4]) for r in rows]
+def definition_runs_list_recent(
+    conn: Any, definition_id: int, *, limit: int
+) -> list[DefinitionRun]:
+    cursor = conn.cursor(row_factory=_with_status(DefinitionRun))
+    params = {"id": definition_id, "limit": limit}
+    return cursor.execute(queries.DEFINITION_RUNS_LIST_RECENT, params).fetchall()
 
 
 def definitions_due_exists(conn: Any, *, now: datetime | None = None) -> tuple[datetime, bool]:
     """The clock this tick materializes by, and whether any definition is due by it."""
-    clock, due = conn.execute(queries.DEFINITION_DUE_EXISTS, {"now": now}).fetchone()
+    clock, due = conn.execute(queries.DEFINITIONS_DUE_EXISTS, {"now": now}).fetchone()
     return clock, due
 
 
@@ -498,10 +538,9 @@ def definitions_claim_due_many(
     conn: Any, *, now: datetime, limit: int, skip: Sequence[int] = ()
 ) -> list[DueDefinition]:
     """Lock up to `limit` due definitions no other tick holds; call inside a transaction."""
-    rows = conn.execute(
-        queries.DEFINITION_CLAIM_DUE_MANY, {"now": now, "limit": limit, "skip": list(skip)}
-    ).fetchall()
-    return [DueDefinition(*row) for row in rows]
+    cursor = conn.cursor(row_factory=class_row(DueDefinition))
+    params = {"now": now, "limit": limit, "skip": list(skip)}
+    return cursor.execute(queries.DEFINITIONS_CLAIM_DUE_MANY, params).fetchall()
 
 
 def runs_materialize_many(
@@ -517,7 +556,7 @@ def runs_materialize_many(
         run_definition_ids.extend([advance.definition.id] * len(advance.scheduled_fors))
         scheduled_fors.extend(advance.scheduled_fors)
     created, _ = conn.execute(
-        queries.RUN_MATERIALIZE_MANY,
+        queries.RUNS_MATERIALIZE_MANY,
         {
             "run_definition_ids": run_definition_ids,
             "scheduled_fors": scheduled_fors,
@@ -542,13 +581,15 @@ def runs_materialize_tenants(
         "scheduled_fors": list(advance.scheduled_fors),
         "now": now,
     }
-    first = not conn.execute(queries.RUN_OCCURRENCES_EXIST, params).fetchone()[0]
-    template = queries.RUN_MATERIALIZE_TENANTS_FIRST if first else queries.RUN_MATERIALIZE_TENANTS
+    first = not conn.execute(queries.RUNS_MATERIALIZE_TENANTS_OCCURRENCES_EXIST, params).fetchone()[
+        0
+    ]
+    template = queries.RUNS_MATERIALIZE_TENANTS_FIRST if first else queries.RUNS_MATERIALIZE_TENANTS
     # The tenant query is the operator's own SQL: `%` in it must not read as a placeholder.
     sql = template.replace("{tenants_sql}", tenants_sql.replace("%", "%%"))
     return conn.execute(sql, params).rowcount
 
 
-def definitions_sync_lock(conn: Any) -> None:
+def definitions_lock_for_sync(conn: Any) -> None:
     """Wait for any other `schedule sync` to finish; held until this transaction ends."""
-    conn.execute(queries.DEFINITION_SYNC_LOCK)
+    conn.execute(queries.DEFINITIONS_LOCK_FOR_SYNC)

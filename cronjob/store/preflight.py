@@ -1,0 +1,43 @@
+"""What runs before any work: migrating, checking the schema, asking whether there is work.
+
+Plain values in and out, and no import beyond the statements: an idle tick runs two
+of these and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from cronjob import queries
+
+
+def tick_work_exists(conn: Any, job_types: Iterable[str], *, now: datetime | None = None) -> bool:
+    """True if a run of `job_types` is due, a lease expired, or a schedule is due."""
+    params = {"job_types": list(job_types), "now": now}
+    return bool(conn.execute(queries.TICK_WORK_EXISTS, params).fetchone()[0])
+
+
+def migrations_get_latest_version(conn: Any) -> int:
+    """The schema version applied last (0: none); raises UndefinedTable before any."""
+    return int(conn.execute(queries.MIGRATIONS_GET_LATEST_VERSION).fetchone()[0])
+
+
+def migrations_lock(conn: Any) -> None:
+    """Wait for any other host's migrating to finish; held until this transaction ends."""
+    conn.execute(queries.MIGRATIONS_LOCK)
+
+
+def migrations_create_table(conn: Any) -> None:
+    conn.execute(queries.MIGRATIONS_CREATE_TABLE)
+
+
+def migrations_list_applied(conn: Any) -> set[int]:
+    return {row[0] for row in conn.execute(queries.MIGRATIONS_LIST_APPLIED).fetchall()}
+
+
+def migration_apply(conn: Any, sql_text: str, version: int, name: str) -> None:
+    """Run one migration file's statements and record its version, in the caller's transaction."""
+    conn.execute(sql_text)
+    conn.execute(queries.MIGRATION_APPLY_RECORD, {"version": version, "name": name})

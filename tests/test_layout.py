@@ -1,0 +1,205 @@
+"""Where things live: statements, the code that runs them, and the shapes they return.
+
+Nothing here needs a database: these read the source and the modules themselves.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import uuid
+from pathlib import Path
+
+from cronjob import queries
+from cronjob.models import ClaimedRun
+
+
+def _claim_columns() -> list[str]:
+    """The names the claim's columns come back under, in order."""
+    columns = re.split(r",(?![^()]*\))", queries.RUNS_CLAIM_MANY_COLUMNS)  # not inside (...)
+    return [column.split(" AS ")[-1].strip() for column in columns]
+
+
+def test_the_claim_returns_claimed_run_fields_in_their_order_all_but_the_lease_token():
+    assert _claim_columns() == [name for name in ClaimedRun._fields if name != "lease_token"]
+
+
+def test_a_claimed_run_takes_each_column_of_the_claim_into_the_field_of_its_name():
+    from cronjob import store
+
+    values: dict[str, object] = {name: f"<{name}>" for name in _claim_columns()}
+    values["payload"] = '{"from": "payload"}'  # the claim sends it as JSON text
+    token = uuid.uuid4()
+
+    [run] = store._claimed_runs([tuple(values.values())], token)
+
+    assert run.payload == {"from": "payload"}
+    assert run.lease_token == token
+    for name in _claim_columns():
+        if name != "payload":
+            assert getattr(run, name) == values[name], name
+
+
+# -- where SQL lives --
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "cronjob"
+STORE = PACKAGE / "store"
+
+# The start of a statement, as opposed to SQL named in prose: keywords in capitals (as
+# jobrunner writes SQL, and as prose does not) in the order a statement puts them, or
+# calls only SQL makes.
+SQL_STATEMENT = re.compile(
+    r"""
+      \bSELECT\b .{0,400}? \bFROM\b
+    | \bSELECT \s+ (?: \w+ \s* \( | \d | \* | DISTINCT\b | EXISTS\b )
+    | \bINSERT \s+ INTO \s+ \w+
+    | \bUPDATE \s+ \w+ (?: \s+ \w+ )? \s+ SET \s+ \w+
+    | \bDELETE \s+ FROM \s+ \w+
+    | \b(?: CREATE | ALTER | DROP ) \s+ (?: (?: UNIQUE \s+ )? INDEX | TABLE | VIEW | SEQUENCE
+                                        | TRIGGER | FUNCTION | SCHEMA | DATABASE | ROLE | TYPE )\b
+    | \bTRUNCATE \s+ (?: TABLE \s+ )? \w+
+    | \bSET \s+ (?: LOCAL | SESSION ) \s+ \w+
+    | \bWITH \s+ \w+ \s+ AS \s+ (?: (?: NOT \s+ )? MATERIALIZED \s+ )? \(
+    | (?i: \b(?: pg_advisory_\w+ | pg_try_advisory_\w+ | set_config | current_setting ) \s* \( )
+    """,
+    re.VERBOSE | re.DOTALL,
+)
+# psycopg's ways of sending SQL: a connection's or cursor's execute, executemany, copy.
+SQL_CALLS = frozenset({"execute", "executemany", "copy"})
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """The ids of the nodes that are docstrings: prose, whatever words they use."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            first = node.body[0] if node.body else None
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found
+
+
+def _imported_names(tree: ast.AST) -> set[str]:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+    return names
+
+
+def sql_found(source: str) -> list[str]:
+    """Each string holding a SQL statement, and each call that could send one, in `source`."""
+    tree = ast.parse(source)
+    docstrings = _docstrings(tree)
+    # `copy.copy(x)` is a module's function, not a connection's method.
+    modules = _imported_names(tree)
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in docstrings
+            and SQL_STATEMENT.search(node.value)
+        ):
+            found.append((node.lineno, f"SQL text {node.value.strip()[:60]!r}"))
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in SQL_CALLS
+            and not (isinstance(node.func.value, ast.Name) and node.func.value.id in modules)
+        ):
+            found.append((node.lineno, f".{node.func.attr}(...)"))
+    return [f"line {line}: {what}" for line, what in sorted(found)]
+
+
+def test_no_module_but_queries_and_the_store_holds_or_executes_sql():
+    outside = [
+        path
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path != PACKAGE / "queries.py" and STORE not in path.parents
+    ]
+    assert PACKAGE / "cli.py" in outside  # the walk reaches the package, subpackages too
+    assert PACKAGE / "commands" / "demo.py" in outside
+    found = {
+        str(path.relative_to(ROOT)): problems
+        for path in outside
+        if (problems := sql_found(path.read_text()))
+    }
+    assert found == {}
+
+
+def test_the_sql_check_sees_every_statement_in_queries():
+    statements = _statements()
+    assert len(statements) > 40
+    assert [name for name, sql in statements.items() if not SQL_STATEMENT.search(sql)] == []
+
+
+def test_the_sql_check_finds_statements_and_execute_calls_but_not_prose():
+    source = '''
+"""Deleting runs: one `DELETE ... WHERE finished_at < ...` would hold its locks for long."""
+import copy
+
+def step(conn, rows):
+    """Select the runs to show from what the user asked for."""
+    walker = copy.copy(rows)
+    message = "select a schedule from the list, or update the file and set it again"
+    conn.execute("SELECT id FROM job_runs WHERE id = %s", (1,))
+    with conn.cursor().copy(QUERY):
+        pass
+    conn.executemany(f"UPDATE job_runs SET status = {walker}", rows)
+    sql = "INSERT INTO job_runs (job_type) VALUES ('x')"
+    lock = "SELECT pg_advisory_xact_lock(1)"
+'''
+    assert [problem.split(":")[0] for problem in sql_found(source)] == [
+        "line 9", "line 9", "line 10", "line 12", "line 12", "line 13", "line 14",
+    ]  # fmt: skip
+
+
+# -- one name per statement --
+
+
+def _statements() -> dict[str, str]:
+    """queries' statements by name; column lists are parts of statements, not statements."""
+    return {
+        name: value
+        for name, value in vars(queries).items()
+        if name.isupper() and not name.startswith("_") and not name.endswith("_COLUMNS")
+        and isinstance(value, str)
+    }  # fmt: skip
+
+
+def _store_functions() -> dict[str, set[str]]:
+    """Each public store function, and the queries it names."""
+    functions = {}
+    for path in sorted(STORE.glob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
+                functions[node.name] = {
+                    used.attr
+                    for used in ast.walk(node)
+                    if isinstance(used, ast.Attribute)
+                    and isinstance(used.value, ast.Name)
+                    and used.value.id == "queries"
+                }
+    return functions
+
+
+def test_every_statement_is_run_by_the_store_function_that_bears_its_name():
+    functions = _store_functions()
+    unnamed, unused = [], []
+    for name in _statements():
+        owners = [f for f in functions if name == f.upper() or name.startswith(f.upper() + "_")]
+        if not owners:
+            unnamed.append(name)
+        elif name not in functions[max(owners, key=len)]:
+            unused.append(f"{name} (not run by {max(owners, key=len)})")
+    assert unnamed == []
+    assert unused == []
+
+
+def test_every_store_function_is_reached_through_cronjob_store():
+    from cronjob import store
+
+    missing = [name for name in _store_functions() if not hasattr(store, name)]
+    assert missing == []
