@@ -107,10 +107,15 @@ def runs_claim_many(
     limit: int,
     worker: str,
     now: datetime | None = None,
+    token: UUID | None = None,
 ) -> list[ClaimedRun]:
-    """Claim up to `limit` due runs in a transaction of their own (commits them)."""
+    """Claim up to `limit` due runs in a transaction of their own (commits them).
+
+    `token` is the claim's lease token (a new one unless given): a caller that knows
+    it can find what the claim holds even if its answer is lost.
+    """
     _require_autocommit(conn)
-    params = _claim_params(job_types, leases, max_attempts, limit, worker, now)
+    params = _claim_params(job_types, leases, max_attempts, limit, worker, now, token)
     with conn.pipeline(), conn.transaction():
         conn.execute(queries.RUNS_CLAIM_MANY_PLAN)
         claiming = conn.execute(queries.RUNS_CLAIM_MANY, params)
@@ -131,11 +136,12 @@ def _claim_params(
     limit: int,
     worker: str,
     now: datetime | None,
+    token: UUID | None,
 ) -> dict[str, Any]:
     import uuid  # the busy path only: an idle tick claims nothing
 
     return {
-        "token": uuid.uuid4(),
+        "token": token or uuid.uuid4(),
         "job_types": list(job_types),
         "leases": list(leases),
         "max_attempts": list(max_attempts),
@@ -181,6 +187,7 @@ def runs_finalize_and_claim_many(
     limit: int,
     worker: str,
     now: datetime | None = None,
+    token: UUID | None = None,
 ) -> tuple[set[int], list[ClaimedRun]]:
     """Finalize one batch and claim the next in one transaction and one round trip.
 
@@ -190,10 +197,10 @@ def runs_finalize_and_claim_many(
     if not decisions:
         return set(), runs_claim_many(
             conn, job_types=job_types, leases=leases, max_attempts=max_attempts,
-            limit=limit, worker=worker, now=now,
+            limit=limit, worker=worker, now=now, token=token,
         )  # fmt: skip
     _require_autocommit(conn)
-    claim_params = _claim_params(job_types, leases, max_attempts, limit, worker, now)
+    claim_params = _claim_params(job_types, leases, max_attempts, limit, worker, now, token)
     with conn.pipeline(), conn.transaction():
         finalized = conn.execute(
             queries.RUNS_FINALIZE_MANY, _finalize_params(decisions, worker, now)
@@ -249,6 +256,12 @@ def runs_hand_back_many(
         {"ids": [r.id for r in runs], "tokens": [r.lease_token for r in runs], "now": now},
     ).fetchall()
     return {row[0] for row in rows}
+
+
+def runs_hand_back_claim(conn: Any, token: UUID, *, now: datetime | None = None) -> list[int]:
+    """Hand back every run still held under one claim's lease token; returns their ids."""
+    rows = conn.execute(queries.RUNS_HAND_BACK_CLAIM, {"token": token, "now": now}).fetchall()
+    return sorted(row[0] for row in rows)
 
 
 def runs_rescue_many(conn: Any, *, limit: int = 1000, now: datetime | None = None) -> list[int]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from typing import Any
+from uuid import UUID
 
 from cronjob import transitions
 from cronjob.models import Errored
@@ -99,11 +100,20 @@ class Drain:
         try:
             kept, runs = self.connection.result()
         except StatementFailed:
-            self.producer.claim_failed()
+            self._recover_claim(self.producer.claim_failed())
             raise
         self.tally.finalized(self.producer.claimed(runs), kept)
         self.tally.report.claimed += len(runs)
         self.pool.add(runs)
+
+    def _recover_claim(self, token: UUID) -> None:
+        """Hand back what a failed claim holds, if its commit took effect after all."""
+        try:
+            held = self.leases.hand_back_claim(self.connection, token)
+        except StatementFailed:
+            return  # its runs, if any, are rescued once their leases expire
+        if held:
+            self.tally.claim_recovered(held)
 
     def _stop_claiming(self) -> None:
         """What no worker has started goes back at once; what runs gets the grace period."""
