@@ -40,6 +40,16 @@ def block_first(ctx: Any, payload: Any) -> None:
     raise RuntimeError("late outcome of the first attempt")
 
 
+@handler("fault.cleans_up")
+def cleans_up(ctx: Any, payload: Any) -> None:
+    """Works until told to stop, then takes `cleanup_ms` to clean up before returning."""
+    record(ctx)
+    if ctx.cancelled.wait(float(payload.get("seconds", 30))):
+        record(ctx, "cancelled")
+        time.sleep(float(payload.get("cleanup_ms", 500)) / 1000)
+        record(ctx, "cleaned_up")
+
+
 @handler("fault.sleep")
 def sleep(ctx: Any, payload: Any) -> None:
     """Sleeps `seconds`, ignoring cancellation, then succeeds."""
