@@ -14,9 +14,9 @@ _NOW = "coalesce(%(now)s::timestamptz, now())"
 _STATEMENT_NOW = "coalesce(%(now)s::timestamptz, statement_timestamp())"
 
 _RUN_COLUMNS = (
-    "id, definition_id, job_type, payload, tenant_id, scheduled_for, run_at, status, attempts,"
-    " max_attempts, priority, idempotency_key, locked_by, locked_until, last_error, error_type,"
-    " started_at, finished_at, created_at, updated_at"
+    "id, definition_id, job_type, payload::text AS payload, tenant_id, scheduled_for, run_at,"
+    " status, attempts, max_attempts, priority, idempotency_key, locked_by, locked_until,"
+    " last_error, error_type, started_at, finished_at, created_at, updated_at"
 )
 
 # Ids are drawn from the sequence up front so each input row can be matched to

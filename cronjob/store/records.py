@@ -30,6 +30,7 @@ from cronjob.models import (
     RunCell,
     RunSnapshot,
     Status,
+    UnreadablePayload,
 )
 
 if TYPE_CHECKING:
@@ -171,10 +172,28 @@ def _claimed_runs(rows: list[Sequence[Any]], token: UUID) -> list[ClaimedRun]:
     # By position, on the tick's hot path: the columns are queries.RUNS_CLAIM_MANY_COLUMNS,
     # which lists ClaimedRun's fields in order, bar the lease token.
     decode = _decode_payload
-    return [
-        ClaimedRun(run_id, job_type, decode(payload), tenant, due, attempt, final, token)
-        for run_id, job_type, payload, tenant, due, attempt, final in rows
-    ]
+    try:
+        return [
+            ClaimedRun(run_id, job_type, decode(payload), tenant, due, attempt, final, token)
+            for run_id, job_type, payload, tenant, due, attempt, final in rows
+        ]
+    except (RecursionError, ValueError):
+        # A payload written by someone else's SQL may be valid JSON that Python cannot
+        # read (nested thousands deep, an integer of thousands of digits): it fails its
+        # own run only, never the runs claimed beside it.
+        readable = _payload_or_unreadable
+        return [
+            ClaimedRun(run_id, job_type, readable(payload), tenant, due, attempt, final, token)
+            for run_id, job_type, payload, tenant, due, attempt, final in rows
+        ]
+
+
+def _payload_or_unreadable(text: str) -> Any:
+    try:
+        return _decode_payload(text)
+    except (RecursionError, ValueError) as exc:
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
+        return UnreadablePayload(f"the payload cannot be decoded: {reason}")
 
 
 def runs_finalize_and_claim_many(
@@ -278,7 +297,15 @@ def _with_status(model: Callable[..., _T]) -> RowFactory[_T]:
     return kwargs_row(build)
 
 
-_RUN = _with_status(Run)
+def _run(*, status: str, payload: str, **columns: Any) -> Run:
+    # A payload Python cannot decode is shown as the JSON text it is stored as:
+    # readers print what they can, one odd row never fails a listing.
+    decoded = _payload_or_unreadable(payload)
+    readable = payload if isinstance(decoded, UnreadablePayload) else decoded
+    return Run(status=Status(status), payload=readable, **columns)
+
+
+_RUN = kwargs_row(_run)
 _ATTEMPT = class_row(Attempt)
 
 
