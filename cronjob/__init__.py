@@ -7,16 +7,16 @@ from typing import TYPE_CHECKING, Any
 from cronjob.handlers import Backoff, Fail, Retry, handler
 
 if TYPE_CHECKING:
-    from cronjob.api import enqueue
+    from cronjob.api import enqueue, enqueue_async
 
-__all__ = ["Backoff", "Fail", "Retry", "enqueue", "handler"]
+__all__ = ["Backoff", "Fail", "Retry", "enqueue", "enqueue_async", "handler"]
 
 
 def __getattr__(name: str) -> Any:
     # enqueue pulls in the database layer; handler modules that only declare
     # handlers should not pay for it at import.
-    if name == "enqueue":
-        from cronjob.api import enqueue
+    if name in ("enqueue", "enqueue_async"):
+        from cronjob import api
 
-        return enqueue
+        return getattr(api, name)
     raise AttributeError(f"module 'cronjob' has no attribute {name!r}")

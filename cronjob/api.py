@@ -72,3 +72,31 @@ def enqueue(
         tenant_id=tenant_id,
     )
     return runs_insert_many(conn, [run])[0].id
+
+
+async def enqueue_async(
+    conn: Any,
+    job_type: str,
+    payload: Any = None,
+    *,
+    run_at: datetime | None = None,
+    delay: str | float | None = None,
+    idempotency_key: str | None = None,
+    max_attempts: int | None = None,
+    priority: int | None = None,
+    tenant_id: str | None = None,
+) -> int:
+    """As `enqueue`, on a psycopg AsyncConnection, in the caller's transaction."""
+    from cronjob.store import runs_insert_many_async
+
+    run = new_run(
+        job_type,
+        payload,
+        run_at=run_at,
+        delay=delay,
+        idempotency_key=idempotency_key,
+        max_attempts=max_attempts,
+        priority=priority,
+        tenant_id=tenant_id,
+    )
+    return (await runs_insert_many_async(conn, [run]))[0].id

@@ -28,6 +28,42 @@ class HandlerTransactionError(Exception):
 _EVENT_LOCK = threading.Lock()
 
 
+class CancelEvent(threading.Event):
+    """`ctx.cancelled`: a threading.Event that an `async def` handler can also await.
+
+    `ctx.cancelled.is_set()` polls it; `await ctx.cancelled` returns once it is set,
+    which the tick does from its own thread when the run is cancelled or its lease lost.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._waiters: list[tuple[Any, Any]] = []  # (event loop, future) of each awaiting task
+
+    def set(self) -> None:
+        with _EVENT_LOCK:
+            super().set()
+            waiters, self._waiters = self._waiters, []
+        for loop, future in waiters:
+            loop.call_soon_threadsafe(_resolve, future)
+
+    def __await__(self) -> Any:
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        with _EVENT_LOCK:
+            if self.is_set():
+                future.set_result(True)
+            else:
+                self._waiters.append((loop, future))
+        return future.__await__()
+
+
+def _resolve(future: Any) -> None:
+    if not future.done():
+        future.set_result(True)
+
+
 class JobContext:
     """Everything a handler may need about the run it is executing.
 
@@ -43,7 +79,7 @@ class JobContext:
         self.attempt: int = run.attempt
         self.tenant_id: str | None = run.tenant_id
         self.scheduled_for: datetime | None = run.scheduled_for
-        self._cancelled: threading.Event | None = None
+        self._cancelled: CancelEvent | None = None
         self._run = run
         self._connect = connect
         self._db: Any = None
@@ -51,14 +87,14 @@ class JobContext:
         self._log: Any = None
 
     @property
-    def cancelled(self) -> threading.Event:
+    def cancelled(self) -> CancelEvent:
         """Set when the run is cancelled or its lease is lost; check it in long loops."""
         # Made on first use: an Event costs more than a no-op handler, and most
         # handlers never look at it.
         if self._cancelled is None:
             with _EVENT_LOCK:
                 if self._cancelled is None:
-                    self._cancelled = threading.Event()
+                    self._cancelled = CancelEvent()
         return self._cancelled
 
     @property
@@ -183,3 +219,93 @@ def _check_key(key: Any, what: str) -> None:
         raise ValueError(f"{what}() key must not contain NUL characters")
     if len(key.encode()) > MAX_EFFECT_KEY_BYTES:
         raise ValueError(f"{what}() key is longer than {MAX_EFFECT_KEY_BYTES} bytes")
+
+
+class AsyncJobContext(JobContext):
+    """What an `async def` handler sees: `ctx` with its database calls awaited.
+
+    `await ctx.db` is a psycopg AsyncConnection inside a transaction that commits
+    together with the run's success, fenced by the lease, exactly as `ctx.db` is for a
+    plain handler; `await ctx.once(key)` and `await ctx.at_most_once(key)` likewise.
+    `connect_async(autocommit=...)` opens an AsyncConnection to the runner's database.
+    """
+
+    def __init__(
+        self, run: ClaimedRun, connect: Callable[..., Any], connect_async: Callable[..., Any]
+    ) -> None:
+        super().__init__(run, connect)
+        self._connect_async = connect_async
+
+    @property
+    def db(self) -> Any:  # an awaitable of the AsyncConnection
+        return self._handler_db()
+
+    async def _handler_db(self) -> Any:
+        if self._db is None:
+            from cronjob import store
+
+            conn = await self._connect_async(autocommit=False)
+            try:
+                await store.handler_transaction_mark_async(conn, self._token)
+            except BaseException:
+                await conn.close()
+                raise
+            self._db = conn
+        return self._db
+
+    async def once(self, key: str) -> bool:  # type: ignore[override]
+        """As JobContext.once, on the AsyncConnection of `await ctx.db`."""
+        from cronjob import store
+
+        _check_key(key, "once")
+        self._require_lease()
+        return await store.effect_insert_once_async(await self.db, key, self._run)
+
+    async def at_most_once(self, key: str) -> bool:  # type: ignore[override]
+        """As JobContext.at_most_once: the key is committed before this returns."""
+        from cronjob import store
+
+        _check_key(key, "at_most_once")
+        self._require_lease()
+        if self._side is None:
+            self._side = await self._connect_async(autocommit=True)
+        held, recorded = await store.effect_insert_at_most_once_async(self._side, key, self._run)
+        if not held:
+            self.cancelled.set()
+            raise LeaseLost(f"run {self.run_id} no longer holds its lease; {key!r} not recorded")
+        return recorded
+
+    async def handler_transaction_async(self) -> Any:
+        """`await ctx.db`, checked and ready for the runner to record success in it."""
+        from psycopg.pq import TransactionStatus
+
+        from cronjob import store
+
+        conn = self._db
+        if conn.closed:
+            raise HandlerTransactionError(
+                "the handler closed ctx.db, so its writes could not commit together with"
+                " the run's success"
+            )
+        if conn.info.transaction_status == TransactionStatus.INERROR:
+            raise HandlerTransactionError(
+                "ctx.db's transaction is aborted: a statement failed in it and the handler"
+                " carried on (wrap statements that may fail in `async with db.transaction():`)"
+            )
+        if await store.handler_transaction_get_mark_async(conn) != self._token:
+            raise HandlerTransactionError(
+                "the handler committed or rolled back ctx.db itself, so its writes could not"
+                " commit together with the run's success (use `db.transaction()` for"
+                " savepoints and let the runner commit)"
+            )
+        await store.handler_transaction_restore_limits_async(conn)
+        return conn
+
+    async def aclose(self) -> None:
+        """Close both connections; an uncommitted transaction rolls back."""
+        for name in ("_db", "_side"):
+            conn = getattr(self, name)
+            setattr(self, name, None)
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    await conn.close()

@@ -92,6 +92,46 @@ _REFUSES_STARTUP_OPTIONS: set[str] = set()
 def _open(url: str, *, autocommit: bool, application_name: str) -> Any:
     import psycopg
 
+    common = _connection_params(url, autocommit, application_name)
+    if url not in _REFUSES_STARTUP_OPTIONS:
+        try:
+            return psycopg.connect(url, options=startup_options(url), **common)
+        except psycopg.OperationalError as exc:
+            if "unsupported startup parameter" not in str(exc):
+                raise
+            # The timeouts cannot travel with the connection here, and a SET
+            # would stay on a pooled server connection that other clients get
+            # next; they belong on the login role instead (see the README).
+            _REFUSES_STARTUP_OPTIONS.add(url)
+    return psycopg.connect(url, **common)
+
+
+async def connect_async(
+    url: str, *, autocommit: bool = True, application_name: str = "jobrunner"
+) -> Any:
+    """An AsyncConnection with the same settings and limits as `connect` gives."""
+    import psycopg
+
+    common = _connection_params(url, autocommit, application_name)
+    try:
+        with database_errors():
+            if url not in _REFUSES_STARTUP_OPTIONS:
+                try:
+                    return await psycopg.AsyncConnection.connect(
+                        url, options=startup_options(url), **common
+                    )
+                except psycopg.OperationalError as exc:
+                    if "unsupported startup parameter" not in str(exc):
+                        raise
+                    _REFUSES_STARTUP_OPTIONS.add(url)
+            return await psycopg.AsyncConnection.connect(url, **common)
+    except DatabaseInterrupted as exc:
+        raise DatabaseUnavailable(f"cannot connect to the database: {exc.description}") from None
+    except DatabaseError as exc:
+        raise DatabaseUnavailable(f"invalid database URL: {exc.description}") from None
+
+
+def _connection_params(url: str, autocommit: bool, application_name: str) -> dict[str, Any]:
     common: dict[str, Any] = {
         "autocommit": autocommit,
         "connect_timeout": 5,
@@ -106,17 +146,7 @@ def _open(url: str, *, autocommit: bool, application_name: str) -> Any:
         # and then not read the file; pointing it at a path that cannot exist skips
         # the file just the same, silently.
         common["passfile"] = os.path.join(ignored, "not-read")
-    if url not in _REFUSES_STARTUP_OPTIONS:
-        try:
-            return psycopg.connect(url, options=startup_options(url), **common)
-        except psycopg.OperationalError as exc:
-            if "unsupported startup parameter" not in str(exc):
-                raise
-            # The timeouts cannot travel with the connection here, and a SET
-            # would stay on a pooled server connection that other clients get
-            # next; they belong on the login role instead (see the README).
-            _REFUSES_STARTUP_OPTIONS.add(url)
-    return psycopg.connect(url, **common)
+    return common
 
 
 _warned_password_files: set[str] = set()

@@ -59,6 +59,11 @@ class HandlerSpec:
     lease: float = DEFAULT_LEASE
     timeout: float | None = None
 
+    @property
+    def is_async(self) -> bool:
+        """An `async def` handler: its runs go to the tick's event loop, not to a thread."""
+        return is_coroutine_function(self.func)
+
 
 _registry: dict[str, HandlerSpec] = {}
 
@@ -89,6 +94,18 @@ def handler(
         return func
 
     return register
+
+
+_CO_COROUTINE = 0x80  # inspect.CO_COROUTINE, without importing inspect on the idle path
+
+
+def is_coroutine_function(func: Any) -> bool:
+    code = getattr(func, "__code__", None)
+    if code is not None:
+        return bool(code.co_flags & _CO_COROUTINE)
+    call = getattr(func, "__call__", None)  # noqa: B004 - a callable object's own method
+    code = getattr(call, "__code__", None)
+    return code is not None and bool(code.co_flags & _CO_COROUTINE)
 
 
 def registry() -> dict[str, HandlerSpec]:

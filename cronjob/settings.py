@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DEFAULT_CONCURRENCY = 4
+DEFAULT_ASYNC_CONCURRENCY = 100
 DEFAULT_CLAIM_BATCH_SIZE = 500
 DEFAULT_MAX_RUNTIME = 50.0  # ends inside the cron minute that started it
 DEFAULT_GRACE = 25.0  # below systemd's and Kubernetes' default 30 s stop timeout

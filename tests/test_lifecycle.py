@@ -15,7 +15,7 @@ import pytest
 import tests.handlers.basic  # noqa: F401 - registers the test handlers
 from cronjob import store
 from cronjob.api import enqueue
-from cronjob.db import connect
+from cronjob.db import connect, connect_async
 from cronjob.handlers import registry
 from cronjob.report import TickReport
 from cronjob.tick import TickOptions, run_tick
@@ -30,6 +30,7 @@ def tick(db_url: str, *types: str, now: datetime | None = None, **options: Any) 
             conn,
             specs,
             connect=lambda autocommit=True: connect(db_url, autocommit=autocommit),
+            connect_async=lambda autocommit=True: connect_async(db_url, autocommit=autocommit),
             options=TickOptions(now=now, owns_process=False, **options),
         )
     finally:

@@ -19,6 +19,11 @@ class Database:
 
         return connect(self.url, autocommit=autocommit)
 
+    async def connect_async(self, *, autocommit: bool = True) -> Any:
+        from cronjob.db import connect_async
+
+        return await connect_async(self.url, autocommit=autocommit)
+
 
 def open_database(settings: Settings, *, require_schema: bool = True) -> tuple[Database, Any]:
     """Resolve the URL, connect, and check the schema (migrating the embedded server)."""

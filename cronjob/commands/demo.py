@@ -46,7 +46,10 @@ def demo(database_url: str | None, handlers: str | None) -> None:
         )
         specs = {t: s for t, s in registry().items() if t.startswith("demo.")}
         options = TickOptions(tenants_sql=DEMO_TENANTS_SQL, owns_process=False)
-        report = run_tick(conn, specs, connect=database.connect, options=options)
+        report = run_tick(
+            conn, specs, connect=database.connect, connect_async=database.connect_async,
+            options=options,
+        )  # fmt: skip
         ids += store.runs_list_ids_by_definition(conn, scheduled)
         _remove_schedules(conn)
         click.echo(

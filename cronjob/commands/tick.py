@@ -6,6 +6,7 @@ import click
 
 from cronjob.cli import database_url_option, handlers_option, json_option
 from cronjob.settings import (
+    DEFAULT_ASYNC_CONCURRENCY,
     DEFAULT_CLAIM_BATCH_SIZE,
     DEFAULT_CONCURRENCY,
     DEFAULT_GRACE,
@@ -40,7 +41,14 @@ def _duration(what: str, minimum: float = 0.0):
     type=click.IntRange(1, 256),
     default=DEFAULT_CONCURRENCY,
     show_default=True,
-    help="Handler threads.",
+    help="Handler threads, for plain (def) handlers.",
+)
+@click.option(
+    "--async-concurrency",
+    type=click.IntRange(1, 10000),
+    default=DEFAULT_ASYNC_CONCURRENCY,
+    show_default=True,
+    help="Coroutines of async def handlers run at once, on one event loop beside the threads.",
 )
 @click.option(
     "--batch-size",
@@ -99,6 +107,7 @@ def tick(
     database_url: str | None,
     handlers: str | None,
     concurrency: int,
+    async_concurrency: int,
     batch_size: int,
     max_runtime: float,
     lease: float | None,
@@ -131,13 +140,16 @@ def tick(
     load_handlers(settings)
     specs = require_types([t.strip() for t in types.split(",") if t.strip()] if types else None)
     options = TickOptions(
-        concurrency=concurrency, batch_size=batch_size, max_runtime=max_runtime, grace=grace,
-        lease=lease, tenants_sql=settings.tenants_sql, prune_older_than=prune_older_than,
-        metrics_path=metrics_path,
+        concurrency=concurrency, async_concurrency=async_concurrency, batch_size=batch_size,
+        max_runtime=max_runtime, grace=grace, lease=lease, tenants_sql=settings.tenants_sql,
+        prune_older_than=prune_older_than, metrics_path=metrics_path,
     )  # fmt: skip
     database, conn = open_database(settings)
     try:
-        report = run_tick(conn, specs, connect=database.connect, options=options)
+        report = run_tick(
+            conn, specs, connect=database.connect, connect_async=database.connect_async,
+            options=options,
+        )  # fmt: skip
     except ConnectionLost as exc:
         log.get_logger().warning("tick stopped", **exc.report.summary())
         raise

@@ -74,7 +74,21 @@ def runs_insert_many(
 ) -> list[Enqueued]:
     if not runs:
         return []
-    params = {
+    cursor = conn.cursor(row_factory=dict_row)
+    rows = cursor.execute(queries.RUNS_INSERT_MANY, _insert_params(runs, now)).fetchall()
+    missing = [row["idempotency_key"] for row in rows if row["id"] is None]
+    found: dict[str, int] = {}
+    if missing:
+        # Another transaction inserted these keys while ours waited on them; they
+        # are visible now, in a statement with a fresh snapshot.
+        found = dict(
+            conn.execute(queries.RUNS_INSERT_MANY_IDS_BY_KEY, {"keys": missing}).fetchall()
+        )
+    return _enqueued(rows, found)
+
+
+def _insert_params(runs: Sequence[NewRun], now: datetime | None) -> dict[str, Any]:
+    return {
         "job_types": [r.job_type for r in runs],
         "payloads": [r.payload_json for r in runs],
         "run_ats": [r.run_at for r in runs],
@@ -85,18 +99,17 @@ def runs_insert_many(
         "tenants": [r.tenant_id for r in runs],
         "now": now,
     }
-    rows = conn.cursor(row_factory=dict_row).execute(queries.RUNS_INSERT_MANY, params).fetchall()
-    missing = [row["idempotency_key"] for row in rows if row["id"] is None]
-    if missing:
-        # Another transaction inserted these keys while ours waited on them; they
-        # are visible now, in a statement with a fresh snapshot.
-        found = dict(
-            conn.execute(queries.RUNS_INSERT_MANY_IDS_BY_KEY, {"keys": missing}).fetchall()
+
+
+def _enqueued(rows: list[dict[str, Any]], found: dict[str, int]) -> list[Enqueued]:
+    """Each input row's id: its own, or that of the run already holding its key."""
+    return [
+        Enqueued(
+            id=int(row["id"] if row["id"] is not None else found[row["idempotency_key"]]),
+            created=bool(row["created"]),
         )
-        for row in rows:
-            if row["id"] is None:
-                row["id"] = found[row["idempotency_key"]]
-    return [Enqueued(id=int(row["id"]), created=bool(row["created"])) for row in rows]
+        for row in rows
+    ]
 
 
 def runs_claim_many(
@@ -633,3 +646,64 @@ def runs_materialize_tenants(
 def definitions_lock_for_sync(conn: Any) -> None:
     """Wait for any other `schedule sync` to finish; held until this transaction ends."""
     conn.execute(queries.DEFINITIONS_LOCK_FOR_SYNC)
+
+
+# -- the same statements on an AsyncConnection: async handlers, enqueue_async -----
+
+
+async def runs_insert_many_async(
+    conn: Any, runs: Sequence[NewRun], *, now: datetime | None = None
+) -> list[Enqueued]:
+    if not runs:
+        return []
+    cursor = conn.cursor(row_factory=dict_row)
+    rows = await (
+        await cursor.execute(queries.RUNS_INSERT_MANY, _insert_params(runs, now))
+    ).fetchall()
+    missing = [row["idempotency_key"] for row in rows if row["id"] is None]
+    found: dict[str, int] = {}
+    if missing:
+        # As in runs_insert_many: keys another transaction inserted while ours waited.
+        found = dict(
+            await (
+                await conn.execute(queries.RUNS_INSERT_MANY_IDS_BY_KEY, {"keys": missing})
+            ).fetchall()
+        )
+    return _enqueued(rows, found)
+
+
+async def runs_finalize_many_async(
+    conn: Any, decisions: Sequence[Decision], *, worker: str, now: datetime | None = None
+) -> set[int]:
+    if not decisions:
+        return set()
+    params = _finalize_params(decisions, worker, now)
+    rows = await (await conn.execute(queries.RUNS_FINALIZE_MANY, params)).fetchall()
+    return {row[0] for row in rows}
+
+
+async def handler_transaction_mark_async(conn: Any, lease_token: str) -> None:
+    await conn.execute(queries.HANDLER_TRANSACTION_MARK, {"token": lease_token})
+
+
+async def handler_transaction_get_mark_async(conn: Any) -> str | None:
+    return (await (await conn.execute(queries.HANDLER_TRANSACTION_GET_MARK)).fetchone())[0]
+
+
+async def handler_transaction_restore_limits_async(conn: Any) -> None:
+    await conn.execute(queries.HANDLER_TRANSACTION_RESTORE_LIMITS)
+
+
+async def effect_insert_once_async(conn: Any, key: str, run: ClaimedRun) -> bool:
+    params = {"key": key, "run_id": run.id, "attempt": run.attempt}
+    return (await (await conn.execute(queries.EFFECT_INSERT_ONCE, params)).fetchone()) is not None
+
+
+async def effect_insert_at_most_once_async(
+    conn: Any, key: str, run: ClaimedRun
+) -> tuple[bool, bool]:
+    params = {"key": key, "run_id": run.id, "token": run.lease_token}
+    held, recorded = await (
+        await conn.execute(queries.EFFECT_INSERT_AT_MOST_ONCE, params)
+    ).fetchone()
+    return bool(held), bool(recorded)

@@ -44,6 +44,7 @@ the values made once per run (`ClaimedRun`, `Decision`) are named tuples.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -52,6 +53,7 @@ from typing import Any
 from cronjob.handlers import HandlerSpec
 from cronjob.report import TickReport
 from cronjob.settings import (
+    DEFAULT_ASYNC_CONCURRENCY,
     DEFAULT_CLAIM_BATCH_SIZE,
     DEFAULT_CONCURRENCY,
     DEFAULT_GRACE,
@@ -62,7 +64,8 @@ from cronjob.store import tick_work_exists
 
 @dataclass(frozen=True)
 class TickOptions:
-    concurrency: int = DEFAULT_CONCURRENCY
+    concurrency: int = DEFAULT_CONCURRENCY  # worker threads for plain handlers
+    async_concurrency: int = DEFAULT_ASYNC_CONCURRENCY  # coroutines of async def handlers
     batch_size: int = DEFAULT_CLAIM_BATCH_SIZE
     max_runtime: float = DEFAULT_MAX_RUNTIME
     grace: float = DEFAULT_GRACE
@@ -81,14 +84,16 @@ def run_tick(
     conn: Any,
     handlers: dict[str, HandlerSpec],
     *,
-    connect: Any,
+    connect: Callable[..., Any],
+    connect_async: Callable[..., Any] | None = None,
     options: TickOptions = TickOptions(),
     log: Any = None,
 ) -> TickReport:
     """One tick on `conn` (the caller's, and the caller closes it); returns what it did.
 
     `connect(autocommit=...)` opens further connections: for handlers' `ctx.db`, and
-    to replace the tick's own if it is lost (closed here). Raises `ConnectionLost`,
+    to replace the tick's own if it is lost (closed here); `connect_async(autocommit=...)`
+    opens the AsyncConnections of `async def` handlers' `ctx.db`. Raises `ConnectionLost`,
     with the report so far, when the database went away and could not be reached again.
     """
     report = TickReport()
@@ -97,7 +102,10 @@ def run_tick(
     if tick_work_exists(conn, handlers, now=options.now):  # idle probe
         from cronjob.tick.busy import BusyTick, materialize, rescue
 
-        tick = BusyTick(conn, handlers, connect=connect, options=options, report=report, log=log)
+        tick = BusyTick(
+            conn, handlers, connect=connect, connect_async=connect_async, options=options,
+            report=report, log=log,
+        )  # fmt: skip
         try:
             with tick.running():
                 tick.step("rescue", rescue)

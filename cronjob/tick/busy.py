@@ -44,6 +44,7 @@ class BusyTick:
         connect: Callable[..., Any],
         options: TickOptions,
         report: TickReport,
+        connect_async: Callable[..., Any] | None = None,
         log: Any = None,
     ) -> None:
         from cronjob.log import get_logger
@@ -56,6 +57,7 @@ class BusyTick:
         self.connection = ConnectionKeeper(conn, connect, self.log)
         self.tally = Tally(report, self.log)
         self._connect = connect
+        self._connect_async = connect_async
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
@@ -88,15 +90,20 @@ class BusyTick:
             gc.freeze()
         options = self.options
         leases = LeaseKeeper(self.handlers, lease=options.lease, now=options.now, log=self.log)
+        # Async handlers' runs wait on the event loop, not for a thread: room for them too.
+        places = options.concurrency + (
+            options.async_concurrency if any(s.is_async for s in self.handlers.values()) else 0
+        )
         Drain(
             connection=self.connection,
             producer=Producer(
-                self.handlers, leases=leases.leases, concurrency=options.concurrency,
+                self.handlers, leases=leases.leases, concurrency=places,
                 batch_size=options.batch_size, worker=self.worker, now=options.now,
             ),
             pool=Pool(
                 self.handlers, concurrency=options.concurrency, connect=self._connect,
-                worker=self.worker, now=options.now,
+                worker=self.worker, now=options.now, async_concurrency=options.async_concurrency,
+                connect_async=self._connect_async,
             ),
             leases=leases,
             shutdown=self.shutdown,

@@ -48,6 +48,7 @@ class Drain:
         self.leases = leases
         self.shutdown = shutdown
         self.tally = tally
+        self._blocker: int | None = None  # the run last named for blocking the event loop
 
     def run(self, deadline: float) -> None:
         try:
@@ -89,6 +90,7 @@ class Drain:
         self._record(pool.collect(wait))
         now = time.monotonic()
         self._time_out(now)
+        self._watch_event_loop(now)
         if producer.finalize_due(len(pool.flights), now):
             self._finalize()
         if pool.flights and self.leases.beat_due(now):
@@ -151,6 +153,20 @@ class Drain:
                 flight.run, error, flight.spec.backoff, now - flight.started
             ))  # fmt: skip
             self.tally.timed_out(flight.run, timeout)
+
+    def _watch_event_loop(self, now: float) -> None:
+        blocking = self.pool.blocking(now)
+        if blocking is None:
+            self._blocker = None
+            return
+        flight, lag = blocking
+        if flight is not None and flight.run.id != self._blocker:
+            self._blocker = flight.run.id
+            self.tally.log.warning(
+                "an async handler blocks the event loop: every other async run waits "
+                "(use `await`, or a plain handler for blocking or CPU-bound work)",
+                run_id=flight.run.id, job_type=flight.run.job_type, blocked_s=round(lag, 1),
+            )  # fmt: skip
 
     def _finalize(self) -> None:
         decisions, write = self.producer.finalize()

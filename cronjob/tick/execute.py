@@ -11,7 +11,7 @@ import traceback
 from datetime import datetime
 
 from cronjob import store, transitions
-from cronjob.context import JobContext
+from cronjob.context import AsyncJobContext, JobContext
 from cronjob.handlers import Fail, HandlerSpec, Retry
 from cronjob.models import ClaimedRun, Errored, Outcome, Succeeded, UnreadablePayload
 
@@ -21,8 +21,7 @@ TRACEBACK_LIMIT = 8000
 def execute(spec: HandlerSpec, run: ClaimedRun, ctx: JobContext) -> Outcome:
     """Call the handler and turn whatever happens into an Outcome. Never raises."""
     if type(run.payload) is UnreadablePayload:
-        # Retrying cannot help: the same text comes back on every claim.
-        return Errored("UnreadablePayload", run.payload.reason, permanent=True)
+        return _unreadable(run.payload)
     try:
         returned = spec.func(ctx, run.payload)
         if hasattr(returned, "__await__"):
@@ -30,17 +29,42 @@ def execute(spec: HandlerSpec, run: ClaimedRun, ctx: JobContext) -> Outcome:
             if close is not None:
                 close()  # no "never awaited" warning: the error below says it all
             raise TypeError(
-                f"the handler for {spec.job_type!r} returned an awaitable: "
-                "handlers must be plain functions, not async ones"
+                f"the handler for {spec.job_type!r} returned an awaitable though it is not "
+                "an `async def` function: declare it with `async def`"
             )
-    except Retry as exc:
+    except BaseException as exc:  # even SystemExit: a handler's failure is recorded, never raised
+        return outcome_of(exc)
+    return Succeeded()
+
+
+async def execute_async(spec: HandlerSpec, run: ClaimedRun, ctx: JobContext) -> Outcome:
+    """Await an `async def` handler on the tick's event loop, as `execute` calls a plain one.
+
+    A task cancelled for its timeout sees CancelledError; if the handler lets it out,
+    it ends here like any other exception (the timeout is recorded by the tick).
+    """
+    if type(run.payload) is UnreadablePayload:
+        return _unreadable(run.payload)
+    try:
+        await spec.func(ctx, run.payload)
+    except BaseException as exc:
+        return outcome_of(exc)
+    return Succeeded()
+
+
+def outcome_of(exc: BaseException) -> Errored:
+    """What a handler's exception means: Retry and Fail say so; anything else is an error."""
+    if isinstance(exc, Retry):
         return Errored("Retry", _storable(_message(exc)), None, retry_delay=exc.delay)
-    except Fail as exc:
+    if isinstance(exc, Fail):
         message = _storable(_message(exc) or "failed permanently")
         return Errored("Fail", message, _trimmed_traceback(exc), permanent=True)
-    except BaseException as exc:  # even SystemExit: a handler's failure is recorded, never raised
-        return errored(exc)
-    return Succeeded()
+    return errored(exc)
+
+
+def _unreadable(payload: UnreadablePayload) -> Errored:
+    # Retrying cannot help: the same text comes back on every claim.
+    return Errored("UnreadablePayload", payload.reason, permanent=True)
 
 
 def commit_success(
@@ -60,6 +84,19 @@ def commit_success(
     )
     if kept:
         conn.commit()
+    return bool(kept)
+
+
+async def commit_success_async(
+    run: ClaimedRun, ctx: AsyncJobContext, duration: float, *, worker: str, now: datetime | None
+) -> bool:
+    """As `commit_success`, in an async handler's own transaction (`await ctx.db`)."""
+    conn = await ctx.handler_transaction_async()
+    kept = await store.runs_finalize_many_async(
+        conn, [transitions.succeeded(run, duration)], worker=worker, now=now
+    )
+    if kept:
+        await conn.commit()
     return bool(kept)
 
 

@@ -31,12 +31,21 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cronjob.context import JobContext
+from cronjob.context import AsyncJobContext, JobContext
 from cronjob.handlers import HandlerSpec
 from cronjob.models import ClaimedRun, Outcome, Succeeded
-from cronjob.tick.execute import commit_success, errored, execute
+from cronjob.tick.execute import (
+    commit_success,
+    commit_success_async,
+    errored,
+    execute,
+    execute_async,
+)
+
+if TYPE_CHECKING:
+    from cronjob.tick.aio import AsyncExecutor
 
 
 class FlightState(enum.Enum):
@@ -85,9 +94,14 @@ class Pool:
         connect: Callable[..., Any],
         worker: str,
         now: datetime | None = None,
+        async_concurrency: int = 100,
+        connect_async: Callable[..., Any] | None = None,
     ) -> None:
         self.handlers = handlers
         self.concurrency = concurrency
+        self.async_concurrency = async_concurrency
+        self._connect_async = connect_async
+        self._async: AsyncExecutor | None = None  # started with the first async handler's run
         self.flights: dict[int, Flight] = {}  # every run not SETTLED, by id
         # Runs given up while their handlers ran, told through ctx.cancelled to stop:
         # the main thread may wait for those handlers to return.
@@ -106,9 +120,14 @@ class Pool:
     def add(self, runs: Iterable[ClaimedRun]) -> None:
         """Queue claimed runs for the workers, starting workers as needed."""
         for run in runs:
-            flight = Flight(run, self.handlers[run.job_type], JobContext(run, self._connect))
-            self.flights[run.id] = flight
-            self._work.put(flight)
+            spec = self.handlers[run.job_type]
+            if spec.is_async:
+                ctx = AsyncJobContext(run, self._connect, self._connect_async)
+                flight = self.flights[run.id] = Flight(run, spec, ctx)
+                self._executor().submit(flight)
+            else:
+                flight = self.flights[run.id] = Flight(run, spec, JobContext(run, self._connect))
+                self._work.put(flight)
         self._ensure_workers()
 
     def running(self) -> int:
@@ -181,6 +200,8 @@ class Pool:
         for flight in late:
             if flight.slot is not None:
                 flight.slot.retired = True
+            elif self._async is not None and flight.spec.is_async:
+                self._async.cancel(flight)  # the handler sees CancelledError
         if late:
             self._ensure_workers()
         return late
@@ -190,6 +211,24 @@ class Pool:
         for slot in self._slots:
             if not slot.retired:
                 self._work.put(None)
+        if self._async is not None:
+            self._async.stop()
+
+    def blocking(self, now: float) -> tuple[Flight, float] | None:
+        """An async handler holding the event loop for over a second, and for how long."""
+        return self._async.blocking(now) if self._async is not None else None
+
+    def _executor(self) -> AsyncExecutor:
+        if self._async is None:
+            from cronjob.tick.aio import AsyncExecutor
+
+            self._async = AsyncExecutor(
+                self.async_concurrency,
+                start=self._start,
+                run=lambda f: execute_async(f.spec, f.run, f.ctx),
+                finish=self._finish_async,
+            )
+        return self._async
 
     def _take(self, flight: Flight) -> bool:
         with self._lock:
@@ -241,7 +280,7 @@ class Pool:
             if slot.retired:
                 return  # this handler overran its timeout; a replacement took our place
 
-    def _start(self, flight: Flight, slot: Slot) -> bool:
+    def _start(self, flight: Flight, slot: Slot | None = None) -> bool:
         with self._lock:
             if flight.state is not FlightState.QUEUED:
                 return False
@@ -257,6 +296,23 @@ class Pool:
                 return False
             flight.state = FlightState.DONE
             return True
+
+    async def _finish_async(self, flight: Flight, outcome: Outcome, duration: float) -> None:
+        """An async handler returned: what a worker thread does after `execute`, on the loop."""
+        result, ctx = Result(flight, outcome, duration), flight.ctx
+        assert isinstance(ctx, AsyncJobContext)
+        try:
+            if self._done_with(flight) and ctx.used_db and isinstance(outcome, Succeeded):
+                commit = commit_success_async(
+                    flight.run, ctx, duration, worker=self._worker, now=self._now
+                )
+                try:
+                    result.kept, result.finalized = await commit, True
+                except Exception as exc:
+                    result.outcome = errored(exc)  # as below
+        finally:
+            await ctx.aclose()
+        self._done.put(result)
 
     def _finish_in_handler_transaction(self, result: Result) -> None:
         """Record success in the handler's own transaction, or leave its writes to roll back.
@@ -276,4 +332,3 @@ class Pool:
             # Recorded as a failed attempt by the main thread, fenced like any
             # other; if the COMMIT did go through after all, that write is a no-op.
             result.outcome = errored(exc)
-            result.finalized = False

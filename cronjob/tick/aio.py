@@ -1,0 +1,100 @@
+"""The async executor: one event loop on its own thread, running `async def` handlers.
+
+It sits beside the worker threads inside the pool: the pool hands it flights and keeps
+their in-flight state, changed only through the pool's own methods. Up to `limit`
+coroutines run at once; the others wait for a place, still QUEUED, so a tick that
+stops hands them back like runs no thread has started.
+
+A coroutine that blocks the loop (a `time.sleep`, CPU-bound work) stalls every other
+coroutine with it. The loop marks the time every `BEAT` seconds; when the mark falls
+more than `LAG_WARNING` behind, `blocking()` names the run whose handler holds the loop,
+read from the loop thread's current stack.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Future
+from typing import Any
+
+from cronjob.models import Outcome
+
+BEAT = 0.25
+LAG_WARNING = 1.0  # seconds the loop may fall behind before the run holding it is named
+
+
+class AsyncExecutor:
+    """An event loop thread that runs flights' coroutines, at most `limit` at a time."""
+
+    def __init__(
+        self,
+        limit: int,
+        *,
+        start: Callable[[Any], bool],
+        run: Callable[[Any], Awaitable[Outcome]],
+        finish: Callable[[Any, Outcome, float], Awaitable[None]],
+    ) -> None:
+        self._start = start
+        self._run_handler = run
+        self._finish = finish
+        self._loop = asyncio.new_event_loop()
+        self._places = asyncio.Semaphore(limit)
+        self._futures: dict[int, Future[None]] = {}
+        self.beat = time.monotonic()
+        self._thread = threading.Thread(
+            target=self._serve,
+            name="jobrunner-async",
+            daemon=True,  # as the worker threads
+        )
+        self._thread.start()
+
+    def submit(self, flight: Any) -> None:
+        future = asyncio.run_coroutine_threadsafe(self._execute(flight), self._loop)
+        run_id = flight.run.id
+        self._futures[run_id] = future
+        future.add_done_callback(lambda _f: self._futures.pop(run_id, None))
+
+    def cancel(self, flight: Any) -> None:
+        """Cancel the flight's task: its handler sees CancelledError at its next await."""
+        future = self._futures.get(flight.run.id)
+        if future is not None:
+            future.cancel()
+
+    def blocking(self, now: float) -> tuple[Any, float] | None:
+        """The flight whose handler holds the loop, and for how long, past LAG_WARNING."""
+        lag = now - self.beat
+        if lag < LAG_WARNING or self._thread.ident is None:
+            return None
+        frame = sys._current_frames().get(self._thread.ident)
+        while frame is not None:
+            if frame.f_code is _EXECUTE_CODE:
+                return frame.f_locals.get("flight"), lag
+            frame = frame.f_back
+        return None
+
+    def stop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.call_soon(self._mark)
+        self._loop.run_forever()
+
+    def _mark(self) -> None:
+        self.beat = time.monotonic()
+        self._loop.call_later(BEAT, self._mark)
+
+    async def _execute(self, flight: Any) -> None:
+        async with self._places:
+            if not self._start(flight):
+                return  # handed back or lost before it got a place
+            started = flight.started
+            outcome = await self._run_handler(flight)
+            await self._finish(flight, outcome, time.monotonic() - started)
+
+
+_EXECUTE_CODE = AsyncExecutor._execute.__code__

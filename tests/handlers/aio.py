@@ -1,0 +1,89 @@
+"""`async def` handlers for the async tests, used in-process by library ticks."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from cronjob import Fail, Retry, enqueue_async, handler
+
+# What the handlers saw, for the tests to read (in-process ticks only).
+seen: dict[str, Any] = {}
+
+
+@handler("aio.ok")
+async def ok(ctx: Any, payload: Any) -> None:
+    await asyncio.sleep(payload.get("sleep", 0))
+    seen.setdefault("ran", []).append(ctx.run_id)
+
+
+@handler("aio.outcome", max_attempts=3)
+async def outcome(ctx: Any, payload: Any) -> None:
+    await asyncio.sleep(0)
+    if payload["do"] == "retry":
+        raise Retry(delay="1h")
+    if payload["do"] == "fail":
+        raise Fail("no such customer")
+    raise ValueError("bad data")
+
+
+@handler("aio.together")
+async def together(ctx: Any, payload: Any) -> None:
+    """Waits until `n` of its kind run at once: proves they share the loop, not threads."""
+    seen["running"] = seen.get("running", 0) + 1
+    seen["most"] = max(seen.get("most", 0), seen["running"])
+    deadline = time.monotonic() + 10
+    while seen["most"] < payload["n"] and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    seen["running"] -= 1
+
+
+@handler("aio.counted")
+async def counted(ctx: Any, payload: Any) -> None:
+    """Counts how many of its kind run at once."""
+    seen["running"] = seen.get("running", 0) + 1
+    seen["most"] = max(seen.get("most", 0), seen["running"])
+    await asyncio.sleep(payload["sleep"])
+    seen["running"] -= 1
+
+
+@handler("aio.slow", timeout=0.3)
+async def slow(ctx: Any, payload: Any) -> None:
+    try:
+        await asyncio.sleep(30)
+    except asyncio.CancelledError:
+        seen.setdefault("cancelled", []).append(ctx.run_id)
+        raise
+
+
+@handler("aio.waits_for_cancel", lease="30s")
+async def waits_for_cancel(ctx: Any, payload: Any) -> None:
+    seen["waiting"] = ctx.run_id
+    await asyncio.wait_for(_cancelled(ctx), 20)
+    seen.setdefault("told", []).append(ctx.run_id)
+
+
+async def _cancelled(ctx: Any) -> None:
+    await ctx.cancelled
+
+
+@handler("aio.blocks")
+async def blocks(ctx: Any, payload: Any) -> None:
+    time.sleep(payload["seconds"])  # the mistake: blocks the event loop
+
+
+@handler("aio.effect", max_attempts=3)
+async def effect(ctx: Any, payload: Any) -> None:
+    """One effect row per key through the async ctx.db, and a follow-up run enqueued with it."""
+    db = await ctx.db
+    if await ctx.once(payload["key"]):
+        await db.execute(
+            "INSERT INTO effect_rows (key, run_id, attempt) VALUES (%s, %s, %s)",
+            (payload["key"], ctx.run_id, ctx.attempt),
+        )
+        await enqueue_async(db, "aio.ok", {"after": payload["key"]})
+    if ctx.attempt <= payload.get("fail_attempts", 0):
+        raise RuntimeError("failed after writing")
+    if payload.get("at_most_once"):
+        assert await ctx.at_most_once(payload["at_most_once"])
