@@ -178,7 +178,7 @@ def _ignored_password_file(url: str) -> str | None:
         from cronjob import log
 
         _warned_password_files.add(path)
-        log.emit("warning", f"password file ignored: {why}", path=path)
+        log.log_event("warning", f"password file ignored: {why}", path=path)
     return path
 
 

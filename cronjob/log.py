@@ -119,10 +119,10 @@ def get_logger(**bound: Any) -> Any:
 
 def info(event: str, **fields: Any) -> None:
     """Log one event of a command (not of a run), as get_logger().info(event, **fields) does."""
-    emit("info", event, **fields)
+    log_event("info", event, **fields)
 
 
-def emit(level: str, event: str, **fields: Any) -> None:
+def log_event(level: str, event: str, **fields: Any) -> None:
     """Log one event at `level`, as getattr(get_logger(), level)(event, **fields) does.
 
     Until structlog is configured, a JSON line is rendered here by the processors
@@ -150,7 +150,7 @@ class _LibraryRecords(logging.Handler):
         except Exception:  # a library's bad format string must not lose the record
             message = str(record.msg)
         level = record.levelname.lower()
-        emit(level if level in _LIBRARY_LEVELS else "warning", message, logger=record.name)
+        log_event(level if level in _LIBRARY_LEVELS else "warning", message, logger=record.name)
 
 
 _LIBRARY_LEVELS = frozenset({"debug", "info", "warning", "error", "critical"})

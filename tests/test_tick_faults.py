@@ -174,3 +174,32 @@ def test_a_claim_whose_commit_landed_but_whose_answer_was_lost_hands_its_runs_ba
     assert tick(db_url, "test.ok").succeeded == 1
     run = store.run_get(conn, run_id)
     assert (run.status, run.attempts) == ("succeeded", 1)
+
+
+def test_decisions_carried_by_a_claim_whose_answer_was_lost_are_counted_as_written(
+    db_url, conn, monkeypatch
+):
+    from cronjob import store as the_store
+
+    claim = the_store.runs_finalize_and_claim_many
+    lost: list[Any] = []
+
+    def lose_the_answer_of_the_first_that_carries_decisions(c: Any, *a: Any, **kw: Any) -> Any:
+        result = claim(c, *a, **kw)
+        if kw["decisions"] and not lost:
+            lost.append(kw["decisions"])
+            c.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+        return result
+
+    lose = lose_the_answer_of_the_first_that_carries_decisions
+    monkeypatch.setattr(the_store, "runs_finalize_and_claim_many", lose)
+    ids = [enqueue(conn, "test.ok", {"n": n}) for n in range(3)]
+
+    report = tick(db_url, "test.ok", concurrency=1, batch_size=1)
+
+    [[carried]] = lost
+    statuses = {i: store.run_get(conn, i).status for i in ids}
+    assert statuses[carried.run.id] == "succeeded"  # written by the lost claim's commit
+    assert report.lost == 0  # and counted so, not as a lease lost
+    assert report.succeeded == sum(s == "succeeded" for s in statuses.values())
+    assert report.handed_back == 1 and set(statuses.values()) == {"succeeded", "queued"}

@@ -113,13 +113,54 @@ def test_a_handler_told_to_stop_is_awaited_until_it_returns():
     while any(f.state is not FlightState.STARTED for f in pool.flights.values()):
         assert time.monotonic() < deadline
         time.sleep(0.01)
-    assert pool.settle(pool.flights[1], await_return=True)
+    told = pool.flights[1]
+    assert pool.settle(told, await_return=True)
     assert pool.settle(pool.flights[2])  # given up without waiting (a timeout, a hand-back)
-    assert list(pool.stopping) == [1]
+    assert list(pool.stopping.values()) == [told]
     gate.set()
     while pool.stopping:
         assert time.monotonic() < deadline, "the told handler's return was never seen"
         assert pool.collect(0.05) == []  # its late result is still discarded
+    pool.stop()
+
+
+def test_a_run_claimed_again_replaces_its_earlier_flight_which_is_told_to_stop():
+    # The tick stalled past the lease; another rescued the run; this one claims it anew.
+    gate = threading.Event()
+    pool = pool_of(spec(func=lambda ctx, payload: gate.wait(10)))
+    pool.add([claimed(1)])
+    deadline = time.monotonic() + 10
+    while pool.flights[1].state is not FlightState.STARTED:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    earlier = pool.flights[1]
+    [displaced] = pool.add([claimed(1)])
+    assert displaced is earlier and earlier.ctx.cancelled.is_set()
+    again = pool.flights[1]
+    assert again is not earlier
+    gate.set()
+    [result] = collect_all(pool, 1)  # the earlier result is dropped, the new flight stays
+    assert result.flight is again and pool.flights == {} and pool.stopping == {}
+    pool.stop()
+
+
+def test_a_thread_whose_run_was_given_up_is_replaced_while_its_handler_runs_on():
+    stuck = threading.Event()
+
+    def handler(ctx: Any, payload: Any) -> None:
+        if ctx.run_id == 1:
+            stuck.wait(10)  # ignores ctx.cancelled
+
+    pool = pool_of(spec(func=handler), concurrency=1)
+    pool.add([claimed(1), claimed(2)])
+    deadline = time.monotonic() + 10
+    while pool.flights[1].state is not FlightState.STARTED:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert pool.settle(pool.flights[1], await_return=True)
+    [result] = collect_all(pool, 1)  # run 2 ran on a new thread meanwhile
+    assert result.flight.run.id == 2
+    stuck.set()
     pool.stop()
 
 

@@ -24,8 +24,12 @@ The parts, one role each:
 Who owns what:
 - Only the drain loops. Every other part does one thing when asked and returns.
 - Only the connection keeper touches the tick's connection. Parts that need SQL
-  build the statement (a function of the connection, from `store`) and the loop
-  hands it to the keeper; a failed statement raises, and the loop decides.
+  build the statement (a function of the connection, from `store`) and have the
+  keeper run it: the producer hands its statements to the loop, the lease keeper is
+  handed the keeper by the loop. A failed statement raises `StatementFailed`; the
+  loop decides what it means (the tick stops claiming), and only where a failure
+  changes nothing does the part that asked swallow it (a heartbeat that meets a
+  locked row, a hand-back of a claim whose answer was lost).
 - Only the pool changes a run's in-flight state (queued → started → done →
   settled), under its one lock; its docstring has the table.
 - Parts never call back into each other: the loop passes values between them (a

@@ -10,15 +10,15 @@ connection keeper runs them.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from typing import Any
 from uuid import UUID
 
 from cronjob import transitions
 from cronjob.models import Errored
 from cronjob.tick.connection import ConnectionKeeper, ReconnectFailed, StatementFailed
 from cronjob.tick.leases import LeaseKeeper
-from cronjob.tick.pool import Flight, FlightState, Pool
+from cronjob.tick.pool import Flight, FlightState, Pool, Result
 from cronjob.tick.producer import Producer
 from cronjob.tick.shutdown import Shutdown
 from cronjob.tick.tally import Tally
@@ -49,6 +49,7 @@ class Drain:
         self.shutdown = shutdown
         self.tally = tally
         self._blocker: int | None = None  # the run last named for blocking the event loop
+        self._lost_claims: list[UUID] = []  # failed claims in which nothing was found held
 
     def run(self, deadline: float) -> None:
         try:
@@ -58,8 +59,9 @@ class Drain:
                         break
                 except StatementFailed:
                     self.shutdown.request("database error")
-            self._finalize_the_rest()
             self._let_stopping_handlers_return()
+            self._finalize_the_rest()
+            self._recover_lost_claims()
         except ReconnectFailed as exc:
             self.pool.settle_all({FlightState.QUEUED, FlightState.STARTED})
             raise self.tally.connection_lost(str(exc)) from None
@@ -103,27 +105,43 @@ class Drain:
         try:
             kept, runs = self.connection.result()
         except StatementFailed:
-            self._recover_claim(self.producer.claim_failed())
+            self._recover_claim(*self.producer.claim_failed())
             raise
         self.tally.finalized(self.producer.claimed(runs), kept)
-        self.tally.report.claimed += len(runs)
-        self.pool.add(runs)
+        self.tally.claimed(len(runs))
+        for flight in self.pool.add(runs):  # held from an earlier claim: this tick stalled
+            self.tally.lost(flight.run, 0.0, because="lease lost (the run was claimed again)")
 
-    def _recover_claim(self, token: UUID) -> None:
-        """Hand back what a failed claim holds, if its commit took effect after all."""
+    def _recover_claim(self, token: UUID, carried: int) -> None:
+        """Hand back what a failed claim holds, if its commit took effect after all.
+
+        Runs found under its token prove the commit landed, and with it the decisions it
+        carried. Finding none proves nothing when the old connection may still be
+        committing: the token is tried once more at the end of the drain.
+        """
         try:
             held = self.leases.hand_back_claim(self.connection, token)
         except StatementFailed:
-            return  # its runs, if any, are rescued once their leases expire
-        if held:
-            self.tally.claim_recovered(held)
+            held = []
+        if not held:
+            self._lost_claims.append(token)
+            return
+        written = self.producer.written_after_all(carried)
+        self.tally.finalized(written, {d.run.id for d in written})
+        self.tally.claim_recovered(held)
+
+    def _recover_lost_claims(self) -> None:
+        for token in self._lost_claims:
+            with contextlib.suppress(StatementFailed):  # then the leases expire, as before
+                if held := self.leases.hand_back_claim(self.connection, token):
+                    self.tally.claim_recovered(held)
 
     def _stop_claiming(self) -> None:
         """What no worker has started goes back at once; what runs gets the grace period."""
         if self.connection.busy:
             self._take_claim()
         if not self.producer.closed:
-            self.producer.closed = True
+            self.producer.close()
             if self.pool.flights:
                 self.tally.log.info(
                     "stopping: claiming nothing more",
@@ -133,7 +151,7 @@ class Drain:
                 )
         self._hand_back(self.pool.settle_all({FlightState.QUEUED}))
 
-    def _record(self, results: list[Any]) -> None:
+    def _record(self, results: list[Result]) -> None:
         for result in results:
             flight = result.flight
             self.producer.returned()
@@ -221,8 +239,10 @@ class Drain:
             grace_s=self.shutdown.grace,
         )  # fmt: skip
         until = time.monotonic() + self.shutdown.grace
+        if self.shutdown.requested:  # one grace period per stop, shared with running handlers
+            until = min(until, self.shutdown.at + self.shutdown.grace)
         while self.pool.stopping and time.monotonic() < until and not self.shutdown.urgent:
-            self.pool.collect(IDLE_WAIT)
+            self._record(self.pool.collect(IDLE_WAIT))
 
     def _finalize_the_rest(self) -> None:
         for _ in range(2):  # once more, on the fresh connection if it was lost

@@ -13,9 +13,9 @@ does later, it can never overwrite what happened to the run meanwhile.
 Heartbeats renew every lease the tick holds, for runs running and runs waiting
 for a worker alike, every third of the shortest lease: two beats can fail before
 any lease runs out. A run whose lease did not renew is lost: its handler is told
-through `ctx.cancelled` and its outcome is discarded. A hand-back returns runs
-that never started (or are given up at shutdown) to `queued`, due at once, with
-the attempt not counted.
+through `ctx.cancelled` and its outcome is discarded. A hand-back makes runs that
+never started (or are given up at shutdown) due again at once, with the attempt not
+counted: `queued`, or `failed` when an earlier attempt of theirs did run.
 """
 
 from __future__ import annotations

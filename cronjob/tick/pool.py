@@ -20,6 +20,11 @@ back, timed out, lease lost) can never both decide its fate:
 A DONE run is never settled by anyone but `collect`: its worker may be committing
 the handler's own transaction (`ctx.db`) at that moment, and what that commit says
 is the run's outcome.
+
+A run settled while STARTED still has its handler running, told through
+`ctx.cancelled` to stop: its thread is replaced at once, and when the run was
+given up for a lost lease it is kept in `stopping` until the handler returns, so
+the tick can wait for it before exiting.
 """
 
 from __future__ import annotations
@@ -104,7 +109,8 @@ class Pool:
         self._async: AsyncExecutor | None = None  # started with the first async handler's run
         self.flights: dict[int, Flight] = {}  # every run not SETTLED, by id
         # Runs given up while their handlers ran, told through ctx.cancelled to stop:
-        # the main thread may wait for those handlers to return.
+        # the main thread may wait for those handlers to return. By object: a run given
+        # up can be claimed again, under the same id, in the same tick.
         self.stopping: dict[int, Flight] = {}
         self._connect = connect
         self._worker = worker
@@ -117,9 +123,17 @@ class Pool:
 
     # -- the main thread's side ---------------------------------------------
 
-    def add(self, runs: Iterable[ClaimedRun]) -> None:
-        """Queue claimed runs for the workers, starting workers as needed."""
+    def add(self, runs: Iterable[ClaimedRun]) -> list[Flight]:
+        """Queue claimed runs for the workers, starting workers as needed.
+
+        Returns the flights given up because their run was claimed again: this tick
+        stalled past the lease, another rescued the run, and this one claimed it anew.
+        """
+        displaced = []
         for run in runs:
+            earlier = self.flights.get(run.id)
+            if earlier is not None and self.settle(earlier, await_return=True):
+                displaced.append(earlier)
             spec = self.handlers[run.job_type]
             if spec.is_async:
                 ctx = AsyncJobContext(run, self._connect, self._connect_async)
@@ -129,6 +143,7 @@ class Pool:
                 flight = self.flights[run.id] = Flight(run, spec, JobContext(run, self._connect))
                 self._work.put(flight)
         self._ensure_workers()
+        return displaced
 
     def running(self) -> int:
         return sum(f.state is FlightState.STARTED for f in self.flights.values())
@@ -152,7 +167,7 @@ class Pool:
                 if self._take(item.flight):
                     results.append(item)
                 else:
-                    self.stopping.pop(item.flight.run.id, None)
+                    self.stopping.pop(id(item.flight), None)
             try:
                 item = self._done.get_nowait()
             except queue.Empty:
@@ -169,8 +184,12 @@ class Pool:
             running = flight.state is FlightState.STARTED
             flight.state = FlightState.SETTLED
         self._release(flight)
+        if running and flight.slot is not None:
+            # Its thread stays in the handler until it returns: another takes its place.
+            flight.slot.retired = True
+            self._ensure_workers()
         if await_return and running:
-            self.stopping[flight.run.id] = flight
+            self.stopping[id(flight)] = flight
         return True
 
     def settle_all(self, states: set[FlightState]) -> list[Flight]:
@@ -235,12 +254,16 @@ class Pool:
             if flight.state is not FlightState.DONE:
                 return False  # settled first (handed back, timed out, lease lost)
             flight.state = FlightState.SETTLED
-        self.flights.pop(flight.run.id, None)
+        self._forget(flight)
         return True
 
     def _release(self, flight: Flight) -> None:
         flight.ctx.cancelled.set()
-        self.flights.pop(flight.run.id, None)
+        self._forget(flight)
+
+    def _forget(self, flight: Flight) -> None:
+        if self.flights.get(flight.run.id) is flight:  # not the same run claimed anew
+            del self.flights[flight.run.id]
 
     def _ensure_workers(self) -> None:
         active = sum(not s.retired for s in self._slots)

@@ -129,15 +129,25 @@ class Producer:
         self.exhausted = len(runs) < limit
         return written
 
-    def claim_failed(self) -> uuid.UUID:
+    def claim_failed(self) -> tuple[uuid.UUID, int]:
         """The claim under way failed: its decisions wait for the next write.
 
-        Returns its lease token: the claim may have committed all the same, with only
-        its answer lost, and whatever it holds is found by that token.
+        Returns its lease token and how many decisions it carried: the claim may have
+        committed all the same, with only its answer lost, and whatever it holds is
+        found by that token.
         """
         assert self._sent is not None
-        (_carried, _limit, token), self._sent = self._sent, None
-        return token
+        (carried, _limit, token), self._sent = self._sent, None
+        return token, carried
+
+    def written_after_all(self, carried: int) -> list[Decision]:
+        """A failed claim did commit: the `carried` oldest decisions are written."""
+        written, self.decisions = self.decisions[:carried], self.decisions[carried:]
+        return written
+
+    def close(self) -> None:
+        """Stopping: nothing more is claimed."""
+        self.closed = True
 
     def look_again(self) -> None:
         """Everything claimed is done: look once more, since retries may be due already."""

@@ -1,11 +1,13 @@
 """The tally: what the tick did, counted in its report and told in its log.
 
-Every run the tick claimed ends in exactly one of the report's outcome counts:
+Every run the tick claimed is meant to end in exactly one of the report's outcome counts:
 succeeded, failed (will retry), dead, lost (its outcome discarded: the lease was
 lost, the run cancelled or claimed by another tick), handed back, or unrecorded
 (the database failed before the outcome could be written; the run is recovered
-once its lease expires). A finalized batch's "run finished" lines are written
-together, one `write` for the lot.
+once its lease expires). The exception: a run whose handler returned but was still
+committing its own `ctx.db` transaction when a stopping tick stopped waiting for it
+(see `drain.SETTLE_WAIT`); its commit decides its fate, uncounted here. A finalized
+batch's "run finished" lines are written together, one `write` for the lot.
 """
 
 from __future__ import annotations
@@ -67,6 +69,9 @@ class Tally:
             run_ids=ids[:SUMMARY_IDS],
             reason=reason,
         )
+
+    def claimed(self, count: int) -> None:
+        self.report.claimed += count
 
     def claim_recovered(self, ids: list[int]) -> None:
         """A claim's answer was lost; what it held was found by its token and handed back."""
