@@ -79,6 +79,30 @@ def handlers_option(func: Callable[..., Any]) -> Callable[..., Any]:
     )(func)
 
 
+class Count(click.ParamType):
+    """An integer option from `low` to `high`, in plain ASCII digits (click's own int type
+    also reads `1_0` and digits of other scripts)."""
+
+    name = "integer"
+
+    def __init__(self, low: int, high: int = 2**31 - 1) -> None:
+        self.low, self.high = low, high
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        from cronjob.errors import BadInput
+        from cronjob.inputs import excerpt, parse_integer
+
+        try:
+            return parse_integer(value, what="value", low=self.low, high=self.high)
+        except BadInput:
+            self.fail(
+                f"{excerpt(value)}: expected an integer from {self.low} to {self.high}, "
+                "in ASCII digits",
+                param,
+                ctx,
+            )
+
+
 def json_option(func: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--json", "as_json", is_flag=True, help="Machine output on stdout.")(func)
 

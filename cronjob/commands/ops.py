@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from cronjob.cli import database_url_option, json_option
+from cronjob.cli import Count, database_url_option, json_option
 from cronjob.commands import open_connection
 from cronjob.commands.render import iso, table, when
 from cronjob.errors import BadInput
@@ -262,13 +262,13 @@ def write_metrics(path: Path, text: str) -> None:
 )
 @click.option(
     "--max-stuck",
-    type=click.IntRange(min=0),
+    type=Count(0),
     metavar="N",
     help="Breached when more than N running runs have an expired lease.",
 )
 @click.option(
     "--max-dead",
-    type=click.IntRange(min=0),
+    type=Count(0),
     metavar="N",
     help="Breached when more than N runs are dead (and not yet pruned).",
 )
@@ -344,7 +344,7 @@ def check(
 )
 @click.option(
     "--batch-size",
-    type=click.IntRange(1, 100_000),
+    type=Count(1, 100_000),
     default=DEFAULT_PRUNE_BATCH_SIZE,
     show_default=True,
     help="Runs deleted per statement (each commits on its own).",

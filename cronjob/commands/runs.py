@@ -8,7 +8,7 @@ from typing import IO, Any
 import click
 
 from cronjob.api import new_run
-from cronjob.cli import database_url_option, json_option
+from cronjob.cli import Count, database_url_option, json_option
 from cronjob.commands import open_connection
 from cronjob.commands.render import clip, iso, table, when
 from cronjob.errors import BadInput
@@ -227,7 +227,7 @@ def _report(changes: list[Any], done: str, verb: str) -> int:
 @database_url_option
 @click.option("--status", "statuses", metavar="S1,S2", help="Only runs in these statuses.")
 @click.option("--type", "job_types", metavar="T1,T2", help="Only runs of these job types.")
-@click.option("--limit", type=click.IntRange(1, 100000), default=50, show_default=True)
+@click.option("--limit", type=Count(1, 100000), default=50, show_default=True)
 @json_option
 def list_runs(
     database_url: str | None,

@@ -9,7 +9,7 @@ from typing import IO, Any
 
 import click
 
-from cronjob.cli import database_url_option, json_option
+from cronjob.cli import Count, database_url_option, json_option
 from cronjob.commands import open_connection
 from cronjob.commands.render import iso, table
 from cronjob.errors import BadInput
@@ -285,7 +285,7 @@ def sync(file: IO[str], database_url: str | None, prune: bool, dry_run: bool) ->
     help="Show fire times strictly after this (default: now). Without an offset it is read "
     "in --timezone.",
 )  # fmt: skip
-@click.option("--count", type=click.IntRange(1, 10000), default=10, show_default=True)
+@click.option("--count", type=Count(1, 10000), default=10, show_default=True)
 def preview(expr: str, timezone: str, start: str | None, count: int) -> None:
     """Print the next fire times of EXPR, one ISO-8601 timestamp a line.
 

@@ -4,7 +4,7 @@ import json
 
 import click
 
-from cronjob.cli import database_url_option, handlers_option, json_option
+from cronjob.cli import Count, database_url_option, handlers_option, json_option
 from cronjob.settings import (
     DEFAULT_CLAIM_BATCH_SIZE,
     DEFAULT_CONCURRENCY,
@@ -37,14 +37,14 @@ def _duration(what: str, minimum: float = 0.0):
 @handlers_option
 @click.option(
     "--concurrency",
-    type=click.IntRange(1, 256),
+    type=Count(1, 256),
     default=DEFAULT_CONCURRENCY,
     show_default=True,
     help="Handler threads.",
 )
 @click.option(
     "--batch-size",
-    type=click.IntRange(1, 10000),
+    type=Count(1, 10000),
     default=DEFAULT_CLAIM_BATCH_SIZE,
     show_default=True,
     help="Most runs claimed, and finalized, per statement (and ten times this many due "
