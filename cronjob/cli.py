@@ -79,6 +79,28 @@ def handlers_option(func: Callable[..., Any]) -> Callable[..., Any]:
     )(func)
 
 
+def lock_wait_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--lock-wait, for the commands that queue behind another host's lock."""
+
+    def seconds(ctx: click.Context, param: click.Parameter, value: str) -> float:
+        from cronjob.errors import BadInput
+        from cronjob.inputs import parse_duration
+
+        try:
+            return parse_duration(value, what="--lock-wait")
+        except BadInput as exc:
+            raise click.BadParameter(str(exc)) from None
+
+    return click.option(
+        "--lock-wait",
+        metavar="DURATION",
+        default="10m",
+        show_default=True,
+        callback=seconds,
+        help="How long to wait while another host holds the lock (it is logged).",
+    )(func)
+
+
 class Count(click.ParamType):
     """An integer option from `low` to `high`, in plain ASCII digits (click's own int type
     also reads `1_0` and digits of other scripts)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Any
+from typing import IO, Any
 
 from cronjob.errors import BadInput
 
@@ -212,6 +212,23 @@ def check_text(
     return value
 
 
+def read_text(stream: IO[bytes], limit: int, *, source: str) -> str:
+    """At most `limit` bytes of UTF-8 text from `stream`, which is read no further: a file
+    of any size, /dev/zero included, costs at most the limit to refuse."""
+    data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise BadInput(f"{source} too large: more than {limit} bytes")
+    return decode_text(data, source=source)
+
+
+def decode_text(data: bytes, *, source: str) -> str:
+    """`data` as UTF-8 text, or a one-line BadInput saying where it is not."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"{source} is not UTF-8 text (invalid byte at offset {exc.start})") from None
+
+
 def parse_payload(text: str, *, source: str = "payload") -> Any:
     """Decode a JSON payload and check it is safe to store and hand to a handler."""
     if len(text.encode("utf-8", "surrogatepass")) > MAX_PAYLOAD_BYTES:
@@ -326,6 +343,12 @@ def _check_string(value: str, source: str) -> None:
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
+
+
+def clip_line(text: str, limit: int = 200) -> str:
+    """A message from elsewhere (a parser's, the driver's) on one line, at most `limit` long."""
+    text = _one_line(text[: limit * 4])
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def check_tenants_sql(text: str | None) -> str | None:

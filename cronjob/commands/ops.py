@@ -12,6 +12,7 @@ from cronjob.cli import Count, database_url_option, json_option
 from cronjob.commands import open_connection
 from cronjob.commands.render import iso, table, when
 from cronjob.errors import BadInput
+from cronjob.inputs import excerpt
 from cronjob.settings import DEFAULT_PRUNE_BATCH_SIZE
 
 SCHEDULES_SHOWN = 20
@@ -27,13 +28,13 @@ def textfile_path(value: str) -> Path:
     """A path for an atomically replaced file; its directory must exist already."""
     path = Path(value).expanduser()
     if not value.strip() or path.name in ("", ".", ".."):
-        raise BadInput(f"invalid metrics textfile {value!r}: expected a file path")
+        raise BadInput(f"invalid metrics textfile {excerpt(value)}: expected a file path")
     if not path.parent.is_dir():
         raise BadInput(
-            f"invalid metrics textfile {value!r}: directory {path.parent} does not exist"
+            f"invalid metrics textfile {excerpt(value)}: directory {path.parent} does not exist"
         )
     if path.is_dir():
-        raise BadInput(f"invalid metrics textfile {value!r}: it is a directory")
+        raise BadInput(f"invalid metrics textfile {excerpt(value)}: it is a directory")
     return path
 
 
@@ -409,7 +410,7 @@ def prunable_statuses(value: str | None) -> tuple[str, ...]:
         return PRUNABLE
     for name in chosen:
         if name not in {s.value for s in Status}:
-            raise BadInput(f"unknown status {name!r}: prune takes {', '.join(PRUNABLE)}")
+            raise BadInput(f"unknown status {excerpt(name)}: prune takes {', '.join(PRUNABLE)}")
         if name not in PRUNABLE:
             raise BadInput(
                 f"cannot prune {name} runs: they have not finished; "

@@ -26,7 +26,11 @@ def _duration(what: str, minimum: float = 0.0):
         except BadInput as exc:
             raise click.BadParameter(str(exc)) from None
         if seconds < minimum:
-            raise click.BadParameter(f"invalid {what} {value!r}: must be at least {minimum:g}s")
+            from cronjob.inputs import excerpt
+
+            raise click.BadParameter(
+                f"invalid {what} {excerpt(value)}: must be at least {minimum:g}s"
+            )
         return seconds
 
     return convert
