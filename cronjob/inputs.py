@@ -73,7 +73,11 @@ def excerpt(value: Any, limit: int = EXCERPT_CHARS) -> str:
     characters. Messages never carry a long value whole: it would drown the line, and every
     message is searched for passwords before it is printed."""
     if isinstance(value, str):
-        return repr(value if len(value) <= limit else value[: limit - 3] + "...")
+        # Clipped after repr(), whose escapes (\U0001f600) can make one character ten.
+        shown = repr(value[:limit])
+        if len(value) > limit or len(shown) > limit + 2:
+            shown = shown[: limit - 4] + "..." + shown[0]
+        return shown
     if isinstance(value, (list, tuple)):
         return "a JSON array"
     if isinstance(value, dict):
