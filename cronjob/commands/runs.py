@@ -31,7 +31,7 @@ MAX_JSONL_LINE_BYTES = MAX_PAYLOAD_BYTES + 10_000
 # Runs inserted per statement, and the most JSON one statement carries: far below the 1 GB
 # PostgreSQL takes in one message, and what keeps memory flat however long the input is.
 JSONL_CHUNK = 5000
-JSONL_CHUNK_BYTES = 16_000_000
+JSONL_CHUNK_BYTES = 4_000_000
 
 
 @click.command()
