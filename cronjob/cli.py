@@ -173,6 +173,16 @@ def _skip_collection_at_exit() -> None:
         _exit_collection_skipped = True
 
 
+# A word longer than this in an error message is a value echoed whole (click's own usage
+# errors repeat an argument as given): it is left out, not cut, so that no part of a password
+# it might hold is shown, and the line stays short whatever was typed.
+_LONGEST_WORD_SHOWN = 300
+
+
 def _one_line(exc: BaseException) -> str:
     message = exc.format_message() if isinstance(exc, click.ClickException) else str(exc)
-    return redact(" ".join(message.split()))
+    words = [
+        word if len(word) <= _LONGEST_WORD_SHOWN else f"[{len(word)} characters]"
+        for word in message.split()
+    ]
+    return redact(" ".join(words))

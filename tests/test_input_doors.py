@@ -347,6 +347,8 @@ LONG_VALUES = {
     "cron": ["schedule", "add", "a", "--cron", LONG, "--type", "t"],
     "preview from": ["schedule", "preview", "* * * * *", "--from", LONG],
     "tick lease": ["tick", "--lease", LONG],
+    "extra argument": ["show", "1", LONG],
+    "unknown option": ["list", "--" + LONG],
 }
 
 
