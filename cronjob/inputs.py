@@ -95,10 +95,9 @@ def _integer_text(value: Any) -> str | None:
     Python's int() also reads `1_0` as 10, and digits of any script, so an operator's typo
     could name another run; ids, counts, limits and sizes are written in ASCII alone.
     """
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return None if value.bit_length() > 64 else str(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        # Past 64 bits, out of every range here; str() would refuse thousands of digits.
+        return str(value) if value.bit_length() <= 64 else "9" * 20
     if not isinstance(value, str):
         return None
     text = value.strip()
