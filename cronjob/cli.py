@@ -79,8 +79,8 @@ def handlers_option(func: Callable[..., Any]) -> Callable[..., Any]:
     )(func)
 
 
-def lock_wait_option(func: Callable[..., Any]) -> Callable[..., Any]:
-    """--lock-wait, for the commands that queue behind another host's lock."""
+def lock_wait_option(holder: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """--lock-wait, for the commands that queue behind `holder` (another host's migration)."""
 
     def seconds(ctx: click.Context, param: click.Parameter, value: str) -> float:
         from cronjob.errors import BadInput
@@ -97,8 +97,8 @@ def lock_wait_option(func: Callable[..., Any]) -> Callable[..., Any]:
         default="10m",
         show_default=True,
         callback=seconds,
-        help="How long to wait while another host holds the lock (it is logged).",
-    )(func)
+        help=f"How long to wait for {holder} to finish (the wait is logged); then exit 1.",
+    )
 
 
 class Count(click.ParamType):

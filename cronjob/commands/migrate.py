@@ -8,7 +8,7 @@ from cronjob.settings import Settings
 
 @click.command()
 @database_url_option
-@lock_wait_option
+@lock_wait_option("another host's migration")
 def migrate(database_url: str | None, lock_wait: float) -> None:
     """Apply pending schema migrations.
 

@@ -45,7 +45,11 @@ JSONL_CHUNK_BYTES = 4_000_000
     help="Read the payload from a file, or - for stdin "
     f"(UTF-8, at most {MAX_PAYLOAD_BYTES} bytes).",
 )
-@click.option("--run-at", metavar="ISO8601", help="When the run becomes due (default: now).")
+@click.option(
+    "--run-at",
+    metavar="ISO8601",
+    help="When the run becomes due (default: now), from 1900-01-01 to 9000-01-01 UTC.",
+)
 @click.option("--delay", metavar="DURATION", help="Due after this long, e.g. 90s, 5m, 2h.")
 @click.option(
     "--idempotency-key",
@@ -64,7 +68,7 @@ JSONL_CHUNK_BYTES = 4_000_000
     "the optional keys run_at, delay, idempotency_key, max_attempts, priority, tenant); "
     "- for stdin. One transaction: a bad line anywhere and nothing is enqueued.",
 )
-@lock_wait_option
+@lock_wait_option("another --jsonl batch with idempotency keys")
 def enqueue(
     job_type: str | None,
     database_url: str | None,

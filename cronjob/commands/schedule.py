@@ -230,7 +230,7 @@ def remove(name: str, database_url: str | None) -> None:
 @database_url_option
 @click.option("--prune", is_flag=True, help="Remove schedules that are not in FILE.")
 @click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
-@lock_wait_option
+@lock_wait_option("another host's schedule sync")
 def sync(
     file: IO[bytes], database_url: str | None, prune: bool, dry_run: bool, lock_wait: float
 ) -> None:
