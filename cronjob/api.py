@@ -6,7 +6,17 @@ from datetime import datetime
 from typing import Any
 
 from cronjob.errors import BadInput
-from cronjob.inputs import check_text, encode_payload, parse_duration, parse_int, parse_positive_int
+from cronjob.inputs import (
+    MAX_ID,
+    MAX_IDEMPOTENCY_KEY_BYTES,
+    check_text,
+    check_time_in_range,
+    encode_payload,
+    parse_duration,
+    parse_int,
+    parse_integer,
+    parse_positive_int,
+)
 from cronjob.store import NewRun, runs_insert_many
 
 
@@ -25,8 +35,10 @@ def new_run(
     check_text(job_type, what="job type", max_length=200)
     if run_at is not None and delay is not None:
         raise BadInput("give either run_at or delay, not both")
-    if run_at is not None and (not isinstance(run_at, datetime) or run_at.tzinfo is None):
-        raise BadInput("run_at must be a timezone-aware datetime")
+    if run_at is not None:
+        if not isinstance(run_at, datetime) or run_at.utcoffset() is None:
+            raise BadInput("run_at must be a timezone-aware datetime")
+        check_time_in_range(run_at, what="run_at")
     return NewRun(
         job_type=job_type,
         payload_json=encode_payload({} if payload is None else payload),
@@ -34,13 +46,27 @@ def new_run(
         delay=None if delay is None else parse_duration(delay, what="delay"),
         idempotency_key=None
         if idempotency_key is None
-        else check_text(idempotency_key, what="idempotency key", max_length=1000),
+        else check_text(
+            idempotency_key,
+            what="idempotency key",
+            max_length=MAX_IDEMPOTENCY_KEY_BYTES,
+            max_bytes=MAX_IDEMPOTENCY_KEY_BYTES,
+        ),
         max_attempts=None
         if max_attempts is None
         else parse_positive_int(max_attempts, what="max attempts", maximum=1000),
         priority=None if priority is None else parse_int(priority, what="priority"),
-        tenant_id=None if tenant_id is None else check_text(str(tenant_id), what="tenant id"),
+        tenant_id=None
+        if tenant_id is None
+        else check_text(_tenant_text(tenant_id), what="tenant id"),
     )
+
+
+def _tenant_text(tenant_id: Any) -> str:
+    if isinstance(tenant_id, int) and not isinstance(tenant_id, bool):
+        # str() refuses integers of thousands of digits.
+        return str(parse_integer(tenant_id, what="tenant id", low=-MAX_ID - 1, high=MAX_ID))
+    return tenant_id if isinstance(tenant_id, str) else str(tenant_id)
 
 
 def enqueue(

@@ -79,6 +79,52 @@ def handlers_option(func: Callable[..., Any]) -> Callable[..., Any]:
     )(func)
 
 
+def lock_wait_option(holder: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """--lock-wait, for the commands that queue behind `holder` (another host's migration)."""
+
+    def seconds(ctx: click.Context, param: click.Parameter, value: str) -> float:
+        from cronjob.errors import BadInput
+        from cronjob.inputs import parse_duration
+
+        try:
+            return parse_duration(value, what="--lock-wait")
+        except BadInput as exc:
+            raise click.BadParameter(str(exc)) from None
+
+    return click.option(
+        "--lock-wait",
+        metavar="DURATION",
+        default="10m",
+        show_default=True,
+        callback=seconds,
+        help=f"How long to wait for {holder} to finish (the wait is logged); then exit 1.",
+    )
+
+
+class Count(click.ParamType):
+    """An integer option from `low` to `high`, in plain ASCII digits (click's own int type
+    also reads `1_0` and digits of other scripts)."""
+
+    name = "integer"
+
+    def __init__(self, low: int, high: int = 2**31 - 1) -> None:
+        self.low, self.high = low, high
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        from cronjob.errors import BadInput
+        from cronjob.inputs import excerpt, parse_integer
+
+        try:
+            return parse_integer(value, what="value", low=self.low, high=self.high)
+        except BadInput:
+            self.fail(
+                f"{excerpt(value)}: expected an integer from {self.low} to {self.high}, "
+                "in ASCII digits",
+                param,
+                ctx,
+            )
+
+
 def json_option(func: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--json", "as_json", is_flag=True, help="Machine output on stdout.")(func)
 
@@ -130,6 +176,16 @@ def _skip_collection_at_exit() -> None:
         _exit_collection_skipped = True
 
 
+# A word longer than this in an error message is a value echoed whole (click's own usage
+# errors repeat an argument as given): it is left out, not cut, so that no part of a password
+# it might hold is shown, and the line stays short whatever was typed.
+_LONGEST_WORD_SHOWN = 300
+
+
 def _one_line(exc: BaseException) -> str:
     message = exc.format_message() if isinstance(exc, click.ClickException) else str(exc)
-    return redact(" ".join(message.split()))
+    words = [
+        word if len(word) <= _LONGEST_WORD_SHOWN else f"[{len(word)} characters]"
+        for word in message.split()
+    ]
+    return redact(" ".join(words))

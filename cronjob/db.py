@@ -191,6 +191,43 @@ def startup_options(url: str) -> str:
     return f"{RUNNER_OPTIONS} {theirs}" if theirs else RUNNER_OPTIONS
 
 
+def read_times_beyond_the_calendar(conn: Any) -> None:
+    """Read a stored time outside Python's years 1 to 9999 as the nearest end of it.
+
+    PostgreSQL holds times from 4713 BC to 294276 AD and `infinity`; psycopg refuses to load
+    any of them beyond Python's calendar. jobrunner refuses such times at every door, but a
+    row written by other means must not take down every command that reads it: `list`,
+    `status`, `metrics` and `check` show it at the end of the calendar instead.
+    """
+    from datetime import UTC, datetime
+
+    import psycopg
+
+    earliest, latest = datetime.min.replace(tzinfo=UTC), datetime.max.replace(tzinfo=UTC)
+    oid = psycopg.adapters.types["timestamptz"].oid
+    for wire_format in (psycopg.pq.Format.TEXT, psycopg.pq.Format.BINARY):
+        inner_class = conn.adapters.get_loader(oid, wire_format)
+        if inner_class is None:
+            continue
+
+        # Wrapped rather than subclassed: the C implementation's loaders cannot be subclassed.
+        class Clamped(psycopg.adapt.Loader):
+            format = wire_format
+            _inner_class = inner_class
+
+            def __init__(self, oid: int, context: Any = None) -> None:
+                super().__init__(oid, context)
+                self._inner = self._inner_class(oid, context)
+
+            def load(self, data: Any) -> Any:
+                try:
+                    return self._inner.load(data)
+                except psycopg.DataError as exc:
+                    return earliest if "too small" in str(exc) else latest
+
+        conn.adapters.register_loader(oid, Clamped)
+
+
 def describe(exc: BaseException) -> str:
     """One line, no password."""
     message = " ".join(str(exc).split()) or type(exc).__name__

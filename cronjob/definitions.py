@@ -13,15 +13,25 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from cronjob import store
+from cronjob import locks, store
 from cronjob.errors import BadInput, DefinitionExists, DefinitionNotFound
-from cronjob.inputs import check_payload, check_text, parse_int, parse_positive_int
+from cronjob.inputs import (
+    check_payload,
+    check_text,
+    clip_line,
+    excerpt,
+    parse_int,
+    parse_positive_int,
+)
+from cronjob.locks import DEFAULT_LOCK_WAIT
 from cronjob.models import DEFAULT_CATCH_UP_LIMIT, Definition, DefinitionSpec
 
 SCOPES = ("global", "tenant")
 CATCH_UP_POLICIES = ("latest", "all", "none")  # as in cronjob.schedule, without importing it
 MAX_CATCH_UP_LIMIT = 10000
 MAX_ATTEMPTS_LIMIT = 1000
+# A schedule file is read no further than this: thousands of definitions fit in it.
+MAX_FILE_BYTES = 10_000_000
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]{0,199}")
 
@@ -70,9 +80,9 @@ def definition_spec(
     name = check_name(name)
     job_type = check_text(job_type, what="job type", max_length=200)
     if not isinstance(cron, str):
-        raise BadInput(f"invalid cron expression {cron!r}: expected a string")
+        raise BadInput(f"invalid cron expression {excerpt(cron)}: expected a string")
     if not isinstance(timezone, str):
-        raise BadInput(f"invalid timezone {timezone!r}: expected a string")
+        raise BadInput(f"invalid timezone {excerpt(timezone)}: expected a string")
     try:
         schedule.validate_expression(cron)
         timezone = schedule.validate_timezone(timezone)
@@ -87,7 +97,7 @@ def definition_spec(
     if catch_up_limit is not None and catch_up != "all":
         raise BadInput("a catch-up limit applies to catch-up policy 'all' only")
     if enabled is not None and not isinstance(enabled, bool):
-        raise BadInput(f"invalid enabled {enabled!r}: expected true or false")
+        raise BadInput(f"invalid enabled {excerpt(enabled)}: expected true or false")
     return DefinitionSpec(
         name=name,
         job_type=job_type,
@@ -108,7 +118,7 @@ def definition_spec(
 
 
 def _quoted(text: str) -> str:
-    return repr(text if len(text) <= 80 else text[:77] + "...")
+    return excerpt(text)
 
 
 # -- timing --------------------------------------------------------------
@@ -153,7 +163,7 @@ def add(conn: Any, spec: DefinitionSpec, *, now: datetime | None = None) -> Defi
         )  # fmt: skip
     if created is None:
         raise DefinitionExists(
-            f"schedule {spec.name!r} already exists "
+            f"schedule {excerpt(spec.name)} already exists "
             "(remove it first, or manage definitions with `jobrunner schedule sync`)"
         )
     return created
@@ -162,7 +172,7 @@ def add(conn: Any, spec: DefinitionSpec, *, now: datetime | None = None) -> Defi
 def get(conn: Any, name: str) -> Definition:
     found = store.definition_get(conn, name)
     if found is None:
-        raise DefinitionNotFound(f"schedule {name!r} not found")
+        raise DefinitionNotFound(f"schedule {excerpt(name)} not found")
     return found
 
 
@@ -185,7 +195,7 @@ def _set_enabled(
     with conn.transaction():
         current = store.definition_get(conn, name, lock=True)
         if current is None:
-            raise DefinitionNotFound(f"schedule {name!r} not found")
+            raise DefinitionNotFound(f"schedule {excerpt(name)} not found")
         if current.enabled == enabled:
             return current, False
         clock = store.clock_now(conn, now=now)
@@ -216,7 +226,7 @@ def remove(conn: Any, name: str) -> Definition:
     with conn.transaction():
         current = store.definition_get(conn, name, lock=True)
         if current is None:
-            raise DefinitionNotFound(f"schedule {name!r} not found")
+            raise DefinitionNotFound(f"schedule {excerpt(name)} not found")
         store.definition_delete(conn, current.id)
     return current
 
@@ -247,11 +257,16 @@ def load_file(text: str, *, source: str) -> list[DefinitionSpec]:
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise BadInput(f"{source}: invalid TOML: {exc}") from None
+        raise BadInput(f"{source}: invalid TOML: {clip_line(str(exc))}") from None
+    except RecursionError:
+        raise BadInput(f"{source}: invalid TOML: nested too deep") from None
+    except ValueError:
+        # tomllib hands some values to int() unchecked, which refuses thousands of digits.
+        raise BadInput(f"{source}: invalid TOML: a number too large") from None
     unknown = sorted(set(document) - {"schedules"})
     if unknown:
         raise BadInput(
-            f"{source}: unknown top-level key {unknown[0]!r} "
+            f"{source}: unknown top-level key {excerpt(unknown[0])} "
             "(definitions go in [schedules.NAME] tables)"
         )
     tables = document.get("schedules", {})
@@ -261,12 +276,14 @@ def load_file(text: str, *, source: str) -> list[DefinitionSpec]:
 
 
 def _spec_from_table(name: str, table: Any, source: str) -> DefinitionSpec:
-    where = f"{source}: schedule {name!r}"
+    where = f"{source}: schedule {excerpt(name)}"
     if not isinstance(table, dict):
         raise BadInput(f"{where}: expected a table of settings ([schedules.{name}])")
     unknown = sorted(set(table) - set(FILE_KEYS))
     if unknown:
-        raise BadInput(f"{where}: unknown key {unknown[0]!r} (expected {', '.join(FILE_KEYS)})")
+        raise BadInput(
+            f"{where}: unknown key {excerpt(unknown[0])} (expected {', '.join(FILE_KEYS)})"
+        )
     for required in ("cron", "type"):
         if required not in table:
             raise BadInput(f"{where}: missing key {required!r}")
@@ -325,16 +342,18 @@ def sync(
     prune: bool = False,
     dry_run: bool = False,
     now: datetime | None = None,
+    lock_wait: float = DEFAULT_LOCK_WAIT,
 ) -> list[PlanItem]:
     """Make the database's definitions match `specs` (upsert by name), in one transaction.
 
     A definition whose schedule or timezone changes, or that the file enables again, starts
     afresh from now, like a new one. A paused definition stays paused unless the file says
-    `enabled = true`. With `prune`, definitions absent from `specs` are removed.
+    `enabled = true`. With `prune`, definitions absent from `specs` are removed. A sync
+    that another host is running is waited for, at most `lock_wait` seconds.
     """
     with conn.transaction():
         if not dry_run:
-            store.definitions_lock_for_sync(conn)
+            locks.take(conn, store.definitions_lock_for_sync, what="schedule sync", wait=lock_wait)
         existing = store.definitions_list(conn, lock=not dry_run)
         items = plan_sync(existing, specs, prune=prune)
         if dry_run:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Any
+from typing import IO, Any
 
 from cronjob.errors import BadInput
 
@@ -21,12 +21,24 @@ _DIGITS = frozenset("0123456789")
 MAX_PAYLOAD_BYTES = 1_000_000
 MAX_PAYLOAD_DEPTH = 64
 MAX_ID = 2**63 - 1
+# An idempotency key is checked in bytes before the database sees it: its unique index
+# holds keys of at most 2704 bytes and refuses a longer one with an obscure error.
+MAX_IDEMPOTENCY_KEY_BYTES = 1000
+# What a bad value shown in an error message is clipped to.
+EXCERPT_CHARS = 80
+# The times jobrunner stores from its users: wide enough for any real schedule, narrow
+# enough that every reading of them in any timezone stays inside Python's calendar.
+EARLIEST = datetime(1900, 1, 1, tzinfo=UTC)
+LATEST = datetime(9000, 1, 1, tzinfo=UTC)
 
 
 def parse_duration(text: str | float | int, *, what: str = "duration") -> float:
     """`90s`, `5m`, `2h`, `1d`, `250ms`, or a bare number of seconds."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
-        seconds = float(text)
+        try:
+            seconds = float(text)
+        except OverflowError:
+            seconds = float("inf")
     else:
         number, unit = _split_unit(str(text))
         whole, _, fraction = number.partition(".")
@@ -37,12 +49,12 @@ def parse_duration(text: str | float | int, *, what: str = "duration") -> float:
             or (number.endswith("."))
         ):
             raise BadInput(
-                f"invalid {what} {str(text)!r}: expected a number with an optional unit "
+                f"invalid {what} {excerpt(str(text))}: expected a number with an optional unit "
                 "ms, s, m, h or d (e.g. 90s, 5m, 2h, 1d)"
             )
         seconds = float(number) * _UNIT_SECONDS.get(unit, 1.0)
     if seconds < 0 or seconds != seconds or seconds > 10 * 365 * 86400:
-        raise BadInput(f"invalid {what} {text!r}: out of range")
+        raise BadInput(f"invalid {what} {excerpt(text)}: out of range")
     return seconds
 
 
@@ -56,64 +68,168 @@ def _split_unit(text: str) -> tuple[str, str | None]:
     return body, None
 
 
+def excerpt(value: Any, limit: int = EXCERPT_CHARS) -> str:
+    """A bad value as an error message shows it: quoted, on one line, at most about `limit`
+    characters. Messages never carry a long value whole: it would drown the line, and every
+    message is searched for passwords before it is printed."""
+    if isinstance(value, str):
+        # Clipped after repr(), whose escapes (\U0001f600) can make one character ten.
+        shown = repr(value[:limit])
+        if len(value) > limit or len(shown) > limit + 2:
+            shown = shown[: limit - 4] + "..." + shown[0]
+        return shown
+    if isinstance(value, (list, tuple)):
+        return "a JSON array"
+    if isinstance(value, dict):
+        return "a JSON object"
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        # repr() of an integer of thousands of digits raises, and is no use to read anyway.
+        return f"an integer of {value.bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _integer_text(value: Any) -> str | None:
+    """`value` as plain ASCII digits with an optional leading minus, or None.
+
+    Python's int() also reads `1_0` as 10, and digits of any script, so an operator's typo
+    could name another run; ids, counts, limits and sizes are written in ASCII alone.
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        # Past 64 bits, out of every range here; str() would refuse thousands of digits.
+        return str(value) if value.bit_length() <= 64 else "9" * 20
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    digits = text[1:] if text.startswith("-") else text
+    if not digits or not digits.isascii() or not digits.isdigit():
+        return None
+    return text
+
+
+def _bounded_int(text: str, low: int, high: int) -> int | None:
+    # Leading zeros aside, a number longer than the bounds' digits is out of range; int()
+    # is never asked to convert thousands of digits (it refuses past 4,300 with a ValueError).
+    sign = "-" if text.startswith("-") else ""
+    digits = text.lstrip("-").lstrip("0") or "0"
+    if len(digits) > max(len(str(abs(low))), len(str(abs(high)))):
+        return None
+    number = int(sign + digits)
+    return number if low <= number <= high else None
+
+
+def parse_integer(value: Any, *, what: str, low: int, high: int) -> int:
+    """An integer from `low` to `high`, given as an int or as plain ASCII digits."""
+    text = _integer_text(value)
+    if text is None:
+        raise BadInput(f"invalid {what} {excerpt(value)}: expected an integer in ASCII digits")
+    number = _bounded_int(text, low, high)
+    if number is None:
+        raise BadInput(f"invalid {what} {excerpt(value)}: expected an integer from {low} to {high}")
+    return number
+
+
+def parse_id(value: Any, *, what: str = "run id") -> int:
+    """A row id: a positive integer that fits a bigint."""
+    text = _integer_text(value)
+    number = None if text is None else _bounded_int(text, 1, MAX_ID)
+    if number is None:
+        raise BadInput(f"invalid {what} {excerpt(value)}: expected a positive integer")
+    return number
+
+
 def parse_run_id(text: str | int) -> int:
-    try:
-        value = int(str(text).strip())
-    except ValueError:
-        raise BadInput(f"invalid run id {str(text)!r}: expected a positive integer") from None
-    if not 0 < value <= MAX_ID:
-        raise BadInput(f"invalid run id {str(text)!r}: expected a positive integer")
-    return value
+    return parse_id(text, what="run id")
 
 
-def parse_timestamp(text: str, *, what: str = "timestamp") -> datetime:
-    """An ISO-8601 timestamp; one without an offset is taken as UTC."""
-
-    try:
-        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        raise BadInput(
-            f"invalid {what} {text!r}: expected ISO-8601, e.g. 2026-01-05T09:00:00+01:00"
-        ) from None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value
+def parse_count(value: Any, *, what: str, maximum: int = 2**31 - 1) -> int:
+    """A count, limit or size: zero or more."""
+    return parse_integer(value, what=what, low=0, high=maximum)
 
 
 def parse_positive_int(value: Any, *, what: str, maximum: int = 2**31 - 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise BadInput(f"invalid {what} {value!r}: expected a positive integer")
-    try:
-        number = int(value)
-    except ValueError:
-        raise BadInput(f"invalid {what} {value!r}: expected a positive integer") from None
-    if not 1 <= number <= maximum:
-        raise BadInput(f"invalid {what} {value!r}: expected an integer from 1 to {maximum}")
-    return number
+    return parse_integer(value, what=what, low=1, high=maximum)
 
 
 def parse_int(value: Any, *, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise BadInput(f"invalid {what} {value!r}: expected an integer")
+    return parse_integer(value, what=what, low=-(2**31), high=2**31 - 1)
+
+
+def parse_timestamp(text: str, *, what: str = "timestamp") -> datetime:
+    """An ISO-8601 timestamp within `EARLIEST`..`LATEST`; one without an offset is UTC."""
+    if not isinstance(text, str):
+        raise BadInput(f"invalid {what} {excerpt(text)}: expected an ISO-8601 string")
     try:
-        number = int(value)
+        # Anything longer than the longest ISO-8601 form is not one: no need to parse it.
+        if len(text) > 64:
+            raise ValueError(text)
+        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
-        raise BadInput(f"invalid {what} {value!r}: expected an integer") from None
-    if not -(2**31) <= number < 2**31:
-        raise BadInput(f"invalid {what} {value!r}: out of range")
-    return number
+        raise BadInput(
+            f"invalid {what} {excerpt(text)}: expected ISO-8601, e.g. 2026-01-05T09:00:00+01:00"
+        ) from None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return check_time_in_range(value, what=what, shown=text)
 
 
-def check_text(value: Any, *, what: str, max_length: int = 1000, allow_empty: bool = False) -> str:
+def check_time_in_range(value: datetime, *, what: str, shown: Any = None) -> datetime:
+    """Refuse a time outside `EARLIEST`..`LATEST`.
+
+    PostgreSQL stores times far beyond Python's years 1 to 9999, and one such row would make
+    every reader that loads it fail; the bounds also keep any local reading of a stored time,
+    in any timezone, inside the calendar.
+    """
+    try:
+        inside = EARLIEST <= value <= LATEST
+    except (OverflowError, TypeError):
+        inside = False
+    if not inside:
+        raise BadInput(
+            f"invalid {what} {excerpt(value.isoformat() if shown is None else shown)}: "
+            f"out of range (from {EARLIEST:%Y-%m-%d} to {LATEST:%Y-%m-%d} UTC)"
+        )
+    return value
+
+
+def check_text(
+    value: Any,
+    *,
+    what: str,
+    max_length: int = 1000,
+    allow_empty: bool = False,
+    max_bytes: int | None = None,
+) -> str:
     if not isinstance(value, str):
-        raise BadInput(f"invalid {what} {value!r}: expected a string")
+        raise BadInput(f"invalid {what} {excerpt(value)}: expected a string")
     if "\x00" in value:
         raise BadInput(f"invalid {what}: contains a NUL character")
     if not allow_empty and not value.strip():
         raise BadInput(f"invalid {what}: must not be empty")
     if len(value) > max_length:
-        raise BadInput(f"invalid {what}: longer than {max_length} characters")
+        raise BadInput(f"invalid {what} {excerpt(value)}: longer than {max_length} characters")
+    if max_bytes is not None and len(value.encode("utf-8", "surrogatepass")) > max_bytes:
+        raise BadInput(f"invalid {what} {excerpt(value)}: longer than {max_bytes} bytes in UTF-8")
+    if not _is_utf8(value):
+        raise BadInput(f"invalid {what} {excerpt(value)}: contains an unpaired surrogate")
     return value
+
+
+def read_text(stream: IO[bytes], limit: int, *, source: str) -> str:
+    """At most `limit` bytes of UTF-8 text from `stream`, which is read no further: a file
+    of any size, /dev/zero included, costs at most the limit to refuse."""
+    data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise BadInput(f"{source} too large: more than {limit} bytes")
+    return decode_text(data, source=source)
+
+
+def decode_text(data: bytes, *, source: str) -> str:
+    """`data` as UTF-8 text, or a one-line BadInput saying where it is not."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"{source} is not UTF-8 text (invalid byte at offset {exc.start})") from None
 
 
 def parse_payload(text: str, *, source: str = "payload") -> Any:
@@ -200,7 +316,7 @@ def _check_depth_and_text(root: Any, source: str) -> None:
         elif isinstance(value, dict):
             for key, item in value.items():
                 if not isinstance(key, str):
-                    raise BadInput(f"{source} has a non-string object key {key!r}")
+                    raise BadInput(f"{source} has a non-string object key {excerpt(key)}")
                 _check_string(key, source)
                 stack.append((item, depth + 1))
         elif isinstance(value, list):
@@ -230,6 +346,12 @@ def _check_string(value: str, source: str) -> None:
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
+
+
+def clip_line(text: str, limit: int = 200) -> str:
+    """A message from elsewhere (a parser's, the driver's) on one line, at most `limit` long."""
+    text = _one_line(text[: limit * 4])
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def check_tenants_sql(text: str | None) -> str | None:

@@ -7,8 +7,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from cronjob import store
+from cronjob import locks, store
 from cronjob.db import MIGRATION_FILENAME, migrations_dir
+from cronjob.locks import DEFAULT_LOCK_WAIT
 
 
 @dataclass(frozen=True)
@@ -28,15 +29,16 @@ def shipped_migrations() -> tuple[Migration, ...]:
     return tuple(found)
 
 
-def apply(conn: Any) -> list[Migration]:
+def apply(conn: Any, *, lock_wait: float = DEFAULT_LOCK_WAIT) -> list[Migration]:
     """Apply pending migrations in one transaction; returns what was applied.
 
     The lock is transaction-scoped (works behind PgBouncer in transaction mode),
-    and hosts that wait on it find the work done when they get it.
+    and hosts that wait on it, up to `lock_wait` seconds, find the work done when
+    they get it.
     """
     applied: list[Migration] = []
     with conn.transaction():
-        store.migrations_lock(conn)
+        locks.take(conn, store.migrations_lock, what="migration", wait=lock_wait)
         store.migrations_create_table(conn)
         done = store.migrations_list_applied(conn)
         for migration in shipped_migrations():

@@ -58,6 +58,12 @@ RUNS_INSERT_MANY_IDS_BY_KEY = (
     "SELECT idempotency_key, id FROM job_runs WHERE idempotency_key = ANY(%(keys)s)"
 )
 
+# Batches that carry idempotency keys take turns: two batches holding some of each
+# other's keys, in different orders, would otherwise wait on each other until the
+# server broke the deadlock by failing one. This constant spells "jobkeys".
+RUNS_LOCK_FOR_KEYED_BATCH = "SELECT pg_advisory_xact_lock(29958816149218675)"
+RUNS_LOCK_FOR_KEYED_BATCH_TRY = "SELECT pg_try_advisory_xact_lock(29958816149218675)"
+
 # One question before a tick sets anything up: is there a due run of a type this
 # tick handles, a lease to rescue, or a schedule to materialize? Most ticks on most
 # hosts find nothing, and then cost this one round trip.
@@ -285,13 +291,20 @@ SELECT t.id, t.status, c.id IS NOT NULL AS changed
 FROM target t LEFT JOIN changed c USING (id)
 """
 
-RUNS_LIST = f"""
-SELECT {_RUN_COLUMNS} FROM job_runs
+_RUNS_LIST_FILTER = """
 WHERE (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s))
   AND (%(job_types)s::text[] IS NULL OR job_type = ANY(%(job_types)s))
 ORDER BY id DESC
 LIMIT %(limit)s
 """
+RUNS_LIST = f"SELECT {_RUN_COLUMNS} FROM job_runs {_RUNS_LIST_FILTER}"
+
+# The table `list` prints shows no payload, and a thousand payloads of a megabyte each
+# are a gigabyte to fetch and decode for nothing.
+RUNS_LIST_WITHOUT_PAYLOAD = (
+    f"SELECT {_RUN_COLUMNS.replace(' payload,', ' NULL::jsonb AS payload,')} "
+    f"FROM job_runs {_RUNS_LIST_FILTER}"
+)
 
 # -- effects: the handler's transaction and the effects ledger --
 
@@ -585,6 +598,7 @@ SELECT EXISTS (
 
 # Any constant works; this one spells "jobsched". Two deploys syncing at once apply in turn.
 DEFINITIONS_LOCK_FOR_SYNC = "SELECT pg_advisory_xact_lock(7669456938163791204)"
+DEFINITIONS_LOCK_FOR_SYNC_TRY = "SELECT pg_try_advisory_xact_lock(7669456938163791204)"
 
 
 # -- schema: the migrations applied, and applying them --
@@ -595,6 +609,19 @@ MIGRATIONS_GET_LATEST_VERSION = "SELECT coalesce(max(version), 0) FROM jobrunner
 # works; this one spells "jobrunr" (0x6A6F6272756E72) and only has to be unique per
 # database.
 MIGRATIONS_LOCK = "SELECT pg_advisory_xact_lock(29958816149106290)"
+MIGRATIONS_LOCK_TRY = "SELECT pg_try_advisory_xact_lock(29958816149106290)"
+
+# -- waiting for another host: the locks above, and the keyed batch lock of enqueue --
+
+# A host that queues behind another's migration, sync or batch waits for as long as the
+# caller allows rather than the runner's 5 s lock_timeout (and 30 s statement_timeout);
+# transaction-local, like the locks, and put back once the lock is held.
+LOCK_WAIT_LIMITS_SET = """
+SELECT set_config('lock_timeout', %(ms)s, true), set_config('statement_timeout', %(ms)s, true)
+"""
+LOCK_WAIT_LIMITS_RESTORE = (
+    "SET LOCAL lock_timeout TO DEFAULT; SET LOCAL statement_timeout TO DEFAULT"
+)
 
 MIGRATIONS_CREATE_TABLE = """
 CREATE TABLE IF NOT EXISTS jobrunner_migrations (

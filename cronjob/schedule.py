@@ -312,10 +312,24 @@ def _field_value(field: _Field, token: str) -> int:
     if not _NUMBER.fullmatch(token):
         kind = "a number or name" if field.names else "a number"
         raise _FieldError(f"{field.name} value {_quoted(token)} is not {kind}")
-    value = int(token)
+    value = _small_number(token)
     if not field.low <= value <= field.high:
-        raise _FieldError(f"{field.name} value {value} out of range ({field.low}-{field.high})")
+        shown = value if value <= _LARGEST_FIELD_NUMBER else _quoted(token)
+        raise _FieldError(f"{field.name} value {shown} out of range ({field.low}-{field.high})")
     return value
+
+
+# Every field's numbers are below this; a longer one is out of range without converting it,
+# which int() refuses past 4,300 digits (and takes quadratic time up to there).
+_LARGEST_FIELD_NUMBER = 9999
+
+
+def _small_number(digits: str) -> int:
+    """ASCII `digits` as an int; anything above `_LARGEST_FIELD_NUMBER` as one more than it."""
+    significant = digits.lstrip("0")
+    if len(significant) > len(str(_LARGEST_FIELD_NUMBER)):
+        return _LARGEST_FIELD_NUMBER + 1
+    return int(significant or "0")
 
 
 def _expand_field(expression: str, index: int, text: str) -> frozenset[int]:
@@ -338,11 +352,11 @@ def _field_values(index: int, text: str) -> frozenset[int]:
         span, slash, step_text = item.partition("/")
         step = 1
         if slash:
-            if not _NUMBER.fullmatch(step_text) or int(step_text) == 0:
+            if not _NUMBER.fullmatch(step_text) or _small_number(step_text) == 0:
                 raise _FieldError(
                     f"{field.name} step {_quoted(step_text)} is not a positive number"
                 )
-            step = int(step_text)
+            step = _small_number(step_text)
         if span == "*":
             first, last = field.low, field.high
         elif "-" in span:

@@ -33,6 +33,8 @@ QUICK = Options(
     history_rows=100_000,
     enqueue_n=10_000,
     claim_probes=20,
+    memory_jsonl_mb=(10, 100),
+    memory_list_runs=100,
     cap_scale=0.25,
 )
 FULL = Options()
@@ -83,6 +85,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help=f"runs for the bulk enqueue section (default {FULL.enqueue_n:,})",
     )
     p.add_argument(
+        "--memory-jsonl-mb",
+        type=lambda text: tuple(int(size) for size in _csv(text)),
+        help="sizes of the --jsonl inputs of the memory section, in MB "
+        f"(default {','.join(map(str, FULL.memory_jsonl_mb))})",
+    )
+    p.add_argument(
+        "--memory-list-runs",
+        type=int,
+        help=f"1 MB runs that list reads in the memory section (default {FULL.memory_list_runs})",
+    )
+    p.add_argument(
         "--no-cap",
         action="store_true",
         help="drain --n jobs in every variant, also the slow ones that are capped "
@@ -129,6 +142,8 @@ def options(args: argparse.Namespace) -> Options:
         claim_probes=base.claim_probes,
         cap=not args.no_cap,
         cap_scale=base.cap_scale,
+        memory_jsonl_mb=args.memory_jsonl_mb or base.memory_jsonl_mb,
+        memory_list_runs=args.memory_list_runs or base.memory_list_runs,
     )
 
 

@@ -312,6 +312,17 @@ def schedules_table(report: Report) -> tuple[Table, str]:
     return (headers, body), legend
 
 
+def memory_table(report: Report) -> tuple[Table, str]:
+    rows = _section(report.rows, "memory", report.systems)
+    headers = ["system", "command", "metric", "median", "range"]
+    body = [[r.label, r.variant, r.metric, _median_or_status(r, 1), _range(r, 1)] for r in rows]
+    legend = (
+        "Peak resident set size of one `jobrunner` process (bench/memory.py): bounded means "
+        "the same whatever the size of the input or of the rows read."
+    )
+    return (headers, body), legend
+
+
 TABLES = {
     "drain": ("Drain throughput", drain_table),
     "idle": ("Idle one-shot", idle_table),
@@ -319,6 +330,7 @@ TABLES = {
     "enqueue": ("Bulk enqueue", enqueue_table),
     "rss": ("Peak RSS while draining", rss_table),
     "schedules": ("Schedules", schedules_table),
+    "memory": ("Peak memory of enqueue --jsonl and list", memory_table),
 }
 
 

@@ -28,7 +28,7 @@ from bench.suite.systems import Context, NotRun, System, Variant
 from bench.suite.systems.jobrunner import JobrunnerSystem, jsonl
 from bench.suite.timing import WARMUP, time_command
 
-SECTIONS = ("drain", "idle", "growth", "enqueue", "rss", "schedules")
+SECTIONS = ("drain", "idle", "growth", "enqueue", "rss", "schedules", "memory")
 
 FLOOR_CODE = "import sys, psycopg; psycopg.connect(sys.argv[1]).execute('select 1')"
 FLOOR_HOW = "python -c 'import psycopg; psycopg.connect(URL).execute(\"select 1\")'"
@@ -55,6 +55,8 @@ class Options:
     claim_probes: int = 50
     cap: bool = True  # honour Variant.max_n
     cap_scale: float = 1.0  # --quick shrinks the caps along with N
+    memory_jsonl_mb: tuple[int, ...] = (10, 1000)  # --jsonl inputs whose peak RSS is measured
+    memory_list_runs: int = 1000  # runs of 1 MB payloads that `list --limit` reads
 
 
 def log(message: str) -> None:
@@ -449,6 +451,37 @@ class Bench:
                 except MEASUREMENT_ERRORS as exc:
                     row.status = f"failed: {first_line(exc)}"
             self.rows.append(row)
+
+    # -- memory ------------------------------------------------------------------------
+    def memory(self) -> None:
+        """Peak RSS of `enqueue --jsonl` and `list` over inputs and rows of growing size."""
+        s = self.system("jobrunner")
+        if s is None:
+            why = self.skipped.get("jobrunner", "not selected")
+            self.rows.append(
+                Row("memory", "jobrunner", "jobrunner", "-", "MiB", status=f"not run: {why}")
+            )
+            return
+        from bench.memory import measure
+
+        rows: dict[str, Row] = {}
+        for rep in range(self.opts.reps):
+            name, url = self.fresh_db(s, "memory", f"r{rep}")
+            try:
+                cases = measure(url, list(self.opts.memory_jsonl_mb), self.opts.memory_list_runs)
+            except MEASUREMENT_ERRORS as exc:
+                self.rows.append(Row("memory", "jobrunner", "jobrunner", "-", "MiB",
+                                     status=f"failed: {first_line(exc)}"))  # fmt: skip
+                log(f"memory: FAILED\n{exc}")
+                return
+            finally:
+                self.cluster.dropdb(name)
+            for case in cases:
+                row = rows.setdefault(
+                    case.name, Row("memory", "jobrunner", "jobrunner", case.name, "MiB")
+                )
+                row.samples.append(case.peak_mib)
+        self.rows.extend(rows.values())
 
     def run(self, sections: list[str]) -> None:
         for section in SECTIONS:

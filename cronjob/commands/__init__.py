@@ -48,7 +48,10 @@ def open_database(settings: Settings, *, require_schema: bool = True) -> tuple[D
 
 def open_connection(database_url: str | None) -> Any:
     """A ready connection for a command that runs no handlers, and so loads none."""
+    from cronjob.db import read_times_beyond_the_calendar
+
     _, conn = open_database(Settings.build(database_url))
+    read_times_beyond_the_calendar(conn)
     return conn
 
 

@@ -2,17 +2,18 @@ from __future__ import annotations
 
 import click
 
-from cronjob.cli import database_url_option
+from cronjob.cli import database_url_option, lock_wait_option
 from cronjob.settings import Settings
 
 
 @click.command()
 @database_url_option
-def migrate(database_url: str | None) -> None:
+@lock_wait_option("another host's migration")
+def migrate(database_url: str | None, lock_wait: float) -> None:
     """Apply pending schema migrations.
 
-    Safe to run from several hosts at once: they queue on an advisory lock and
-    the later ones find the work done.
+    Safe to run from several hosts at once: they queue on an advisory lock (saying so
+    in the log, for at most --lock-wait) and the later ones find the work done.
     """
     from cronjob import db
     from cronjob import migrate as migrations
@@ -23,7 +24,7 @@ def migrate(database_url: str | None) -> None:
     conn = db.connect(url)
     try:
         with db.database_errors():
-            applied = migrations.apply(conn)
+            applied = migrations.apply(conn, lock_wait=lock_wait)
     except DatabaseError as exc:
         if exc.sqlstate != db.INSUFFICIENT_PRIVILEGE:
             raise

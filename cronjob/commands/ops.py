@@ -8,10 +8,11 @@ from typing import Any
 
 import click
 
-from cronjob.cli import database_url_option, json_option
+from cronjob.cli import Count, database_url_option, json_option
 from cronjob.commands import open_connection
 from cronjob.commands.render import iso, table, when
 from cronjob.errors import BadInput
+from cronjob.inputs import excerpt
 from cronjob.settings import DEFAULT_PRUNE_BATCH_SIZE
 
 SCHEDULES_SHOWN = 20
@@ -27,13 +28,13 @@ def textfile_path(value: str) -> Path:
     """A path for an atomically replaced file; its directory must exist already."""
     path = Path(value).expanduser()
     if not value.strip() or path.name in ("", ".", ".."):
-        raise BadInput(f"invalid metrics textfile {value!r}: expected a file path")
+        raise BadInput(f"invalid metrics textfile {excerpt(value)}: expected a file path")
     if not path.parent.is_dir():
         raise BadInput(
-            f"invalid metrics textfile {value!r}: directory {path.parent} does not exist"
+            f"invalid metrics textfile {excerpt(value)}: directory {path.parent} does not exist"
         )
     if path.is_dir():
-        raise BadInput(f"invalid metrics textfile {value!r}: it is a directory")
+        raise BadInput(f"invalid metrics textfile {excerpt(value)}: it is a directory")
     return path
 
 
@@ -262,13 +263,13 @@ def write_metrics(path: Path, text: str) -> None:
 )
 @click.option(
     "--max-stuck",
-    type=click.IntRange(min=0),
+    type=Count(0),
     metavar="N",
     help="Breached when more than N running runs have an expired lease.",
 )
 @click.option(
     "--max-dead",
-    type=click.IntRange(min=0),
+    type=Count(0),
     metavar="N",
     help="Breached when more than N runs are dead (and not yet pruned).",
 )
@@ -344,7 +345,7 @@ def check(
 )
 @click.option(
     "--batch-size",
-    type=click.IntRange(1, 100_000),
+    type=Count(1, 100_000),
     default=DEFAULT_PRUNE_BATCH_SIZE,
     show_default=True,
     help="Runs deleted per statement (each commits on its own).",
@@ -409,7 +410,7 @@ def prunable_statuses(value: str | None) -> tuple[str, ...]:
         return PRUNABLE
     for name in chosen:
         if name not in {s.value for s in Status}:
-            raise BadInput(f"unknown status {name!r}: prune takes {', '.join(PRUNABLE)}")
+            raise BadInput(f"unknown status {excerpt(name)}: prune takes {', '.join(PRUNABLE)}")
         if name not in PRUNABLE:
             raise BadInput(
                 f"cannot prune {name} runs: they have not finished; "

@@ -3,21 +3,35 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import IO, Any
 
 import click
 
 from cronjob.api import new_run
-from cronjob.cli import database_url_option, json_option
+from cronjob.cli import Count, database_url_option, json_option, lock_wait_option
 from cronjob.commands import open_connection
 from cronjob.commands.render import clip, iso, table, when
 from cronjob.errors import BadInput
-from cronjob.inputs import MAX_PAYLOAD_BYTES, decode_json, parse_payload, parse_timestamp
+from cronjob.inputs import (
+    MAX_PAYLOAD_BYTES,
+    decode_json,
+    decode_text,
+    excerpt,
+    parse_payload,
+    parse_timestamp,
+    read_text,
+)
 
 JSONL_KEYS = {
     "type", "payload", "run_at", "delay", "idempotency_key", "max_attempts", "priority", "tenant",
 }  # fmt: skip
+# A --jsonl line holds one payload and a few short fields.
+MAX_JSONL_LINE_BYTES = MAX_PAYLOAD_BYTES + 10_000
+# Runs inserted per statement, and the most JSON one statement carries: far below the 1 GB
+# PostgreSQL takes in one message, and what keeps memory flat however long the input is.
 JSONL_CHUNK = 5000
+JSONL_CHUNK_BYTES = 4_000_000
 
 
 @click.command()
@@ -26,41 +40,48 @@ JSONL_CHUNK = 5000
 @click.option("--payload", metavar="JSON", help="The payload, as JSON (default {}).")
 @click.option(
     "--payload-file",
-    type=click.File("r"),
+    type=click.File("rb"),
     metavar="PATH",
-    help="Read the payload from a file, or - for stdin.",
+    help="Read the payload from a file, or - for stdin "
+    f"(UTF-8, at most {MAX_PAYLOAD_BYTES} bytes).",
 )
-@click.option("--run-at", metavar="ISO8601", help="When the run becomes due (default: now).")
+@click.option(
+    "--run-at",
+    metavar="ISO8601",
+    help="When the run becomes due (default: now), from 1900-01-01 to 9000-01-01 UTC.",
+)
 @click.option("--delay", metavar="DURATION", help="Due after this long, e.g. 90s, 5m, 2h.")
 @click.option(
     "--idempotency-key",
     metavar="KEY",
-    help="A key unique among runs: if a run has it already, its id is printed "
-    "and nothing is enqueued.",
+    help="A key unique among runs (at most 1000 bytes): if a run has it already, its id is "
+    "printed and nothing is enqueued.",
 )
 @click.option("--max-attempts", metavar="N", help="Attempt budget (default: the handler's).")
 @click.option("--priority", metavar="N", help="Lower runs first (default 0).")
 @click.option("--tenant", metavar="ID", help="The tenant the run is for.")
 @click.option(
     "--jsonl",
-    type=click.File("r"),
+    type=click.File("rb"),
     metavar="FILE",
     help='Enqueue many: one JSON object a line ({"type": ..., "payload": ...} and '
     "the optional keys run_at, delay, idempotency_key, max_attempts, priority, tenant); "
-    "- for stdin. All lines are checked before anything is written.",
+    "- for stdin. One transaction: a bad line anywhere and nothing is enqueued.",
 )
+@lock_wait_option("another --jsonl batch with idempotency keys")
 def enqueue(
     job_type: str | None,
     database_url: str | None,
     payload: str | None,
-    payload_file: IO[str] | None,
+    payload_file: IO[bytes] | None,
     run_at: str | None,
     delay: str | None,
     idempotency_key: str | None,
     max_attempts: str | None,
     priority: str | None,
     tenant: str | None,
-    jsonl: IO[str] | None,
+    jsonl: IO[bytes] | None,
+    lock_wait: float,
 ) -> None:
     """Enqueue a run of TYPE and print its id.
 
@@ -79,38 +100,67 @@ def enqueue(
             raise BadInput(
                 "--jsonl takes every field from its lines: give no TYPE or other options"
             )
-        runs = _read_jsonl(jsonl)
-    else:
-        if not job_type:
-            raise BadInput("missing TYPE: the job type to enqueue (or use --jsonl)")
-        runs = [
-            _new_run(
-                {
-                    "type": job_type,
-                    "payload": _payload_text(payload, payload_file),
-                    "run_at": run_at,
-                    "delay": delay,
-                    "idempotency_key": idempotency_key,
-                    "max_attempts": max_attempts,
-                    "priority": priority,
-                    "tenant": tenant,
-                },
-                payload_is_text=True,
-            )
-        ]
+        _enqueue_jsonl(jsonl, database_url, lock_wait)
+        return
+    if not job_type:
+        raise BadInput("missing TYPE: the job type to enqueue (or use --jsonl)")
+    run = _new_run(
+        {
+            "type": job_type,
+            "payload": _payload_text(payload, payload_file),
+            "run_at": run_at,
+            "delay": delay,
+            "idempotency_key": idempotency_key,
+            "max_attempts": max_attempts,
+            "priority": priority,
+            "tenant": tenant,
+        },
+        payload_is_text=True,
+    )
     conn = open_connection(database_url)
-    with conn, conn.transaction():
-        ids = []
-        for start in range(0, len(runs), JSONL_CHUNK):
-            ids.extend(e.id for e in runs_insert_many(conn, runs[start : start + JSONL_CHUNK]))
-    click.echo("".join(f"{i}\n" for i in ids), nl=False)
+    with conn:
+        [entry] = runs_insert_many(conn, [run])
+    click.echo(entry.id)
 
 
-def _payload_text(payload: str | None, payload_file: IO[str] | None) -> str | None:
+def _enqueue_jsonl(stream: IO[bytes], database_url: str | None, lock_wait: float) -> None:
+    """Check and insert chunk by chunk in one transaction, and print the ids once it commits.
+
+    The first chunk is checked before connecting; a bad line further on rolls everything
+    back. The ids wait in a temporary file, so memory does not grow with the input.
+    """
+    import tempfile
+    from itertools import chain
+
+    from cronjob import locks
+    from cronjob.store import runs_insert_many, runs_lock_for_keyed_batch
+
+    chunks = _jsonl_chunks(stream)
+    first = next(chunks, None)
+    if first is None:
+        raise BadInput("--jsonl input has no runs")
+    conn = open_connection(database_url)
+    with conn, tempfile.TemporaryFile("w+") as ids:
+        with conn.transaction():
+            keyed = False
+            for chunk in chain([first], chunks):
+                if not keyed and any(run.idempotency_key is not None for run in chunk):
+                    locks.take(
+                        conn, runs_lock_for_keyed_batch, what="batch with idempotency keys",
+                        wait=lock_wait,
+                    )  # fmt: skip
+                    keyed = True
+                ids.writelines(f"{entry.id}\n" for entry in runs_insert_many(conn, chunk))
+        ids.seek(0)
+        while block := ids.read(1 << 16):
+            click.echo(block, nl=False)
+
+
+def _payload_text(payload: str | None, payload_file: IO[bytes] | None) -> str | None:
     if payload is not None and payload_file is not None:
         raise BadInput("give either --payload or --payload-file, not both")
     if payload_file is not None:
-        return payload_file.read()
+        return read_text(payload_file, MAX_PAYLOAD_BYTES, source="--payload-file")
     return payload
 
 
@@ -121,8 +171,6 @@ def _new_run(fields: dict[str, Any], *, payload_is_text: bool = False, where: st
             raw_payload = None if raw_payload is None else parse_payload(raw_payload)
         run_at = fields.get("run_at")
         if run_at is not None:
-            if not isinstance(run_at, str):
-                raise BadInput(f"invalid run_at {run_at!r}: expected an ISO-8601 string")
             run_at = parse_timestamp(run_at, what="--run-at" if not where else "run_at")
         return new_run(
             fields.get("type"),  # type: ignore[arg-type]
@@ -140,26 +188,41 @@ def _new_run(fields: dict[str, Any], *, payload_is_text: bool = False, where: st
         raise
 
 
-def _read_jsonl(stream: IO[str]) -> list[Any]:
-    runs = []
-    for number, line in enumerate(stream, start=1):
-        if not line.strip():
-            continue
-        where = f"line {number}"
-        if len(line) > MAX_PAYLOAD_BYTES + 10_000:
-            raise BadInput(f"{where}: longer than {MAX_PAYLOAD_BYTES} bytes")
+def _jsonl_chunks(stream: IO[bytes]) -> Iterator[list[Any]]:
+    """Checked runs, a chunk at a time: at most JSONL_CHUNK runs or JSONL_CHUNK_BYTES of JSON."""
+    chunk: list[Any] = []
+    size = 0
+    for where, line in _jsonl_lines(stream):
         fields = decode_json(line, source=where)
         if not isinstance(fields, dict):
             raise BadInput(f'{where}: expected a JSON object with at least "type"')
         unknown = set(fields) - JSONL_KEYS
         if unknown:
-            raise BadInput(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+            shown = ", ".join(excerpt(key, 40) for key in sorted(unknown)[:5])
+            raise BadInput(f"{where}: unknown key(s) {shown}")
         if "type" not in fields:
             raise BadInput(f'{where}: missing "type"')
-        runs.append(_new_run(fields, where=where))
-    if not runs:
-        raise BadInput("--jsonl input has no runs")
-    return runs
+        run = _new_run(fields, where=where)
+        chunk.append(run)
+        size += len(run.payload_json)
+        if len(chunk) >= JSONL_CHUNK or size >= JSONL_CHUNK_BYTES:
+            yield chunk
+            chunk, size = [], 0
+    if chunk:
+        yield chunk
+
+
+def _jsonl_lines(stream: IO[bytes]) -> Iterator[tuple[str, str]]:
+    """Each non-blank line with where it is, read no further than the longest line allowed."""
+    number = 0
+    while data := stream.readline(MAX_JSONL_LINE_BYTES + 2):
+        number += 1
+        where = f"line {number}"
+        content = data[:-1] if data.endswith(b"\n") else data
+        if len(content) > MAX_JSONL_LINE_BYTES:
+            raise BadInput(f"{where}: longer than {MAX_JSONL_LINE_BYTES} bytes")
+        if content.strip():
+            yield where, decode_text(content, source=where)
 
 
 def _ids(values: tuple[str, ...]) -> list[int]:
@@ -227,7 +290,7 @@ def _report(changes: list[Any], done: str, verb: str) -> int:
 @database_url_option
 @click.option("--status", "statuses", metavar="S1,S2", help="Only runs in these statuses.")
 @click.option("--type", "job_types", metavar="T1,T2", help="Only runs of these job types.")
-@click.option("--limit", type=click.IntRange(1, 100000), default=50, show_default=True)
+@click.option("--limit", type=Count(1, 100000), default=50, show_default=True)
 @json_option
 def list_runs(
     database_url: str | None,
@@ -243,15 +306,18 @@ def list_runs(
     status_list = _split(statuses)
     for status in status_list or []:
         if status not in {s.value for s in Status}:
-            raise BadInput(
-                f"unknown status {status!r}: expected one of {', '.join(s.value for s in Status)}"
-            )
+            known = ", ".join(s.value for s in Status)
+            raise BadInput(f"unknown status {excerpt(status)}: expected one of {known}")
     conn = open_connection(database_url)
     with conn:
-        runs = runs_list(conn, statuses=status_list, job_types=_split(job_types), limit=limit)
-    if as_json:
-        click.echo(json.dumps([_run_dict(r) for r in runs], indent=2))
-        return
+        found = runs_list(
+            conn, statuses=status_list, job_types=_split(job_types), limit=limit,
+            payloads=as_json,
+        )  # fmt: skip
+        if as_json:
+            _echo_json_array(_run_dict(r) for r in found)
+            return
+        runs = list(found)
     rows = [
         (str(r.id), r.status.value, r.job_type, r.tenant_id or "",
          f"{r.attempts}/{r.max_attempts or '-'}", when(r.finished_at or r.run_at),
@@ -298,6 +364,16 @@ def show(run_id: str, database_url: str | None, as_json: bool) -> None:
         if last.traceback:
             click.echo(f"\nlast traceback (attempt {last.attempt}):")
             click.echo(last.traceback.rstrip())
+
+
+def _echo_json_array(items: Iterator[dict[str, Any]]) -> None:
+    """What json.dumps(list(items), indent=2) prints, written an item at a time."""
+    opened = False
+    for item in items:
+        text = json.dumps(item, indent=2).replace("\n", "\n  ")
+        click.echo(f"{',' if opened else '['}\n  {text}", nl=False)
+        opened = True
+    click.echo("\n]" if opened else "[]")
 
 
 def _split(value: str | None) -> list[str] | None:

@@ -9,7 +9,7 @@ from typing import IO, Any
 
 import click
 
-from cronjob.cli import database_url_option, json_option
+from cronjob.cli import Count, database_url_option, json_option, lock_wait_option
 from cronjob.commands import open_connection
 from cronjob.commands.render import clip, iso, table
 from cronjob.errors import BadInput
@@ -228,11 +228,14 @@ def remove(name: str, database_url: str | None) -> None:
 
 
 @schedule.command()
-@click.argument("file", type=click.File("r", encoding="utf-8"))
+@click.argument("file", type=click.File("rb"))
 @database_url_option
 @click.option("--prune", is_flag=True, help="Remove schedules that are not in FILE.")
 @click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
-def sync(file: IO[str], database_url: str | None, prune: bool, dry_run: bool) -> None:
+@lock_wait_option("another host's schedule sync")
+def sync(
+    file: IO[bytes], database_url: str | None, prune: bool, dry_run: bool, lock_wait: float
+) -> None:
     """Make the schedules match a TOML FILE (- for stdin), upserting by name.
 
     \b
@@ -252,11 +255,16 @@ def sync(file: IO[str], database_url: str | None, prune: bool, dry_run: bool) ->
     or keep (not in the file, and no --prune).
     """
     from cronjob import definitions
+    from cronjob.inputs import read_text
 
-    specs = definitions.load_file(file.read(), source=getattr(file, "name", "FILE"))
+    source = getattr(file, "name", "FILE")
+    if not isinstance(source, str) or source == "<stdin>":
+        source = "-"
+    text = read_text(file, definitions.MAX_FILE_BYTES, source=source)
+    specs = definitions.load_file(text, source=source)
     conn = open_connection(database_url)
     with conn:
-        items = definitions.sync(conn, specs, prune=prune, dry_run=dry_run)
+        items = definitions.sync(conn, specs, prune=prune, dry_run=dry_run, lock_wait=lock_wait)
     for item in items:
         detail = ""
         if item.changes:
@@ -287,7 +295,7 @@ def sync(file: IO[str], database_url: str | None, prune: bool, dry_run: bool) ->
     help="Show fire times strictly after this (default: now). Without an offset it is read "
     "in --timezone.",
 )  # fmt: skip
-@click.option("--count", type=click.IntRange(1, 10000), default=10, show_default=True)
+@click.option("--count", type=Count(1, 10000), default=10, show_default=True)
 def preview(expr: str, timezone: str, start: str | None, count: int) -> None:
     """Print the next fire times of EXPR, one ISO-8601 timestamp a line.
 
@@ -310,15 +318,21 @@ def preview(expr: str, timezone: str, start: str | None, count: int) -> None:
 
 
 def _parse_from(text: str, zone: Any) -> datetime:
+    from cronjob.inputs import check_time_in_range, excerpt
+
     try:
+        if len(text) > 64:
+            raise ValueError(text)
         moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
         raise BadInput(
-            f"invalid --from {text!r}: expected ISO-8601, e.g. 2026-10-24T00:00:00+02:00"
+            f"invalid --from {excerpt(text)}: expected ISO-8601, e.g. 2026-10-24T00:00:00+02:00"
         ) from None
     # An offset-less time means the schedule's own wall clock (its first reading, if the
     # clocks go back then).
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=zone)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=zone)
+    return check_time_in_range(moment, what="--from", shown=text)
 
 
 def _upcoming(definition: Any) -> tuple[list[datetime], str | None]:

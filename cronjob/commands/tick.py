@@ -4,7 +4,7 @@ import json
 
 import click
 
-from cronjob.cli import database_url_option, handlers_option, json_option
+from cronjob.cli import Count, database_url_option, handlers_option, json_option
 from cronjob.settings import (
     DEFAULT_ASYNC_CONCURRENCY,
     DEFAULT_CLAIM_BATCH_SIZE,
@@ -27,7 +27,11 @@ def _duration(what: str, minimum: float = 0.0):
         except BadInput as exc:
             raise click.BadParameter(str(exc)) from None
         if seconds < minimum:
-            raise click.BadParameter(f"invalid {what} {value!r}: must be at least {minimum:g}s")
+            from cronjob.inputs import excerpt
+
+            raise click.BadParameter(
+                f"invalid {what} {excerpt(value)}: must be at least {minimum:g}s"
+            )
         return seconds
 
     return convert
@@ -38,7 +42,7 @@ def _duration(what: str, minimum: float = 0.0):
 @handlers_option
 @click.option(
     "--concurrency",
-    type=click.IntRange(1, 256),
+    type=Count(1, 256),
     default=DEFAULT_CONCURRENCY,
     show_default=True,
     help="Handler threads, for plain (def) handlers.",
@@ -52,7 +56,7 @@ def _duration(what: str, minimum: float = 0.0):
 )
 @click.option(
     "--batch-size",
-    type=click.IntRange(1, 10000),
+    type=Count(1, 10000),
     default=DEFAULT_CLAIM_BATCH_SIZE,
     show_default=True,
     help="Most runs claimed, and finalized, per statement (and ten times this many due "

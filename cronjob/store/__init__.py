@@ -18,6 +18,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from cronjob.store.preflight import (
+    lock_wait_limits,
     migration_apply,
     migrations_create_table,
     migrations_get_latest_version,
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from cronjob.store.records import *  # noqa: F403
 
 __all__ = [
+    "lock_wait_limits",
     "migration_apply",
     "migrations_create_table",
     "migrations_get_latest_version",

@@ -24,9 +24,21 @@ def migrations_get_latest_version(conn: Any) -> int:
     return int(conn.execute(queries.MIGRATIONS_GET_LATEST_VERSION).fetchone()[0])
 
 
-def migrations_lock(conn: Any) -> None:
-    """Wait for any other host's migrating to finish; held until this transaction ends."""
+def migrations_lock(conn: Any, *, wait: bool = True) -> bool:
+    """Take the migration lock, held until this transaction ends; with `wait`, queue for
+    any other host's migrating to finish, else return False at once if one holds it."""
+    if not wait:
+        return bool(conn.execute(queries.MIGRATIONS_LOCK_TRY).fetchone()[0])
     conn.execute(queries.MIGRATIONS_LOCK)
+    return True
+
+
+def lock_wait_limits(conn: Any, seconds: float | None) -> None:
+    """Let this transaction wait `seconds` for a lock (None: back to the runner's limits)."""
+    if seconds is None:
+        conn.execute(queries.LOCK_WAIT_LIMITS_RESTORE)
+    else:
+        conn.execute(queries.LOCK_WAIT_LIMITS_SET, {"ms": str(max(1, round(seconds * 1000)))})
 
 
 def migrations_create_table(conn: Any) -> None:

@@ -8,7 +8,7 @@ in one transaction of their own.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -110,6 +110,15 @@ def _enqueued(rows: list[dict[str, Any]], found: dict[str, int]) -> list[Enqueue
         )
         for row in rows
     ]
+
+
+def runs_lock_for_keyed_batch(conn: Any, *, wait: bool = True) -> bool:
+    """Take the keyed-batch lock, held until this transaction ends; with `wait`, queue for
+    any other batch with idempotency keys, else return False at once if one holds it."""
+    if not wait:
+        return bool(conn.execute(queries.RUNS_LOCK_FOR_KEYED_BATCH_TRY).fetchone()[0])
+    conn.execute(queries.RUNS_LOCK_FOR_KEYED_BATCH)
+    return True
 
 
 def runs_claim_many(
@@ -342,13 +351,17 @@ def runs_list(
     statuses: Sequence[str] | None = None,
     job_types: Sequence[str] | None = None,
     limit: int = 50,
-) -> list[Run]:
+    payloads: bool = True,
+) -> Iterator[Run]:
+    """Runs, newest first, streamed a row at a time (payloads None unless `payloads`)."""
     params = {
         "statuses": list(statuses) if statuses else None,
         "job_types": list(job_types) if job_types else None,
         "limit": limit,
     }
-    return conn.cursor(row_factory=_RUN).execute(queries.RUNS_LIST, params).fetchall()
+    sql = queries.RUNS_LIST if payloads else queries.RUNS_LIST_WITHOUT_PAYLOAD
+    # Streamed: the whole result of a client-side cursor is held in memory at once.
+    return conn.cursor(row_factory=_RUN).stream(sql, params)
 
 
 def runs_retry_many(conn: Any, ids: Sequence[int], *, now: datetime | None = None) -> list[Change]:
@@ -643,9 +656,13 @@ def runs_materialize_tenants(
     return conn.execute(sql, params).rowcount
 
 
-def definitions_lock_for_sync(conn: Any) -> None:
-    """Wait for any other `schedule sync` to finish; held until this transaction ends."""
+def definitions_lock_for_sync(conn: Any, *, wait: bool = True) -> bool:
+    """Take the sync lock, held until this transaction ends; with `wait`, queue for any other
+    `schedule sync` to finish, else return False at once if one holds it."""
+    if not wait:
+        return bool(conn.execute(queries.DEFINITIONS_LOCK_FOR_SYNC_TRY).fetchone()[0])
     conn.execute(queries.DEFINITIONS_LOCK_FOR_SYNC)
+    return True
 
 
 # -- the same statements on an AsyncConnection: async handlers, enqueue_async -----

@@ -1,0 +1,52 @@
+"""Waiting for a lock that another host holds: migrations, schedule syncs, keyed batches.
+
+These locks are transaction-scoped advisory locks that a host holds for as long as its
+migration, sync or batch takes, which can be minutes. A host that finds one taken says so
+in its log and waits for as long as the caller allows, instead of the runner's 5-second
+`lock_timeout` meant for row locks, which would fail it whenever the first host was slow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from cronjob.errors import DatabaseError, JobrunnerError
+
+# Long enough for any migration or sync; a host still waiting then is stuck behind
+# something an operator should look at.
+DEFAULT_LOCK_WAIT = 600.0
+
+# SQLSTATEs of a wait cut short by lock_timeout and by statement_timeout.
+_LOCK_NOT_AVAILABLE = "55P03"
+_QUERY_CANCELED = "57014"
+
+
+class LockWaitExpired(JobrunnerError):
+    """Another host held the lock for longer than this one was allowed to wait."""
+
+
+def take(conn: Any, lock: Callable[..., bool], *, what: str, wait: float) -> None:
+    """Take `lock` (a store function with a `wait` flag) in the caller's transaction,
+    waiting at most `wait` seconds for another host to release it."""
+    from cronjob import store
+    from cronjob.db import database_errors
+
+    if lock(conn, wait=False):
+        return
+    from cronjob import log
+    from cronjob.health import seconds_text
+
+    log.info(f"waiting for another host's {what}", lock=what, wait_limit=seconds_text(wait))
+    try:
+        with database_errors():
+            store.lock_wait_limits(conn, wait)
+            lock(conn, wait=True)
+            store.lock_wait_limits(conn, None)
+    except DatabaseError as exc:
+        if exc.sqlstate not in (_LOCK_NOT_AVAILABLE, _QUERY_CANCELED):
+            raise
+        raise LockWaitExpired(
+            f"gave up waiting for another host's {what} after {seconds_text(wait)} "
+            "(--lock-wait sets how long to wait)"
+        ) from None
