@@ -301,9 +301,11 @@ RUNS_LIST = f"SELECT {_RUN_COLUMNS} FROM job_runs {_RUNS_LIST_FILTER}"
 
 # The table `list` prints shows no payload, and a thousand payloads of a megabyte each
 # are a gigabyte to fetch and decode for nothing.
+_RUN_COLUMNS_WITHOUT_PAYLOAD = _RUN_COLUMNS.replace(
+    " payload::text AS payload,", " 'null' AS payload,"
+)
 RUNS_LIST_WITHOUT_PAYLOAD = (
-    f"SELECT {_RUN_COLUMNS.replace(' payload,', ' NULL::jsonb AS payload,')} "
-    f"FROM job_runs {_RUNS_LIST_FILTER}"
+    f"SELECT {_RUN_COLUMNS_WITHOUT_PAYLOAD} FROM job_runs {_RUNS_LIST_FILTER}"
 )
 
 # -- effects: the handler's transaction and the effects ledger --
