@@ -44,10 +44,13 @@ _min_level = logging.INFO
 
 
 class _Stderr:
-    """Whatever sys.stderr is at the moment of writing (tests swap it)."""
+    """Whatever sys.stderr is at the moment of writing (tests swap it), and the one way
+    log lines leave the program: the database password is removed here, once."""
 
     def write(self, text: str) -> int:
-        return sys.stderr.write(text)
+        from cronjob.db import redact
+
+        return sys.stderr.write(redact(text))
 
     def flush(self) -> None:
         sys.stderr.flush()
@@ -130,7 +133,7 @@ def info(event: str, **fields: Any) -> None:
         return
     event_dict = _add_level(None, "info", {**fields, "event": event})
     event_dict = _add_utc_timestamp(None, "info", event_dict)
-    sys.stderr.write(_render_json(None, "info", event_dict) + "\n")
+    _Stderr().write(_render_json(None, "info", event_dict) + "\n")
     sys.stderr.flush()
 
 
