@@ -130,5 +130,7 @@ def _skip_collection_at_exit() -> None:
 
 
 def _one_line(exc: BaseException) -> str:
+    from cronjob.commands.render import printable
+
     message = exc.format_message() if isinstance(exc, click.ClickException) else str(exc)
-    return redact(" ".join(message.split()))
+    return printable(redact(" ".join(message.split())))

@@ -80,6 +80,17 @@ def _render_json(_logger: Any, _method: str, event_dict: dict[str, Any]) -> str:
     return _JSON_ENCODER.encode(event_dict)
 
 
+def _printable_values(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    """On a terminal, a job type or error message written by anyone must not drive it:
+    control characters in values are shown escaped (a traceback keeps its lines)."""
+    from cronjob.commands.render import printable
+
+    return {
+        key: printable(value, keep_newlines=key == "exception") if isinstance(value, str) else value
+        for key, value in event_dict.items()
+    }
+
+
 def configure(level: str = "info", *, json: bool | None = None) -> None:
     global _configured, _json_lines, _min_level
     import structlog
@@ -101,6 +112,7 @@ def configure(level: str = "info", *, json: bool | None = None) -> None:
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="%H:%M:%S", utc=False),
             structlog.processors.format_exc_info,
+            _printable_values,
             structlog.dev.ConsoleRenderer(colors=True),
         ]
     structlog.configure(

@@ -10,7 +10,7 @@ import click
 from cronjob.api import new_run
 from cronjob.cli import database_url_option, json_option
 from cronjob.commands import open_connection
-from cronjob.commands.render import clip, iso, table, when
+from cronjob.commands.render import clip, iso, printable, table, when
 from cronjob.errors import BadInput
 from cronjob.inputs import MAX_PAYLOAD_BYTES, decode_json, parse_payload, parse_timestamp
 
@@ -288,16 +288,16 @@ def show(run_id: str, database_url: str | None, as_json: bool) -> None:
     for key, value in fields.items():
         if key == "payload":
             value = json.dumps(value)
-        click.echo(f"{key:<{width}}  {'' if value is None else value}")
+        click.echo(f"{key:<{width}}  {'' if value is None else printable(str(value))}")
     if attempts:
         click.echo("\nfailed attempts:")
         for a in attempts:
-            click.echo(f"  #{a.attempt}  {when(a.finished_at)}  {a.error_type}: {a.message or ''}"
-                       f"  (worker {a.worker or '?'})")  # fmt: skip
+            click.echo(printable(f"  #{a.attempt}  {when(a.finished_at)}  {a.error_type}: "
+                                 f"{a.message or ''}  (worker {a.worker or '?'})"))  # fmt: skip
         last = attempts[-1]
         if last.traceback:
             click.echo(f"\nlast traceback (attempt {last.attempt}):")
-            click.echo(last.traceback.rstrip())
+            click.echo(printable(last.traceback.rstrip(), keep_newlines=True))
 
 
 def _split(value: str | None) -> list[str] | None:
