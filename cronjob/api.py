@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from cronjob.errors import BadInput
+from cronjob.errors import BadInput, IdempotencyConflict
 from cronjob.inputs import check_text, encode_payload, parse_duration, parse_int, parse_positive_int
 from cronjob.store import NewRun, runs_insert_many
 
@@ -59,7 +60,8 @@ def enqueue(
 
     Runs in the caller's transaction: the job exists only if that transaction
     commits. With an `idempotency_key` that already exists, nothing is inserted
-    and the existing run's id is returned.
+    and the existing run's id is returned if it is of the same job type and tenant;
+    if not, IdempotencyConflict (exit 1) names it.
     """
     run = new_run(
         job_type,
@@ -71,4 +73,31 @@ def enqueue(
         priority=priority,
         tenant_id=tenant_id,
     )
-    return runs_insert_many(conn, [run])[0].id
+    return insert_runs(conn, [run])[0]
+
+
+def insert_runs(conn: Any, runs: Sequence[NewRun]) -> list[int]:
+    """Insert validated runs in the caller's transaction; returns their ids in order.
+
+    A run whose idempotency key exists already is not inserted: the existing run's id
+    is returned when it is the same piece of work (same job type, same tenant), and
+    IdempotencyConflict is raised, naming it, when it is not.
+    """
+    found = runs_insert_many(conn, runs)
+    for run, enqueued in zip(runs, found, strict=True):
+        if not enqueued.created and (enqueued.job_type, enqueued.tenant_id) != (
+            run.job_type,
+            run.tenant_id,
+        ):
+            key = (run.idempotency_key or "")[:80]
+            raise IdempotencyConflict(
+                f"idempotency key {key!r} belongs to run {enqueued.id} "
+                f"({_work(enqueued.job_type, enqueued.tenant_id)}), not to "
+                f"{_work(run.job_type, run.tenant_id)}: nothing enqueued"
+            )
+    return [enqueued.id for enqueued in found]
+
+
+def _work(job_type: str, tenant_id: str | None) -> str:
+    tenant = "no tenant" if tenant_id is None else f"tenant {tenant_id[:80]!r}"
+    return f"type {job_type[:80]!r}, {tenant}"

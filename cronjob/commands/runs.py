@@ -35,8 +35,9 @@ JSONL_CHUNK = 5000
 @click.option(
     "--idempotency-key",
     metavar="KEY",
-    help="A key unique among runs: if a run has it already, its id is printed "
-    "and nothing is enqueued.",
+    help="A key unique among runs: if a run of the same type and tenant has it already, "
+    "its id is printed and nothing is enqueued; if another type or tenant has it, "
+    "nothing is enqueued and the command exits 1 naming that run.",
 )
 @click.option("--max-attempts", metavar="N", help="Attempt budget (default: the handler's).")
 @click.option("--priority", metavar="N", help="Lower runs first (default 0).")
@@ -68,7 +69,7 @@ def enqueue(
     jobrunner enqueue send_email --payload '{"to": "a@example.com"}' --delay 5m
     jobrunner enqueue --jsonl runs.jsonl
     """
-    from cronjob.store import runs_insert_many
+    from cronjob.api import insert_runs
 
     if jsonl is not None:
         if job_type or any(
@@ -102,7 +103,7 @@ def enqueue(
     with conn, conn.transaction():
         ids = []
         for start in range(0, len(runs), JSONL_CHUNK):
-            ids.extend(e.id for e in runs_insert_many(conn, runs[start : start + JSONL_CHUNK]))
+            ids.extend(insert_runs(conn, runs[start : start + JSONL_CHUNK]))
     click.echo("".join(f"{i}\n" for i in ids), nl=False)
 
 

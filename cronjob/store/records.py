@@ -55,8 +55,13 @@ class NewRun:
 
 @dataclass(frozen=True)
 class Enqueued:
+    """One enqueued run, or the run that already had its idempotency key, with that
+    run's job type and tenant."""
+
     id: int
     created: bool
+    job_type: str
+    tenant_id: str | None
 
 
 @dataclass(frozen=True)
@@ -89,13 +94,22 @@ def runs_insert_many(
     if missing:
         # Another transaction inserted these keys while ours waited on them; they
         # are visible now, in a statement with a fresh snapshot.
-        found = dict(
-            conn.execute(queries.RUNS_INSERT_MANY_IDS_BY_KEY, {"keys": missing}).fetchall()
+        by_key = conn.cursor(row_factory=dict_row).execute(
+            queries.RUNS_INSERT_MANY_IDS_BY_KEY, {"keys": missing}
         )
+        found = {row["idempotency_key"]: row for row in by_key.fetchall()}
         for row in rows:
             if row["id"] is None:
-                row["id"] = found[row["idempotency_key"]]
-    return [Enqueued(id=int(row["id"]), created=bool(row["created"])) for row in rows]
+                row.update(found[row["idempotency_key"]])
+    return [
+        Enqueued(
+            id=int(row["id"]),
+            created=bool(row["created"]),
+            job_type=row["job_type"],
+            tenant_id=row["tenant_id"],
+        )
+        for row in rows
+    ]
 
 
 def runs_claim_many(
