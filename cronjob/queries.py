@@ -501,6 +501,7 @@ DEFINITIONS_CLAIM_DUE_MANY = """
 SELECT id, name, schedule, timezone, scope, catch_up, catch_up_limit, materialized_through
 FROM job_definitions
 WHERE enabled AND next_fire_at <= %(now)s AND id <> ALL(%(skip)s::bigint[])
+  AND (%(only)s::bigint[] IS NULL OR id = ANY(%(only)s::bigint[]))
 ORDER BY next_fire_at
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED

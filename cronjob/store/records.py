@@ -549,11 +549,22 @@ def definitions_due_exists(conn: Any, *, now: datetime | None = None) -> tuple[d
 
 
 def definitions_claim_due_many(
-    conn: Any, *, now: datetime, limit: int, skip: Sequence[int] = ()
+    conn: Any,
+    *,
+    now: datetime,
+    limit: int,
+    skip: Sequence[int] = (),
+    only: Sequence[int] | None = None,
 ) -> list[DueDefinition]:
-    """Lock up to `limit` due definitions no other tick holds; call inside a transaction."""
+    """Lock up to `limit` due definitions no other tick holds, among `only` if given;
+    call inside a transaction."""
     cursor = conn.cursor(row_factory=class_row(DueDefinition))
-    params = {"now": now, "limit": limit, "skip": list(skip)}
+    params = {
+        "now": now,
+        "limit": limit,
+        "skip": list(skip),
+        "only": None if only is None else list(only),
+    }
     return cursor.execute(queries.DEFINITIONS_CLAIM_DUE_MANY, params).fetchall()
 
 
