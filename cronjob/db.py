@@ -99,9 +99,14 @@ def redact(text: str) -> str:
     for password in sorted(_KNOWN_PASSWORDS, key=len, reverse=True):
         if password in text:
             text = text.replace(password, "***")
-    text = re.sub(_PASSWORD_IN_URL, r"\1***@", text)
-    text = re.sub(_PASSWORD_BARE, r"\1***@", text)
-    return re.sub(_PASSWORD_PARAM, r"\1***", text)
+    # Each pattern needs an @ or the word password: most text (every log line of a
+    # tick) has neither, and is not scanned further.
+    if "@" in text:
+        text = re.sub(_PASSWORD_IN_URL, r"\1***@", text)
+        text = re.sub(_PASSWORD_BARE, r"\1***@", text)
+    if re.search("(?i)password", text):
+        text = re.sub(_PASSWORD_PARAM, r"\1***", text)
+    return text
 
 
 def resolve_url(explicit: str | None) -> tuple[str, str]:
