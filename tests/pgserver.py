@@ -60,24 +60,34 @@ def as_account(user: pwd.struct_passwd | None) -> dict[str, Any]:
 
 def runnable_binaries(bindir: Path, user: pwd.struct_passwd | None) -> Path:
     """`bindir`, or a copy of its installation that `user` can run (see `remove_copy`)."""
-    probe = subprocess.run(
-        [str(bindir / "postgres"), "--version"], capture_output=True, check=False,
-        **as_account(user),
-    )  # fmt: skip
-    if probe.returncode == 0:
-        return bindir
+    try:
+        probe = subprocess.run(
+            [str(bindir / "postgres"), "--version"], cwd="/", capture_output=True, check=False,
+            **as_account(user),
+        )  # fmt: skip
+        if probe.returncode == 0:
+            return bindir
+    except OSError:
+        pass  # not even reachable
+    # The same layout, for the binaries' relative library path ($ORIGIN/../../../x.libs).
+    install = bindir.parent
+    package = install.parent
     copy = Path(tempfile.mkdtemp(prefix="jobrunner-test-pg-bin-"))
     copy.chmod(0o755)  # ours: the account reads it, cannot change it
+    target = copy / package.name / install.name
     for part in ("bin", "lib", "share"):
-        if (bindir.parent / part).exists():
-            shutil.copytree(bindir.parent / part, copy / part, symlinks=True)
-    return copy / "bin"
+        if (install / part).exists():
+            shutil.copytree(install / part, target / part, symlinks=True)
+    for libs in package.parent.glob(f"{package.name}.libs"):
+        shutil.copytree(libs, copy / libs.name, symlinks=True)
+    return target / "bin"
 
 
 def remove_copy(bindir: Path) -> None:
     """Remove the copy `runnable_binaries` made, if it made one."""
-    if bindir.parent.name.startswith("jobrunner-test-pg-bin-"):
-        shutil.rmtree(bindir.parent, ignore_errors=True)
+    for ancestor in bindir.parents:
+        if ancestor.name.startswith("jobrunner-test-pg-bin-"):
+            shutil.rmtree(ancestor, ignore_errors=True)
 
 
 class ThrowawayServer:
