@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from cronjob.errors import BadInput
+from cronjob.errors import BadInput, IdempotencyConflict
 from cronjob.inputs import (
     MAX_ID,
     MAX_IDEMPOTENCY_KEY_BYTES,
@@ -85,7 +86,8 @@ def enqueue(
 
     Runs in the caller's transaction: the job exists only if that transaction
     commits. With an `idempotency_key` that already exists, nothing is inserted
-    and the existing run's id is returned.
+    and the existing run's id is returned if it is of the same job type and tenant;
+    if not, IdempotencyConflict (exit 1) names it.
     """
     run = new_run(
         job_type,
@@ -97,7 +99,7 @@ def enqueue(
         priority=priority,
         tenant_id=tenant_id,
     )
-    return runs_insert_many(conn, [run])[0].id
+    return insert_runs(conn, [run])[0]
 
 
 async def enqueue_async(
@@ -125,4 +127,36 @@ async def enqueue_async(
         priority=priority,
         tenant_id=tenant_id,
     )
-    return (await runs_insert_many_async(conn, [run]))[0].id
+    return _same_work(  # as insert_runs
+        [run], await runs_insert_many_async(conn, [run])
+    )[0]
+
+
+def insert_runs(conn: Any, runs: Sequence[NewRun]) -> list[int]:
+    """Insert validated runs in the caller's transaction; returns their ids in order.
+
+    A run whose idempotency key exists already is not inserted: the existing run's id
+    is returned when it is the same piece of work (same job type, same tenant), and
+    IdempotencyConflict is raised, naming it, when it is not.
+    """
+    return _same_work(runs, runs_insert_many(conn, runs))
+
+
+def _same_work(runs: Sequence[NewRun], found: Sequence[Any]) -> list[int]:
+    for run, enqueued in zip(runs, found, strict=True):
+        if not enqueued.created and (enqueued.job_type, enqueued.tenant_id) != (
+            run.job_type,
+            run.tenant_id,
+        ):
+            key = (run.idempotency_key or "")[:80]
+            raise IdempotencyConflict(
+                f"idempotency key {key!r} belongs to run {enqueued.id} "
+                f"({_work(enqueued.job_type, enqueued.tenant_id)}), not to "
+                f"{_work(run.job_type, run.tenant_id)}: nothing enqueued"
+            )
+    return [enqueued.id for enqueued in found]
+
+
+def _work(job_type: str, tenant_id: str | None) -> str:
+    tenant = "no tenant" if tenant_id is None else f"tenant {tenant_id[:80]!r}"
+    return f"type {job_type[:80]!r}, {tenant}"

@@ -63,7 +63,9 @@ def database_url_option(func: Callable[..., Any]) -> Callable[..., Any]:
         "--database-url",
         metavar="URL",
         help="PostgreSQL URL [env: JOBRUNNER_DATABASE_URL, then DATABASE_URL]. "
-        "With none, the embedded server in the user's data directory.",
+        "With none, the embedded server in the user's data directory. Keep the password "
+        "out of it: every user of the host can read a command line (ps). Put the URL in "
+        "the environment, or the password in ~/.pgpass.",
     )(func)
 
 
@@ -183,9 +185,11 @@ _LONGEST_WORD_SHOWN = 300
 
 
 def _one_line(exc: BaseException) -> str:
+    from cronjob.commands.render import printable
+
     message = exc.format_message() if isinstance(exc, click.ClickException) else str(exc)
     words = [
         word if len(word) <= _LONGEST_WORD_SHOWN else f"[{len(word)} characters]"
         for word in message.split()
     ]
-    return redact(" ".join(words))
+    return printable(redact(" ".join(words)))

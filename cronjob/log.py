@@ -44,10 +44,13 @@ _min_level = logging.INFO
 
 
 class _Stderr:
-    """Whatever sys.stderr is at the moment of writing (tests swap it)."""
+    """Whatever sys.stderr is at the moment of writing (tests swap it), and the one way
+    log lines leave the program: the database password is removed here, once."""
 
     def write(self, text: str) -> int:
-        return sys.stderr.write(text)
+        from cronjob.db import redact
+
+        return sys.stderr.write(redact(text))
 
     def flush(self) -> None:
         sys.stderr.flush()
@@ -77,6 +80,17 @@ def _render_json(_logger: Any, _method: str, event_dict: dict[str, Any]) -> str:
     return _JSON_ENCODER.encode(event_dict)
 
 
+def _printable_values(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    """On a terminal, a job type or error message written by anyone must not drive it:
+    control characters in values are shown escaped (a traceback keeps its lines)."""
+    from cronjob.commands.render import printable
+
+    return {
+        key: printable(value, keep_newlines=key == "exception") if isinstance(value, str) else value
+        for key, value in event_dict.items()
+    }
+
+
 def configure(level: str = "info", *, json: bool | None = None) -> None:
     global _configured, _json_lines, _min_level
     import structlog
@@ -98,6 +112,7 @@ def configure(level: str = "info", *, json: bool | None = None) -> None:
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="%H:%M:%S", utc=False),
             structlog.processors.format_exc_info,
+            _printable_values,
             structlog.dev.ConsoleRenderer(colors=True),
         ]
     structlog.configure(
@@ -137,7 +152,7 @@ def log_event(level: str, event: str, **fields: Any) -> None:
         return
     event_dict = _add_level(None, level, {**fields, "event": event})
     event_dict = _add_utc_timestamp(None, level, event_dict)
-    sys.stderr.write(_render_json(None, level, event_dict) + "\n")
+    _Stderr().write(_render_json(None, level, event_dict) + "\n")
     sys.stderr.flush()
 
 

@@ -56,9 +56,12 @@ class Materializer:
         tenants_sql: str | None = None,
         now: datetime | None = None,
         batch_size: int = MATERIALIZE_BATCH_SIZE,
+        only: tuple[int, ...] | None = None,
         log: Any = None,
     ) -> None:
         self.tenants_sql = check_tenants_sql(tenants_sql)
+        # The definitions this materializer may touch (the demo's own); None: every one.
+        self.only = only
         self.now = now
         self.batch_size = batch_size
         self.problems: list[Problem] = []
@@ -85,7 +88,7 @@ class Materializer:
         while True:
             with conn.transaction():
                 batch = store.definitions_claim_due_many(
-                    conn, now=now, limit=self.batch_size, skip=skip
+                    conn, now=now, limit=self.batch_size, skip=skip, only=self.only
                 )
                 count, written = self._materialize_batch(conn, batch, now, evaluations)
             created += count

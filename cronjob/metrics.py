@@ -162,13 +162,29 @@ def write_textfile(path: Path, text: str) -> None:
             out.write(text)
             out.flush()
             os.fsync(out.fileno())
-        # mkstemp creates the file private; the collector usually runs as another user.
-        os.chmod(temporary, 0o644)
+        # mkstemp creates the file private; give it the mode any new file of this
+        # process gets, so the umask decides who reads it (the collector usually
+        # runs as another user: 0644 under the common umask 022).
+        os.chmod(temporary, 0o666 & ~_umask())
         os.replace(temporary, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
         raise
+
+
+def _umask() -> int:
+    # Read, not set: os.umask can only be read by changing it, for every thread.
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _sample(name: str, labels: dict[str, str], value: float) -> str:

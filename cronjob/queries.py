@@ -41,11 +41,17 @@ inserted AS (
            idempotency_key, max_attempts, coalesce(priority, 0), tenant_id, {_NOW}, {_NOW}
     FROM input ORDER BY ord
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-    RETURNING id, idempotency_key
+    RETURNING id, idempotency_key, job_type, tenant_id
 )
 SELECT i.ord, i.idempotency_key,
        coalesce(mine.id, same_key.id, existing.id) AS id,
-       mine.id IS NOT NULL AS created
+       mine.id IS NOT NULL AS created,
+       CASE WHEN mine.id IS NOT NULL THEN i.job_type
+            WHEN same_key.id IS NOT NULL THEN same_key.job_type
+            ELSE existing.job_type END AS job_type,
+       CASE WHEN mine.id IS NOT NULL THEN i.tenant_id
+            WHEN same_key.id IS NOT NULL THEN same_key.tenant_id
+            ELSE existing.tenant_id END AS tenant_id
 FROM input i
 LEFT JOIN inserted mine ON mine.id = i.new_id
 LEFT JOIN inserted same_key ON mine.id IS NULL AND same_key.idempotency_key = i.idempotency_key
@@ -55,7 +61,8 @@ ORDER BY i.ord
 """
 
 RUNS_INSERT_MANY_IDS_BY_KEY = (
-    "SELECT idempotency_key, id FROM job_runs WHERE idempotency_key = ANY(%(keys)s)"
+    "SELECT idempotency_key, id, job_type, tenant_id FROM job_runs"
+    " WHERE idempotency_key = ANY(%(keys)s)"
 )
 
 # Batches that carry idempotency keys take turns: two batches holding some of each
@@ -520,6 +527,7 @@ DEFINITIONS_CLAIM_DUE_MANY = """
 SELECT id, name, schedule, timezone, scope, catch_up, catch_up_limit, materialized_through
 FROM job_definitions
 WHERE enabled AND next_fire_at <= %(now)s AND id <> ALL(%(skip)s::bigint[])
+  AND (%(only)s::bigint[] IS NULL OR id = ANY(%(only)s::bigint[]))
 ORDER BY next_fire_at
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED

@@ -18,7 +18,9 @@
 -- jobrunner_worker runs everything else (tick, enqueue, status, prune, ...): USAGE on the
 --                  schema; SELECT, INSERT, UPDATE, DELETE on jobrunner's tables; USAGE,
 --                  SELECT on its sequences; SELECT on jobrunner_migrations, to check the
---                  schema version. No CREATE, no TRUNCATE, no DDL.
+--                  schema version (never more: migrate revokes the default privileges'
+--                  writes on it). No CREATE (CREATE on public is revoked from PUBLIC
+--                  too, as PostgreSQL 15 does by default), no TRUNCATE, no DDL.
 --
 -- Both are NOLOGIN group roles, and no password appears here. Give each app or host its
 -- own login in a group: credentials can then be rotated or revoked one login at a time
@@ -71,6 +73,26 @@ GRANT USAGE ON SCHEMA :"schema" TO jobrunner_worker;
 -- DDL through PUBLIC; this is the revoke PostgreSQL 15 made the default. Roles of other
 -- apps that relied on it need their own GRANT CREATE.
 REVOKE CREATE ON SCHEMA :"schema" FROM PUBLIC, jobrunner_worker;
+
+-- The same for public when jobrunner lives elsewhere: on a database created before
+-- PostgreSQL 15 (upgrades keep it), PUBLIC may still create tables there, and the
+-- worker with it. If the revoke cannot be made, say so loudly: the worker's "no DDL"
+-- does not hold until someone who owns public revokes it.
+DO $$
+BEGIN
+    IF EXISTS (SELECT FROM pg_namespace WHERE nspname = 'public')
+       AND has_schema_privilege('public', 'public', 'CREATE') THEN
+        REVOKE CREATE ON SCHEMA public FROM PUBLIC;
+        IF EXISTS (SELECT FROM pg_namespace n, aclexplode(n.nspacl) a
+                    WHERE n.nspname = 'public' AND a.grantee = 0
+                      AND a.privilege_type = 'CREATE') THEN
+            RAISE WARNING 'every role may still create tables in schema public, jobrunner_worker '
+                'included: run REVOKE CREATE ON SCHEMA public FROM PUBLIC as its owner (%)',
+                (SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = 'public');
+        END IF;
+    END IF;
+END
+$$;
 
 -- Tables and sequences that jobrunner_owner creates from now on (migrations, this release's
 -- and later ones'): the worker gets data access, nothing more.

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,13 +19,31 @@ from psycopg import conninfo
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _server_url() -> str:
+@contextmanager
+def _test_server() -> Iterator[str]:
+    """The server the tests use: JOBRUNNER_TEST_DATABASE_URL's, else the embedded one, else
+    (as root, where jobrunner refuses the embedded server) a throwaway server of the tests'
+    own, run from the same binaries as an unprivileged account."""
     explicit = os.environ.get("JOBRUNNER_TEST_DATABASE_URL")
     if explicit:
-        return explicit
-    from cronjob import embedded
+        yield explicit
+        return
+    if os.geteuid() != 0:
+        from cronjob import embedded
 
-    return embedded.url()
+        yield embedded.url()
+        return
+    from tests import pgserver
+
+    bindir = pgserver.server_binaries()
+    if bindir is None:
+        pytest.exit("no PostgreSQL server binaries: install the embedded extra", returncode=1)
+    user = pgserver.account()
+    server = pgserver.ThrowawayServer(pgserver.runnable_binaries(bindir, user), user)
+    try:
+        yield server.start()
+    finally:
+        server.stop()
 
 
 def _with_dbname(url: str, dbname: str) -> str:
@@ -34,8 +53,9 @@ def _with_dbname(url: str, dbname: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def server_url() -> str:
-    return _server_url()
+def server_url() -> Iterator[str]:
+    with _test_server() as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

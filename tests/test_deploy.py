@@ -23,6 +23,8 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import pytest
 
+from tests.conftest import run_cli
+
 REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy"
 
@@ -592,3 +594,35 @@ def test_roles_sql_takes_the_schema_as_a_variable(db: Database) -> None:
     assert scalar(db.admin, "SELECT to_regclass('jobs.job_runs') IS NOT NULL") == "t"
     assert_worker_can_use(worker)
     assert_denied(worker, "CREATE TABLE jobs.job_sneaky (id int)")
+
+
+def test_worker_cannot_rewrite_the_migration_history_before_roles_sql_runs_again(
+    db: Database,
+) -> None:
+    db.roles_sql()
+    owner = db.login("jobrunner_owner")
+    migrated = run_cli("migrate", "--database-url", owner)
+    assert migrated.exit_code == 0, migrated.stderr
+
+    worker = db.login("jobrunner_worker")
+
+    assert_worker_can_use(worker)
+    assert scalar(worker, "SELECT count(*) > 0 FROM jobrunner_migrations") == "t"
+    assert_denied(worker, "INSERT INTO jobrunner_migrations VALUES (9999, 'fake')")
+    assert_denied(worker, "DELETE FROM jobrunner_migrations")
+    assert_denied(worker, "UPDATE jobrunner_migrations SET version = version + 100")
+
+
+def test_worker_cannot_create_in_public_when_jobrunner_lives_in_another_schema(
+    db: Database,
+) -> None:
+    # As a database created before PostgreSQL 15 has it, upgraded or not.
+    psql(db.admin, "GRANT CREATE ON SCHEMA public TO PUBLIC")
+    db.roles_sql(schema="jobs")
+    migrate(db.login("jobrunner_owner", search_path="jobs"))
+    db.roles_sql(schema="jobs")
+
+    worker = db.login("jobrunner_worker", search_path="jobs")
+
+    assert_worker_can_use(worker)
+    assert_denied(worker, "CREATE TABLE public.job_sneaky (id int)")

@@ -604,3 +604,15 @@ def test_the_runner_timeouts_are_set_and_options_in_the_url_are_kept(database_ur
         assert conn.execute("SHOW search_path").fetchone()[0] == "elsewhere,public"
         assert conn.execute("SHOW statement_timeout").fetchone()[0] == "30s"
         assert conn.execute("SHOW lock_timeout").fetchone()[0] == "1234ms"  # theirs wins
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o027, 0o640)])
+def test_metrics_textfile_mode_follows_the_umask(db_url, tmp_path, umask, mode):
+    path = tmp_path / "jobrunner.prom"
+    previous = os.umask(umask)
+    try:
+        result = cli(db_url, "metrics", "--textfile", str(path))
+    finally:
+        os.umask(previous)
+    assert result.exit_code == 0, result.stderr
+    assert stat.S_IMODE(path.stat().st_mode) == mode

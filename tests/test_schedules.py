@@ -475,7 +475,7 @@ def test_an_empty_tenant_query_is_bad_input(db_url):
 
 
 def test_the_demo_materializes_a_global_and_a_tenant_schedule_then_removes_them(db_url, conn):
-    result = run_cli("demo", "--database-url", db_url)
+    result = run_cli("demo", "--write-to-configured-database", "--database-url", db_url)
     assert result.exit_code == 0, result.stderr
     assert "materialized 4 scheduled runs" in result.stdout
     for tenant in ("acme", "globex", "initech"):

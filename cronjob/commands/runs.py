@@ -11,7 +11,7 @@ import click
 from cronjob.api import new_run
 from cronjob.cli import Count, database_url_option, json_option, lock_wait_option
 from cronjob.commands import open_connection
-from cronjob.commands.render import clip, iso, table, when
+from cronjob.commands.render import clip, iso, printable, table, when
 from cronjob.errors import BadInput
 from cronjob.inputs import (
     MAX_PAYLOAD_BYTES,
@@ -54,8 +54,9 @@ JSONL_CHUNK_BYTES = 4_000_000
 @click.option(
     "--idempotency-key",
     metavar="KEY",
-    help="A key unique among runs (at most 1000 bytes): if a run has it already, its id is "
-    "printed and nothing is enqueued.",
+    help="A key unique among runs (at most 1000 bytes): if a run of the same type and tenant "
+    "has it already, its id is printed and nothing is enqueued; if another type or tenant "
+    "has it, nothing is enqueued and the command exits 1 naming that run.",
 )
 @click.option("--max-attempts", metavar="N", help="Attempt budget (default: the handler's).")
 @click.option("--priority", metavar="N", help="Lower runs first (default 0).")
@@ -89,7 +90,7 @@ def enqueue(
     jobrunner enqueue send_email --payload '{"to": "a@example.com"}' --delay 5m
     jobrunner enqueue --jsonl runs.jsonl
     """
-    from cronjob.store import runs_insert_many
+    from cronjob.api import insert_runs
 
     if jsonl is not None:
         if job_type or any(
@@ -119,8 +120,8 @@ def enqueue(
     )
     conn = open_connection(database_url)
     with conn:
-        [entry] = runs_insert_many(conn, [run])
-    click.echo(entry.id)
+        [run_id] = insert_runs(conn, [run])
+    click.echo(run_id)
 
 
 def _enqueue_jsonl(stream: IO[bytes], database_url: str | None, lock_wait: float) -> None:
@@ -133,7 +134,8 @@ def _enqueue_jsonl(stream: IO[bytes], database_url: str | None, lock_wait: float
     from itertools import chain
 
     from cronjob import locks
-    from cronjob.store import runs_insert_many, runs_lock_for_keyed_batch
+    from cronjob.api import insert_runs
+    from cronjob.store import runs_lock_for_keyed_batch
 
     chunks = _jsonl_chunks(stream)
     first = next(chunks, None)
@@ -150,7 +152,7 @@ def _enqueue_jsonl(stream: IO[bytes], database_url: str | None, lock_wait: float
                         wait=lock_wait,
                     )  # fmt: skip
                     keyed = True
-                ids.writelines(f"{entry.id}\n" for entry in runs_insert_many(conn, chunk))
+                ids.writelines(f"{run_id}\n" for run_id in insert_runs(conn, chunk))
         ids.seek(0)
         while block := ids.read(1 << 16):
             click.echo(block, nl=False)
@@ -354,16 +356,16 @@ def show(run_id: str, database_url: str | None, as_json: bool) -> None:
     for key, value in fields.items():
         if key == "payload":
             value = json.dumps(value)
-        click.echo(f"{key:<{width}}  {'' if value is None else value}")
+        click.echo(f"{key:<{width}}  {'' if value is None else printable(str(value))}")
     if attempts:
         click.echo("\nfailed attempts:")
         for a in attempts:
-            click.echo(f"  #{a.attempt}  {when(a.finished_at)}  {a.error_type}: {a.message or ''}"
-                       f"  (worker {a.worker or '?'})")  # fmt: skip
+            click.echo(printable(f"  #{a.attempt}  {when(a.finished_at)}  {a.error_type}: "
+                                 f"{a.message or ''}  (worker {a.worker or '?'})"))  # fmt: skip
         last = attempts[-1]
         if last.traceback:
             click.echo(f"\nlast traceback (attempt {last.attempt}):")
-            click.echo(last.traceback.rstrip())
+            click.echo(printable(last.traceback.rstrip(), keep_newlines=True))
 
 
 def _echo_json_array(items: Iterator[dict[str, Any]]) -> None:

@@ -11,7 +11,7 @@ import click
 
 from cronjob.cli import Count, database_url_option, json_option, lock_wait_option
 from cronjob.commands import open_connection
-from cronjob.commands.render import clip, iso, table
+from cronjob.commands.render import clip, iso, printable, table
 from cronjob.errors import BadInput
 
 UPCOMING_SHOWN = 5
@@ -172,15 +172,16 @@ def show(name: str, database_url: str | None, as_json: bool) -> None:
     ]  # fmt: skip
     for label, value in lines:
         first, *rest = value.split("\n")
-        click.echo(f"{label:<21} {first}")
+        click.echo(f"{label:<21} {printable(first)}")
         for more in rest:
-            click.echo(f"{'':<21} {more}")
+            click.echo(f"{'':<21} {printable(more)}")
     if recent:
         click.echo("\nrecent runs:")
         click.echo(f"{'ID':>8}  {'SCHEDULED FOR':<25}  {'TENANT':<16}  {'STATUS':<10}  ATTEMPTS")
         for run in recent:
+            tenant = printable(run.tenant_id or "-")
             click.echo(
-                f"{run.id:>8}  {local(run.scheduled_for):<25}  {run.tenant_id or '-':<16}  "
+                f"{run.id:>8}  {local(run.scheduled_for):<25}  {tenant:<16}  "
                 f"{run.status.value:<10}  {run.attempts}"
             )
 
@@ -271,7 +272,7 @@ def sync(
             detail = f"  ({', '.join(item.changes)})"
         elif item.action == "keep":
             detail = "  (not in the file; --prune removes it)"
-        click.echo(f"{item.action:<10}{item.name}{detail}")
+        click.echo(printable(f"{item.action:<10}{item.name}{detail}"))
     add, change, unchanged, remove = (
         sum(i.action == action for i in items)
         for action in ("add", "change", "unchanged", "remove")

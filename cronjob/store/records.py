@@ -56,8 +56,13 @@ class NewRun:
 
 @dataclass(frozen=True)
 class Enqueued:
+    """One enqueued run, or the run that already had its idempotency key, with that
+    run's job type and tenant."""
+
     id: int
     created: bool
+    job_type: str
+    tenant_id: str | None
 
 
 @dataclass(frozen=True)
@@ -77,13 +82,14 @@ def runs_insert_many(
     cursor = conn.cursor(row_factory=dict_row)
     rows = cursor.execute(queries.RUNS_INSERT_MANY, _insert_params(runs, now)).fetchall()
     missing = [row["idempotency_key"] for row in rows if row["id"] is None]
-    found: dict[str, int] = {}
+    found: dict[str, dict[str, Any]] = {}
     if missing:
         # Another transaction inserted these keys while ours waited on them; they
         # are visible now, in a statement with a fresh snapshot.
-        found = dict(
-            conn.execute(queries.RUNS_INSERT_MANY_IDS_BY_KEY, {"keys": missing}).fetchall()
+        by_key = conn.cursor(row_factory=dict_row).execute(
+            queries.RUNS_INSERT_MANY_IDS_BY_KEY, {"keys": missing}
         )
+        found = {row["idempotency_key"]: row for row in by_key.fetchall()}
     return _enqueued(rows, found)
 
 
@@ -101,12 +107,17 @@ def _insert_params(runs: Sequence[NewRun], now: datetime | None) -> dict[str, An
     }
 
 
-def _enqueued(rows: list[dict[str, Any]], found: dict[str, int]) -> list[Enqueued]:
-    """Each input row's id: its own, or that of the run already holding its key."""
+def _enqueued(rows: list[dict[str, Any]], found: dict[str, dict[str, Any]]) -> list[Enqueued]:
+    """Each input row's run: its own, or the run already holding its key (`found`)."""
+    for row in rows:
+        if row["id"] is None:
+            row.update(found[row["idempotency_key"]])
     return [
         Enqueued(
-            id=int(row["id"] if row["id"] is not None else found[row["idempotency_key"]]),
+            id=int(row["id"]),
             created=bool(row["created"]),
+            job_type=row["job_type"],
+            tenant_id=row["tenant_id"],
         )
         for row in rows
     ]
@@ -601,11 +612,22 @@ def definitions_due_exists(conn: Any, *, now: datetime | None = None) -> tuple[d
 
 
 def definitions_claim_due_many(
-    conn: Any, *, now: datetime, limit: int, skip: Sequence[int] = ()
+    conn: Any,
+    *,
+    now: datetime,
+    limit: int,
+    skip: Sequence[int] = (),
+    only: Sequence[int] | None = None,
 ) -> list[DueDefinition]:
-    """Lock up to `limit` due definitions no other tick holds; call inside a transaction."""
+    """Lock up to `limit` due definitions no other tick holds, among `only` if given;
+    call inside a transaction."""
     cursor = conn.cursor(row_factory=class_row(DueDefinition))
-    params = {"now": now, "limit": limit, "skip": list(skip)}
+    params = {
+        "now": now,
+        "limit": limit,
+        "skip": list(skip),
+        "only": None if only is None else list(only),
+    }
     return cursor.execute(queries.DEFINITIONS_CLAIM_DUE_MANY, params).fetchall()
 
 
@@ -678,14 +700,12 @@ async def runs_insert_many_async(
         await cursor.execute(queries.RUNS_INSERT_MANY, _insert_params(runs, now))
     ).fetchall()
     missing = [row["idempotency_key"] for row in rows if row["id"] is None]
-    found: dict[str, int] = {}
+    found: dict[str, dict[str, Any]] = {}
     if missing:
         # As in runs_insert_many: keys another transaction inserted while ours waited.
-        found = dict(
-            await (
-                await conn.execute(queries.RUNS_INSERT_MANY_IDS_BY_KEY, {"keys": missing})
-            ).fetchall()
-        )
+        by_key = conn.cursor(row_factory=dict_row)
+        await by_key.execute(queries.RUNS_INSERT_MANY_IDS_BY_KEY, {"keys": missing})
+        found = {row["idempotency_key"]: row for row in await by_key.fetchall()}
     return _enqueued(rows, found)
 
 

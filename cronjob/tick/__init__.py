@@ -77,6 +77,7 @@ class TickOptions:
     now: datetime | None = None  # the database clock unless a test pins it
     tenants_sql: str | None = None  # lists tenants for tenant-scoped schedules
     materialize_batch: int | None = None  # definitions per transaction; None: from batch_size
+    definitions: tuple[int, ...] | None = None  # materialize only these; None: every one
     prune_older_than: float | None = None  # seconds; None: no pruning after the tick
     metrics_path: Path | None = None  # where to write the metrics textfile, if anywhere
     # The tick is the process's main work (the command line): SIGTERM and SIGINT

@@ -127,6 +127,7 @@ def materialize(conn: Any, report: TickReport, options: TickOptions) -> None:
         tenants_sql=options.tenants_sql,
         now=options.now,
         batch_size=options.materialize_batch or options.batch_size * BATCH_FACTOR,
+        only=options.definitions,
     )
     try:
         report.materialized += materializer.run(conn)

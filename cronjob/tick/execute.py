@@ -12,6 +12,7 @@ from datetime import datetime
 
 from cronjob import store, transitions
 from cronjob.context import AsyncJobContext, JobContext
+from cronjob.db import redact
 from cronjob.handlers import Fail, HandlerSpec, Retry
 from cronjob.models import ClaimedRun, Errored, Outcome, Succeeded, UnreadablePayload
 
@@ -129,6 +130,10 @@ def _trimmed_traceback(exc: BaseException) -> str | None:
 
 
 def _storable(text: str) -> str:
+    # Where a handler's error text enters the database: a connection string it
+    # quotes loses its password here, once for the run, its history, its log line
+    # and every command that shows it.
+    text = redact(text)
     # PostgreSQL text holds neither NUL nor unpaired surrogates; one odd error
     # message must not fail the finalize of a whole batch.
     text = text.replace("\x00", "\\x00")

