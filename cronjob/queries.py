@@ -58,13 +58,26 @@ RUNS_INSERT_MANY_IDS_BY_KEY = (
     "SELECT idempotency_key, id FROM job_runs WHERE idempotency_key = ANY(%(keys)s)"
 )
 
+
+def _claimable(job_types: str) -> str:
+    """The tick's job types less the paused ones (job_type_pauses), as an array.
+
+    An uncorrelated subquery: PostgreSQL evaluates it once per statement, and the
+    claim's scan then compares each row against the shorter array, as it did before.
+    """
+    return (
+        f"ARRAY(SELECT t FROM unnest({job_types}::text[]) AS t"
+        " WHERE NOT EXISTS (SELECT 1 FROM job_type_pauses p WHERE p.job_type = t))"
+    )
+
+
 # One question before a tick sets anything up: is there a due run of a type this
 # tick handles, a lease to rescue, or a schedule to materialize? Most ticks on most
 # hosts find nothing, and then cost this one round trip.
 TICK_WORK_EXISTS = f"""
 SELECT EXISTS (SELECT 1 FROM job_runs
                WHERE status IN ('queued', 'failed') AND run_at <= {_NOW}
-                 AND job_type = ANY(%(job_types)s::text[]))
+                 AND job_type = ANY({_claimable("%(job_types)s")}))
     OR EXISTS (SELECT 1 FROM job_runs WHERE status = 'running' AND locked_until < {_NOW})
     OR EXISTS (SELECT 1 FROM job_definitions WHERE enabled AND next_fire_at <= {_NOW})
 """
@@ -104,7 +117,7 @@ RUNS_CLAIM_MANY = f"""
 WITH c AS MATERIALIZED (
     SELECT id FROM job_runs
     WHERE status IN ('queued', 'failed') AND run_at <= {_NOW}
-      AND job_type = ANY(%(job_types)b::text[])
+      AND job_type = ANY({_claimable("%(job_types)b")})
     ORDER BY priority, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -409,6 +422,143 @@ SELECT status, count(*) FROM job_runs
 WHERE status IN ('succeeded', 'dead', 'cancelled') AND status = ANY(%(statuses)s)
   AND finished_at < {_NOW} - make_interval(secs => %(older_than)s)
 GROUP BY status
+"""
+
+
+# -- incidents: acting on sets of runs, paused job types, the audit trail --
+
+# A selection of runs, as `retry`, `cancel` and `prune` take it: each criterion is
+# NULL when not given. `eligible` is what the command may act on (cancel: runs not
+# finished; prune: finished ones), so a dry run counts exactly what the command changes.
+# The error text matches as a case-insensitive substring, not a LIKE pattern: an
+# operator pastes a message, and `_` or `%` in it must mean themselves.
+_SELECTED = """
+    status = ANY(%(eligible)s::text[])
+    AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
+    AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
+    AND (%(job_types)s::text[] IS NULL OR job_type = ANY(%(job_types)s::text[]))
+    AND (%(tenants)s::text[] IS NULL OR tenant_id = ANY(%(tenants)s::text[]))
+    AND (%(error_types)s::text[] IS NULL OR error_type = ANY(%(error_types)s::text[]))
+    AND (%(error_like)s::text IS NULL
+         OR strpos(lower(last_error), lower(%(error_like)s::text)) > 0)
+    AND (%(definition_id)s::bigint IS NULL OR definition_id = %(definition_id)s::bigint)
+    AND (%(since)s::timestamptz IS NULL
+         OR coalesce(finished_at, updated_at) >= %(since)s::timestamptz)
+    AND (%(until)s::timestamptz IS NULL
+         OR coalesce(finished_at, updated_at) < %(until)s::timestamptz)
+"""
+
+# What a selection holds, up to its limit, in the order the command would walk it.
+RUNS_COUNT_SELECTED = f"""
+WITH selected AS (
+    SELECT id, status FROM job_runs WHERE {_SELECTED}
+    ORDER BY id
+    LIMIT %(limit)s
+)
+SELECT status, count(*) AS runs, (array_agg(id ORDER BY id))[1:%(sample)s] AS sample_ids
+FROM selected GROUP BY status ORDER BY status
+"""
+
+
+def _batch(change: str) -> str:
+    """One batch of a selection: the next `limit` rows after id `after`, locked, changed.
+
+    Walking by id, each batch resumes where the last stopped, so the whole command reads
+    the table once. Locks are held for one batch, its own transaction. A row that
+    changed while the batch waited for its lock is checked again against the selection
+    (FOR UPDATE re-reads it), and LIMIT counts only the rows that pass.
+    """
+    return f"""
+WITH target AS MATERIALIZED (
+    SELECT id, status FROM job_runs
+    WHERE {_SELECTED} AND id > %(after)s
+    ORDER BY id
+    LIMIT %(limit)s
+    FOR UPDATE
+),
+changed AS (
+{change}
+)
+SELECT (SELECT max(id) FROM target) AS last_id,
+       coalesce(array_agg(id ORDER BY id), '{{}}') AS ids,
+       coalesce(array_agg(status ORDER BY id), '{{}}') AS statuses
+FROM changed
+"""
+
+
+# As RUNS_RETRY_MANY, for a batch of a selection.
+RUNS_RETRY_SELECTED = _batch(f"""
+    UPDATE job_runs r
+    SET status = CASE WHEN t.status IN ('dead', 'cancelled') OR r.attempts = 0
+                      THEN 'queued' ELSE 'failed' END,
+        attempts = CASE WHEN t.status IN ('dead', 'cancelled') THEN 0 ELSE r.attempts END,
+        run_at = {_NOW},
+        finished_at = NULL,
+        locked_by = NULL, locked_until = NULL, lease_token = NULL,
+        updated_at = {_NOW}
+    FROM target t
+    WHERE r.id = t.id
+    RETURNING r.id, t.status
+""")
+
+# As RUNS_CANCEL_MANY: a running run's handler learns it at its next heartbeat.
+RUNS_CANCEL_SELECTED = _batch(f"""
+    UPDATE job_runs r
+    SET status = 'cancelled', finished_at = {_NOW},
+        locked_by = NULL, locked_until = NULL, lease_token = NULL,
+        updated_at = {_NOW}
+    FROM target t
+    WHERE r.id = t.id
+    RETURNING r.id, t.status
+""")
+
+# Attempts go with their run (ON DELETE CASCADE).
+RUNS_PRUNE_SELECTED = _batch("""
+    DELETE FROM job_runs r USING target t
+    WHERE r.id = t.id
+    RETURNING r.id, t.status
+""")
+
+JOB_TYPE_PAUSES_LIST = """
+SELECT job_type, reason, paused_by, paused_at FROM job_type_pauses ORDER BY job_type
+"""
+
+# Pausing a paused type again keeps its first pause: when it began, and why.
+JOB_TYPES_PAUSE = f"""
+INSERT INTO job_type_pauses (job_type, reason, paused_by, paused_at)
+SELECT t, %(reason)s, %(actor)s, {_NOW} FROM unnest(%(job_types)s::text[]) AS t
+ON CONFLICT (job_type) DO NOTHING
+RETURNING job_type
+"""
+
+JOB_TYPES_RESUME = """
+DELETE FROM job_type_pauses WHERE job_type = ANY(%(job_types)s::text[])
+RETURNING job_type
+"""
+
+AUDIT_INSERT = f"""
+INSERT INTO job_audit (at, actor, command, selection, changed, sample_ids, reason)
+VALUES ({_NOW}, %(actor)s, %(command)s, %(selection)s::jsonb, %(changed)s,
+        %(sample_ids)s::bigint[], %(reason)s)
+RETURNING id
+"""
+
+# A later batch of the same command: its count and sample grow in that batch's commit.
+AUDIT_ADD_CHANGED = """
+UPDATE job_audit
+SET changed = changed + %(changed)s,
+    sample_ids = (sample_ids || %(sample_ids)s::bigint[])[1:%(sample)s]
+WHERE id = %(id)s
+"""
+
+AUDIT_LIST = f"""
+SELECT id, at, actor, command, selection, changed, sample_ids, reason FROM job_audit
+WHERE %(since)s::float8 IS NULL OR at >= {_NOW} - make_interval(secs => %(since)s::float8)
+ORDER BY at, id
+"""
+
+AUDIT_PRUNE = f"""
+DELETE FROM job_audit WHERE at < {_NOW} - make_interval(secs => %(older_than)s)
 """
 
 
