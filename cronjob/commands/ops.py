@@ -62,7 +62,7 @@ def status(database_url: str | None, unclaimed_after: str, as_json: bool) -> Non
     after = parse_duration(unclaimed_after, what="--unclaimed-after")
     conn = open_connection(database_url)
     with conn:
-        overview = summarize(store.runs_snapshot(conn))
+        overview = summarize(store.runs_snapshot(conn), tuple(store.job_type_pauses_list(conn)))
         schedules = store.definitions_list_schedules(conn)
     if as_json:
         click.echo(json.dumps(_status_dict(overview, schedules, after), indent=2))
@@ -91,6 +91,15 @@ def _status_dict(overview: Any, schedules: list[Any], after: float) -> dict[str,
             }
             for t in overview.types
         },
+        "paused_job_types": [
+            {
+                "job_type": p.job_type,
+                "reason": p.reason,
+                "paused_by": p.paused_by,
+                "paused_at": iso(p.paused_at),
+            }
+            for p in overview.paused
+        ],
         "unclaimed_after_seconds": after,
         "unclaimed_job_types": [
             {
@@ -159,6 +168,7 @@ def _print_status(overview: Any, schedules: list[Any], after: float) -> None:
         f"{dead}: see `jobrunner list --status dead`, then `jobrunner show ID`" if dead else "none",
         problem=bool(dead),
     )
+    _print_paused(overview)
     unclaimed = overview.unclaimed(after)
     if unclaimed:
         for i, t in enumerate(unclaimed):
@@ -188,6 +198,24 @@ def _print_status(overview: Any, schedules: list[Any], after: float) -> None:
     table(("NAME", "TYPE", "SCHEDULE", "TIMEZONE", "NEXT FIRE", "ENABLED"), rows, bold_header=True)
     if len(schedules) > SCHEDULES_SHOWN:
         click.echo(f"… and {len(schedules) - SCHEDULES_SHOWN} more (`status --json` lists all)")
+
+
+def _print_paused(overview: Any) -> None:
+    from cronjob.health import seconds_text
+
+    if not overview.paused:
+        _fact("paused types", "none")
+        return
+    due = {t.job_type: t.due for t in overview.types}
+    for i, p in enumerate(overview.paused):
+        since = seconds_text((overview.now - p.paused_at).total_seconds())
+        why = f": {p.reason}" if p.reason else ""
+        _fact(
+            "paused types" if i == 0 else "",
+            f"{p.job_type} by {p.paused_by} {since} ago{why} ({due.get(p.job_type, 0)} due, "
+            f"waiting; `jobrunner resume {p.job_type}`)",
+            problem=True,
+        )
 
 
 def _next_fire(definition: Any, now: Any) -> str:
@@ -298,7 +326,7 @@ def check(
         raise BadInput("nothing to check: give --max-queue-age, --max-stuck and/or --max-dead")
     conn = open_connection(database_url)
     with conn:
-        overview = summarize(store.runs_snapshot(conn))
+        overview = summarize(store.runs_snapshot(conn), tuple(store.job_type_pauses_list(conn)))
     findings = evaluate(overview, thresholds)
     breached = [f for f in findings if f.breached]
     if as_json:
