@@ -355,26 +355,67 @@ WHERE e.key = d.key
 
 # -- operations --
 
-# Everything `status`, `metrics` and `check` need about runs, in one scan: one
-# row per (job type, status) with the counts and ages that matter. The clock row
-# is joined on so an empty table still tells the database's time.
+# Everything `status`, `metrics` and `check` need about runs: one row per (job type,
+# status) with the counts and ages that matter. Runs that can still execute are read
+# through the partial indexes over runnable and running rows; finished runs are never
+# read, only their tally (migration 0008), so the cost follows the active queue and not
+# the history kept. The clock row is joined on so an empty table still tells the time.
 RUNS_SNAPSHOT = f"""
 WITH clock AS (SELECT {_NOW} AS now),
-cells AS (
+runnable AS (
     SELECT r.job_type, r.status, count(*) AS runs,
-           count(*) FILTER (WHERE r.status IN ('queued', 'failed') AND r.run_at <= c.now) AS due,
-           count(*) FILTER (WHERE r.status = 'running' AND r.locked_until < c.now)
-               AS expired_leases,
-           min(r.run_at) FILTER (WHERE r.status IN ('queued', 'failed') AND r.run_at <= c.now)
-               AS oldest_due_at,
+           count(*) FILTER (WHERE r.run_at <= c.now) AS due,
+           0::bigint AS expired_leases,
+           min(r.run_at) FILTER (WHERE r.run_at <= c.now) AS oldest_due_at,
            max(r.started_at) AS last_started_at
     FROM job_runs r CROSS JOIN clock c
+    WHERE r.status IN ('queued', 'failed')
     GROUP BY r.job_type, r.status
+),
+running AS (
+    SELECT r.job_type, r.status, count(*) AS runs, 0::bigint AS due,
+           count(*) FILTER (WHERE r.locked_until < c.now) AS expired_leases,
+           NULL::timestamptz AS oldest_due_at, max(r.started_at) AS last_started_at
+    FROM job_runs r CROSS JOIN clock c
+    WHERE r.status = 'running'
+    GROUP BY r.job_type, r.status
+),
+finished AS (
+    SELECT job_type, status, sum(runs)::bigint AS runs, 0::bigint AS due,
+           0::bigint AS expired_leases, NULL::timestamptz AS oldest_due_at,
+           max(last_started_at) AS last_started_at
+    FROM job_run_tally
+    GROUP BY job_type, status
+    HAVING sum(runs) <> 0
+),
+cells AS (
+    SELECT * FROM runnable UNION ALL SELECT * FROM running UNION ALL SELECT * FROM finished
 )
 SELECT clock.now, cells.job_type, cells.status, cells.runs, cells.due, cells.expired_leases,
        cells.oldest_due_at, cells.last_started_at
 FROM clock LEFT JOIN cells ON true
 ORDER BY cells.job_type, cells.status
+"""
+
+# The runnable rows are read through job_runs_dispatch, whose order (priority, run_at, id)
+# is not the table's: a plain index scan visits a heap page per row, where a bitmap scan
+# reads each page once. Set for the snapshot's own transaction, of which it is the last
+# statement.
+RUNS_SNAPSHOT_PLAN = "SELECT set_config('enable_indexscan', 'off', true)"
+
+# Folds the tally's deltas into one row per (job type, status), at the end of a tick
+# that did work. One tick at a time (others skip, not wait); deltas committed meanwhile
+# are not seen by the DELETE and stay for the next fold.
+RUN_TALLY_COMPACT = """
+WITH folding AS (SELECT pg_try_advisory_xact_lock(7669456938163791205) AS mine),
+gone AS (
+    DELETE FROM job_run_tally WHERE (SELECT mine FROM folding)
+    RETURNING job_type, status, runs, last_started_at
+)
+INSERT INTO job_run_tally (job_type, status, runs, last_started_at)
+SELECT job_type, status, sum(runs), max(last_started_at) FROM gone
+GROUP BY job_type, status
+HAVING sum(runs) <> 0
 """
 
 DEFINITIONS_LIST_SCHEDULES = """

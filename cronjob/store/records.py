@@ -383,7 +383,12 @@ def effects_prune_many(
 
 def runs_snapshot(conn: Any, *, now: datetime | None = None) -> RunSnapshot:
     cursor = conn.cursor(row_factory=dict_row)
-    rows = cursor.execute(queries.RUNS_SNAPSHOT, {"now": now}).fetchall()
+    if conn.autocommit:
+        with conn.transaction():
+            conn.execute(queries.RUNS_SNAPSHOT_PLAN)
+            rows = cursor.execute(queries.RUNS_SNAPSHOT, {"now": now}).fetchall()
+    else:  # the caller's transaction: its planner settings are the caller's to choose
+        rows = cursor.execute(queries.RUNS_SNAPSHOT, {"now": now}).fetchall()
     cells = tuple(_run_cell(**row) for row in rows if row["job_type"] is not None)
     return RunSnapshot(now=rows[0]["now"], cells=cells)
 
@@ -391,6 +396,11 @@ def runs_snapshot(conn: Any, *, now: datetime | None = None) -> RunSnapshot:
 def _run_cell(*, now: datetime, status: str, **counts: Any) -> RunCell:
     # `now` is on every row, and belongs to the snapshot rather than to a cell.
     return RunCell(status=Status(status), **counts)
+
+
+def run_tally_compact(conn: Any) -> None:
+    """Fold the finished-run tally into one row per (job type, status), unless another does."""
+    conn.execute(queries.RUN_TALLY_COMPACT)
 
 
 def definitions_list_schedules(conn: Any) -> list[DefinitionSchedule]:
