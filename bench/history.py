@@ -170,19 +170,23 @@ def main(argv: list[str] | None = None) -> int:
 def _measure(args: Any, none_url: str, full_url: str, load_seconds: float) -> int:
     runs = {"none": _commands(none_url), "full": _commands(full_url)}
     timings: dict[tuple[str, str], list[float]] = {}
+    # Interleaved finely, so that load from elsewhere on the machine hits both alike.
+    for _ in range(args.reps * 2 + 1):
+        for name in ("status", "metrics", "check"):
+            for which in ("none", "full"):
+                started = time.perf_counter()
+                runs[which][name]()
+                timings.setdefault((name, which), []).append(time.perf_counter() - started)
     with tempfile.TemporaryDirectory() as tmp:
         textfile = Path(tmp) / "jobrunner.prom"
         for _ in range(args.reps):
             for which, url in (("none", none_url), ("full", full_url)):
-                for name, command in runs[which].items():
-                    started = time.perf_counter()
-                    command()
-                    timings.setdefault((name, which), []).append(time.perf_counter() - started)
                 timings.setdefault(("tick", which), []).append(_tick(url, textfile))
     ok = True
     print(
         f"\n{args.finished:,} finished runs (loaded in {load_seconds:.0f}s) and "
-        f"{args.queued:,} queued, vs the same queue with no history; medians of {args.reps}\n"
+        f"{args.queued:,} queued, vs the same queue with no history; medians of "
+        f"{args.reps * 2 + 1} (the tick: of {args.reps})\n"
     )
     print(f"{'command':<28}{'no history':>12}{'history':>12}{'ratio':>8}  limit")
     for name in ("status", "metrics", "check"):

@@ -20,26 +20,22 @@ from cronjob.commands.render import clip, iso, table, when
 from cronjob.errors import BadInput
 
 
-def _option(*decls: str, **attrs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    return click.option(*decls, **attrs)
-
-
 def filter_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """--type, --tenant, --error-type, --error-like, --schedule, --since, --until, --limit."""
     for option in reversed((
-        _option("--type", "job_types", metavar="T1,T2", help="Only runs of these job types."),
-        _option("--tenant", "tenants", metavar="ID1,ID2", help="Only runs of these tenants."),
-        _option("--error-type", "error_types", metavar="E1,E2",
+        click.option("--type", "job_types", metavar="T1,T2", help="Only runs of these job types."),
+        click.option("--tenant", "tenants", metavar="ID1,ID2", help="Only runs of these tenants."),
+        click.option("--error-type", "error_types", metavar="E1,E2",
                 help="Only runs whose last error is of these types (e.g. SMTPServerDisconnected)."),
-        _option("--error-like", metavar="TEXT",
+        click.option("--error-like", metavar="TEXT",
                 help="Only runs whose last error message contains TEXT (any case)."),
-        _option("--schedule", metavar="NAME", help="Only runs of this schedule."),
-        _option("--since", metavar="WHEN",
+        click.option("--schedule", metavar="NAME", help="Only runs of this schedule."),
+        click.option("--since", metavar="WHEN",
                 help="Only runs that last changed (or finished) at or after WHEN: a duration "
                 "ago (30m, 2h) or an ISO-8601 timestamp."),
-        _option("--until", metavar="WHEN",
+        click.option("--until", metavar="WHEN",
                 help="Only runs that last changed (or finished) before WHEN."),
-        _option("--limit", type=click.IntRange(min=1), metavar="N",
+        click.option("--limit", type=click.IntRange(min=1), metavar="N",
                 help="At most N runs, lowest ids first."),
     )):  # fmt: skip
         func = option(func)
@@ -49,9 +45,9 @@ def filter_options(func: Callable[..., Any]) -> Callable[..., Any]:
 def change_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """--dry-run, --yes, --actor, --reason: for every command that acts on a selection."""
     for option in reversed((
-        _option("--dry-run", is_flag=True,
+        click.option("--dry-run", is_flag=True,
                 help="Print how many runs would change, and the first ids; change nothing."),
-        _option("--yes", is_flag=True,
+        click.option("--yes", is_flag=True,
                 help="Act on a selection of many runs without asking (needed when not on a "
                 "terminal)."),
         actor_option,
@@ -61,12 +57,12 @@ def change_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
-actor_option = _option(
+actor_option = click.option(
     "--actor",
     metavar="NAME",
     help="Who is acting, for the audit trail [env: JOBRUNNER_ACTOR; default: user@host].",
 )
-reason_option = _option("--reason", metavar="TEXT", help="Why, for the audit trail.")
+reason_option = click.option("--reason", metavar="TEXT", help="Why, for the audit trail.")
 
 
 def split(value: str | None, what: str) -> tuple[str, ...] | None:
@@ -158,16 +154,12 @@ def _confirm(command: str, total: int) -> None:
     if sys.stdin.isatty() and sys.stdout.isatty():
         click.confirm(f"{command} {total} runs?", abort=True, err=True)
         return
-    raise BadInput(
-        f"the selection holds {total} runs, more than {_threshold()}: add --yes to {command} "
-        "them (or --dry-run to see which)"
-    )
-
-
-def _threshold() -> int:
     from cronjob.incident import CONFIRM_ABOVE
 
-    return CONFIRM_ABOVE
+    raise BadInput(
+        f"the selection holds {total} runs, more than {CONFIRM_ABOVE}: add --yes to {command} "
+        "them (or --dry-run to see which)"
+    )
 
 
 def report_selection(

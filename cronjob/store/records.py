@@ -384,9 +384,10 @@ def effects_prune_many(
 def runs_snapshot(conn: Any, *, now: datetime | None = None) -> RunSnapshot:
     cursor = conn.cursor(row_factory=dict_row)
     if conn.autocommit:
-        with conn.transaction():
+        with conn.pipeline(), conn.transaction():  # one round trip
             conn.execute(queries.RUNS_SNAPSHOT_PLAN)
-            rows = cursor.execute(queries.RUNS_SNAPSHOT, {"now": now}).fetchall()
+            cursor.execute(queries.RUNS_SNAPSHOT, {"now": now})
+        rows = cursor.fetchall()
     else:  # the caller's transaction: its planner settings are the caller's to choose
         rows = cursor.execute(queries.RUNS_SNAPSHOT, {"now": now}).fetchall()
     cells = tuple(_run_cell(**row) for row in rows if row["job_type"] is not None)
