@@ -171,6 +171,14 @@ def test_a_selection_of_many_runs_needs_yes_when_not_on_a_terminal(db_url, conn)
     assert set(statuses(conn, dead).values()) == {"queued"}
 
 
+def test_routine_retention_from_cron_asks_no_question(db_url, conn):
+    add_finished(conn, 150, minutes_ago=3 * 24 * 60)
+    assert cli(db_url, "prune", "--type", "send_email").exit_code == 2  # a filter: --yes
+    result = cli(db_url, "prune", "--older-than", "1d", "--status", "dead")
+    assert result.exit_code == 0, result.stderr
+    assert count(conn, "SELECT count(*) FROM job_runs") == 0
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

@@ -130,9 +130,14 @@ def with_clock(conn: Any, selection: Any, options: dict[str, Any], until: Any = 
 
 
 def act_on_selection(
-    conn: Any, command: str, selection: Any, options: dict[str, Any], *, batch_size: int = 1000
-) -> tuple[Any, Any]:
-    """Count (dry run) or act on `selection`: (SelectionCount or None, Applied or None)."""
+    conn: Any, command: str, selection: Any, options: dict[str, Any], *, batch_size: int = 1000,
+    confirm: bool = True,
+) -> tuple[Any, Any]:  # fmt: skip
+    """Count (dry run) or act on `selection`: (SelectionCount or None, Applied or None).
+
+    With `confirm`, a filtered selection of many runs needs a yes first; routine retention
+    (`prune --older-than`, from cron) passes False.
+    """
     from cronjob import incident
 
     chosen = incident.action(command)
@@ -140,7 +145,7 @@ def act_on_selection(
     reason = check_reason(options.get("reason"))
     if options.get("dry_run"):
         return incident.count(conn, chosen, selection), None
-    if selection.filtered and not options.get("yes"):
+    if confirm and selection.filtered and not options.get("yes"):
         found = incident.count(conn, chosen, selection)
         if found.total > incident.CONFIRM_ABOVE:
             _confirm(command, found.total)

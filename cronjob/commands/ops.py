@@ -395,6 +395,8 @@ def prune(
     run ids, or the filters of `jobrunner retry`; each batch is its own transaction,
     and the command writes one audit entry.
     """
+    from dataclasses import replace
+
     from cronjob.commands import incident as selecting
     from cronjob.inputs import parse_duration, parse_run_id
     from cronjob.models import Selection
@@ -410,6 +412,8 @@ def prune(
     ids = list(dict.fromkeys(parse_run_id(v) for v in run_ids))
     selection = selecting.build_selection(ids, chosen if statuses else None, options)
     runs_too = bool(ids) or selection.filtered or age is not None
+    # --older-than and --status alone are the retention job cron runs: no question asked.
+    routine = not replace(selection, statuses=None).filtered
     if not runs_too and audit_age is None:
         raise BadInput(
             "nothing to prune: give --older-than, filters, run ids or --audit-older-than"
@@ -424,7 +428,7 @@ def prune(
             until = (lambda clock: clock - timedelta(seconds=age)) if age is not None else None
             selection = selecting.with_clock(conn, selection, options, until=until)
             found, applied = selecting.act_on_selection(
-                conn, "prune", selection, options, batch_size=batch_size
+                conn, "prune", selection, options, batch_size=batch_size, confirm=not routine
             )
             if applied is not None:
                 effects = _prune_effects(conn, effects_age, batch_size)
