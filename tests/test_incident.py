@@ -97,6 +97,18 @@ def test_retry_by_filter_changes_exactly_what_its_dry_run_counted(db_url, conn):
     assert attempts == 0  # a fresh budget
 
 
+def test_retry_by_ids_reports_each_id_in_json(db_url, conn):
+    [dead] = add_finished(conn, 1)
+    [done] = add_finished(conn, 1, status="succeeded")
+    result = cli(db_url, "retry", str(dead), str(done), "999", "--json")
+    assert result.exit_code == 1
+    assert json.loads(result.stdout) == [
+        {"id": dead, "previous": "dead", "changed": True},
+        {"id": done, "previous": "succeeded", "changed": False},
+        {"id": 999, "previous": None, "changed": False},
+    ]
+
+
 def test_error_like_matches_a_substring_in_any_case_and_its_wildcards_literally(db_url, conn):
     matching = add_finished(conn, 2, error="SMTP: 421 Too_Many connections")
     add_finished(conn, 2, error="SMTP: 421 TooXMany connections")

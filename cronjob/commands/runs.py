@@ -195,7 +195,7 @@ def _change_runs(
                 actor=incident.actor_name(options["actor"]),
                 reason=selecting.check_reason(options["reason"]),
             )  # fmt: skip
-            return _report(changes, chosen.past, command)
+            return _report(changes, chosen.past, command, as_json)
         selection = selecting.with_clock(conn, selection, options)
         found, applied = selecting.act_on_selection(conn, command, selection, options)
     selecting.report_selection(command, chosen.past, selection, found, applied, as_json)
@@ -248,8 +248,15 @@ def cancel(run_ids: tuple[str, ...], database_url: str | None, status_text: str 
     return _change_runs("cancel", run_ids, database_url, status_text, as_json, options)
 
 
-def _report(changes: list[Any], done: str, verb: str) -> int:
-    code = 0
+def _report(changes: list[Any], done: str, verb: str, as_json: bool = False) -> int:
+    code = 0 if all(change.changed for change in changes) else 1
+    if as_json:
+        click.echo(json.dumps([
+            {"id": c.id, "previous": c.previous.value if c.previous else None,
+             "changed": c.changed}
+            for c in changes
+        ], indent=2))  # fmt: skip
+        return code
     for change in changes:
         if change.changed:
             click.echo(f"{done} {change.id}")
