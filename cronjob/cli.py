@@ -89,6 +89,9 @@ def json_option(func: Callable[..., Any]) -> Callable[..., Any]:
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: library errors become one line on stderr and an exit code."""
     _skip_collection_at_exit()
+    from cronjob.log import capture_library_logs
+
+    capture_library_logs()
     try:
         with database_errors():
             code = cli.main(args=argv, prog_name="jobrunner", standalone_mode=False)

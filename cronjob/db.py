@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import sys
 import time
 from collections.abc import Iterator
@@ -99,6 +100,12 @@ def _open(url: str, *, autocommit: bool, application_name: str) -> Any:
         # transaction mode, and our statements are cheap to plan.
         "prepare_threshold": None,
     }
+    ignored = _ignored_password_file(url)
+    if ignored is not None:
+        # libpq would say so itself, in plain text on stderr between our JSON lines,
+        # and then not read the file; pointing it at a path that cannot exist skips
+        # the file just the same, silently.
+        common["passfile"] = os.path.join(ignored, "not-read")
     if url not in _REFUSES_STARTUP_OPTIONS:
         try:
             return psycopg.connect(url, options=startup_options(url), **common)
@@ -110,6 +117,39 @@ def _open(url: str, *, autocommit: bool, application_name: str) -> Any:
             # next; they belong on the login role instead (see the README).
             _REFUSES_STARTUP_OPTIONS.add(url)
     return psycopg.connect(url, **common)
+
+
+_warned_password_files: set[str] = set()
+
+
+def _ignored_password_file(url: str) -> str | None:
+    """The password file libpq would refuse to read, since others may read it; warned once."""
+    from psycopg import conninfo
+
+    try:
+        params = conninfo.conninfo_to_dict(url)
+    except Exception:
+        return None  # connecting reports what is wrong with the URL
+    if params.get("password") or os.environ.get("PGPASSWORD"):
+        return None
+    path = params.get("passfile") or os.environ.get("PGPASSFILE")
+    path = path or os.path.join(os.path.expanduser("~"), ".pgpass")
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if not stat.S_ISREG(mode):
+        why = "it is not a plain file"
+    elif mode & (stat.S_IRWXG | stat.S_IRWXO):
+        why = "group or others can read it (make it mode 0600)"
+    else:
+        return None
+    if path not in _warned_password_files:
+        from cronjob import log
+
+        _warned_password_files.add(path)
+        log.emit("warning", f"password file ignored: {why}", path=path)
+    return path
 
 
 def startup_options(url: str) -> str:

@@ -118,7 +118,12 @@ def get_logger(**bound: Any) -> Any:
 
 
 def info(event: str, **fields: Any) -> None:
-    """Log one event of a command (not of a run), as get_logger().info(event, **fields) does.
+    """Log one event of a command (not of a run), as get_logger().info(event, **fields) does."""
+    emit("info", event, **fields)
+
+
+def emit(level: str, event: str, **fields: Any) -> None:
+    """Log one event at `level`, as getattr(get_logger(), level)(event, **fields) does.
 
     Until structlog is configured, a JSON line is rendered here by the processors
     configure() would install (at its default level, info): a tick with nothing to do
@@ -126,12 +131,44 @@ def info(event: str, **fields: Any) -> None:
     after the database driver.
     """
     if _configured or sys.stderr.isatty():
-        get_logger().info(event, **fields)
+        getattr(get_logger(), level)(event, **fields)
         return
-    event_dict = _add_level(None, "info", {**fields, "event": event})
-    event_dict = _add_utc_timestamp(None, "info", event_dict)
-    sys.stderr.write(_render_json(None, "info", event_dict) + "\n")
+    if _level_number(level) < _min_level:
+        return
+    event_dict = _add_level(None, level, {**fields, "event": event})
+    event_dict = _add_utc_timestamp(None, level, event_dict)
+    sys.stderr.write(_render_json(None, level, event_dict) + "\n")
     sys.stderr.flush()
+
+
+class _LibraryRecords(logging.Handler):
+    """A library's log records, written as jobrunner's own events."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = record.getMessage()
+        except Exception:  # a library's bad format string must not lose the record
+            message = str(record.msg)
+        level = record.levelname.lower()
+        emit(level if level in _LIBRARY_LEVELS else "warning", message, logger=record.name)
+
+
+_LIBRARY_LEVELS = frozenset({"debug", "info", "warning", "error", "critical"})
+# The libraries whose own logging reaches jobrunner's stderr: the database driver
+# reports, for one, errors it ignored while cleaning up after a lost connection.
+LIBRARY_LOGGERS = ("psycopg",)
+
+
+def capture_library_logs() -> None:
+    """Send the libraries' standard-library log records through jobrunner's own stream.
+
+    Left alone, Python writes them as plain text between jobrunner's JSON lines.
+    """
+    for name in LIBRARY_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(h, _LibraryRecords) for h in logger.handlers):
+            logger.addHandler(_LibraryRecords())
+            logger.propagate = False
 
 
 def _level_number(level: str) -> int:

@@ -252,4 +252,10 @@ def _evaluate(
             upcoming = schedule.next_after(expression, timezone, now)
     except schedule.ScheduleError as exc:
         return str(exc)
+    except Exception as exc:
+        # A definition written by someone else's SQL can hold anything (a field of
+        # thousands of digits, a zone since removed): it is reported and skipped, and
+        # never stops the others or the tick.
+        message = " ".join(str(exc).split())[:200]
+        return f"its schedule cannot be evaluated ({type(exc).__name__}: {message})"
     return Evaluation(earliest, depth, tuple(tail), upcoming[0] if upcoming else None)

@@ -81,6 +81,15 @@ class Attempt:
     finished_at: datetime
 
 
+class UnreadablePayload:
+    """Stands for a claimed run's payload that Python cannot decode; the run goes dead."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
 # What a handler did: exactly one of these comes back from running it.
 @dataclass(frozen=True)
 class Succeeded:

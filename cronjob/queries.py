@@ -14,9 +14,9 @@ _NOW = "coalesce(%(now)s::timestamptz, now())"
 _STATEMENT_NOW = "coalesce(%(now)s::timestamptz, statement_timestamp())"
 
 _RUN_COLUMNS = (
-    "id, definition_id, job_type, payload, tenant_id, scheduled_for, run_at, status, attempts,"
-    " max_attempts, priority, idempotency_key, locked_by, locked_until, last_error, error_type,"
-    " started_at, finished_at, created_at, updated_at"
+    "id, definition_id, job_type, payload::text AS payload, tenant_id, scheduled_for, run_at,"
+    " status, attempts, max_attempts, priority, idempotency_key, locked_by, locked_until,"
+    " last_error, error_type, started_at, finished_at, created_at, updated_at"
 )
 
 # Ids are drawn from the sequence up front so each input row can be matched to
@@ -194,7 +194,7 @@ RETURNING r.id, r.locked_until
 """
 
 # Unfinished work goes back as if never claimed: due now, the attempt not counted.
-RUNS_HAND_BACK_MANY = f"""
+_HAND_BACK = f"""
 UPDATE job_runs r
 SET status = CASE WHEN r.attempts > 1 THEN 'failed' ELSE 'queued' END,
     attempts = r.attempts - 1,
@@ -202,9 +202,20 @@ SET status = CASE WHEN r.attempts > 1 THEN 'failed' ELSE 'queued' END,
     locked_by = NULL, locked_until = NULL, lease_token = NULL,
     started_at = NULL,
     updated_at = {_NOW}
+"""
+
+RUNS_HAND_BACK_MANY = f"""{_HAND_BACK}
 FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[]) AS o(id, lease_token)
 WHERE r.id = ANY(%(ids)b::bigint[])
   AND r.id = o.id AND r.lease_token = o.lease_token AND r.status = 'running'
+RETURNING r.id
+"""
+
+# Every run one claim still holds, found by the claim's lease token: for a claim whose
+# commit took effect but whose answer was lost, so the claimer never learnt its runs.
+# Running rows are few, and job_runs_leases indexes exactly them.
+RUNS_HAND_BACK_CLAIM = f"""{_HAND_BACK}
+WHERE r.status = 'running' AND r.lease_token = %(token)s
 RETURNING r.id
 """
 

@@ -468,3 +468,20 @@ def test_a_claimed_payload_reads_as_the_stored_json(conn):
     assert claimed.payload == stored  # what psycopg's jsonb loader gives
     assert claimed.payload["exp"] == 10**300  # jsonb keeps numbers as numeric
     assert {**claimed.payload, "exp": 1e300} == payload
+
+
+def test_a_payload_python_cannot_decode_fails_its_own_run_only(db_url, conn):
+    # Written by someone else's SQL: valid JSON to PostgreSQL, nested too deep for Python.
+    deep = conn.execute(
+        "INSERT INTO job_runs (job_type, payload)"
+        " VALUES ('test.ok', (repeat('[', 5000) || repeat(']', 5000))::jsonb) RETURNING id"
+    ).fetchone()[0]
+    innocent = [enqueue(conn, "test.ok", {"n": n}) for n in range(3)]
+
+    report = tick(db_url, "test.ok")
+
+    assert (report.claimed, report.succeeded, report.dead) == (4, 3, 1)
+    assert {run_row(conn, i).status for i in innocent} == {"succeeded"}
+    run = run_row(conn, deep)
+    assert (run.status, run.attempts, run.error_type) == ("dead", 1, "UnreadablePayload")
+    assert "nested too deeply" in run.last_error

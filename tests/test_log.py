@@ -110,3 +110,30 @@ def test_warnings_and_errors_carry_their_level():
     )
     (warning, error), _ = _logged_by_a_process(code)
     assert (warning["level"], warning["worker"], error["level"]) == ("warning", "w", "error")
+
+
+def test_every_line_a_tick_writes_is_json_even_what_the_driver_and_libpq_would_say(
+    db_url, conn, tmp_path
+):
+    # psycopg logs through the standard library (errors it ignored while cleaning up a
+    # lost connection); libpq prints its own warning about a password file others can
+    # read. Neither may write plain text between the JSON lines.
+    from tests.conftest import jobrunner_process
+
+    conn.execute("INSERT INTO job_runs (job_type) VALUES ('noise.driver')")
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".pgpass").write_text("*:*:*:*:not-the-password\n")
+    (home / ".pgpass").chmod(0o644)
+    tick = jobrunner_process(
+        "tick", "--database-url", db_url, "--handlers", "tests.handlers.driver_noise",
+        env={"HOME": str(home), "PGPASSFILE": ""},
+    )  # fmt: skip
+    _, stderr = tick.communicate(timeout=60)
+    assert tick.returncode == 0, stderr
+    events = [json.loads(line) for line in stderr.splitlines()]  # fails on any plain line
+    names = [e["event"] for e in events]
+    assert "password file ignored: group or others can read it (make it mode 0600)" in names
+    [driver] = [e for e in events if e.get("logger") == "psycopg"]
+    assert driver["level"] == "warning" and "the connection is lost" in driver["event"]
+    assert names[-1] == "tick finished"

@@ -236,6 +236,25 @@ def test_more_due_definitions_than_a_batch_are_all_materialized(db_url, conn):
     assert count(conn, "SELECT count(DISTINCT definition_id) FROM job_runs") == 250
 
 
+@pytest.mark.parametrize(
+    ("column", "value", "reason"),
+    [
+        ("schedule", "0 " + "1" * 5000 + " * * *", "cannot be evaluated"),
+        ("timezone", "Mars/Olympus_Mons", "unknown timezone"),
+    ],
+)
+def test_a_definition_written_badly_by_sql_fails_only_itself(db_url, conn, column, value, reason):
+    define(conn, "fine", "*/5 * * * *")
+    define(conn, "poison", "*/5 * * * *")
+    conn.execute(f"UPDATE job_definitions SET {column} = %s WHERE name = 'poison'", [value])
+    report = tick(db_url, T0 + timedelta(minutes=5, seconds=1), types=("test.ok",))
+    assert (report.materialized, report.succeeded) == (1, 1)
+    [problem] = report.problems
+    assert problem.definition == "poison" and reason in problem.reason
+    assert len(problem.reason) < 400
+    assert mark(conn, "poison") == (T0, T0 + timedelta(minutes=5))
+
+
 def test_a_schedule_that_stopped_parsing_is_reported_and_does_not_spin(db_url, conn):
     define(conn, "fine", "*/5 * * * *")
     define(conn, "broken", "*/5 * * * *")

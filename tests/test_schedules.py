@@ -482,3 +482,22 @@ def test_the_demo_materializes_a_global_and_a_tenant_schedule_then_removes_them(
         assert f"UTC for tenant {tenant}, ran once, fine" in result.stdout
     assert count(conn, "SELECT count(*) FROM job_definitions") == 0
     assert count(conn, "SELECT count(*) FROM job_runs WHERE scheduled_for IS NOT NULL") == 4
+
+
+def test_schedules_written_badly_by_sql_are_still_listed_and_shown(db_url, conn):
+    # Rows no command would accept: a zone since removed, a field of thousands of digits.
+    conn.execute(
+        "INSERT INTO job_definitions (name, job_type, schedule, timezone, materialized_through,"
+        " next_fire_at) VALUES ('gone-zone', 'x', '*/5 * * * *', 'Mars/Olympus_Mons', now(),"
+        " now() + interval '5 minutes'), ('digits', 'x', '0 ' || repeat('1', 5000) || ' * * *',"
+        " 'UTC', now(), now() + interval '5 minutes')"
+    )
+    listed = schedule(db_url, "list")
+    assert listed.exit_code == 0, listed.stderr
+    assert "gone-zone" in listed.stdout and "digits" in listed.stdout
+    for name in ("gone-zone", "digits"):
+        shown = schedule(db_url, "show", name)
+        assert shown.exit_code == 0, shown.stderr
+        assert "cannot be evaluated" in shown.stdout or "unknown timezone" in shown.stdout
+        as_json = json.loads(schedule(db_url, "show", name, "--json").stdout)
+        assert as_json["upcoming"] == [] and as_json["problem"]

@@ -138,3 +138,39 @@ def test_a_tick_that_cannot_reconnect_raises_connection_lost_with_its_report(
     assert lost.value.report.unrecorded == 1
     assert store.run_get(conn, run_id).status == "running"  # until its lease expires
     assert tick(db_url, "fault.work", now=db_now(conn) + timedelta(minutes=3)).rescued == 1
+
+
+def test_a_claim_whose_commit_landed_but_whose_answer_was_lost_hands_its_runs_back_uncharged(
+    db_url, conn, monkeypatch
+):
+    # The claim commits, then the connection dies before its answer arrives (a
+    # failover or a restart at that instant): the tick never learns which runs it
+    # holds. It chose the lease token, so after reconnecting it finds them by it.
+    from cronjob import store as the_store
+
+    claim = the_store.runs_finalize_and_claim_many
+    answered: list[Any] = []
+
+    def claim_then_lose_the_answer(claim_conn: Any, *args: Any, **kwargs: Any) -> Any:
+        result = claim(claim_conn, *args, **kwargs)
+        if not answered:
+            answered.append(result)
+            claim_conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+        return result
+
+    monkeypatch.setattr(the_store, "runs_finalize_and_claim_many", claim_then_lose_the_answer)
+    run_id = enqueue(conn, "test.ok", {"n": 1}, max_attempts=1)
+
+    report = tick(db_url, "test.ok")
+
+    [(_kept, [claimed])] = answered
+    assert claimed.id == run_id  # the claim did commit
+    assert report.stopped_by == "database error"
+    assert (report.handed_back, report.handed_back_ids, report.unrecorded) == (1, [run_id], 0)
+    run = store.run_get(conn, run_id)
+    assert (run.status, run.attempts, run.locked_by) == ("queued", 0, None)
+
+    monkeypatch.undo()
+    assert tick(db_url, "test.ok").succeeded == 1
+    run = store.run_get(conn, run_id)
+    assert (run.status, run.attempts) == ("succeeded", 1)

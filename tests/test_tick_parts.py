@@ -105,6 +105,24 @@ def test_a_result_that_comes_after_its_run_was_settled_is_discarded():
     pool.stop()
 
 
+def test_a_handler_told_to_stop_is_awaited_until_it_returns():
+    gate = threading.Event()
+    pool = pool_of(spec(func=lambda ctx, payload: gate.wait(10)))
+    pool.add([claimed(1), claimed(2)])
+    deadline = time.monotonic() + 10
+    while any(f.state is not FlightState.STARTED for f in pool.flights.values()):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert pool.settle(pool.flights[1], await_return=True)
+    assert pool.settle(pool.flights[2])  # given up without waiting (a timeout, a hand-back)
+    assert list(pool.stopping) == [1]
+    gate.set()
+    while pool.stopping:
+        assert time.monotonic() < deadline, "the told handler's return was never seen"
+        assert pool.collect(0.05) == []  # its late result is still discarded
+    pool.stop()
+
+
 def test_a_handler_past_its_timeout_is_settled_and_another_thread_takes_its_place():
     stuck = threading.Event()
     done: list[int] = []

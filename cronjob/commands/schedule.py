@@ -12,7 +12,7 @@ import click
 from cronjob.cli import database_url_option, json_option
 from cronjob.commands import open_connection
 from cronjob.commands.incident import actor_option, reason_option
-from cronjob.commands.render import iso, table
+from cronjob.commands.render import clip, iso, table
 from cronjob.errors import BadInput
 
 UPCOMING_SHOWN = 5
@@ -146,11 +146,13 @@ def show(name: str, database_url: str | None, as_json: bool) -> None:
         found = definitions.get(conn, name)
         counts = store.definition_runs_count_by_status(conn, found.id)
         recent = store.definition_runs_list_recent(conn, found.id, limit=RECENT_RUNS_SHOWN)
-    upcoming = definitions.upcoming_fire_times(found, UPCOMING_SHOWN)
+    upcoming, problem = _upcoming(found)
     local = _in_zone(found.timezone)
     if as_json:
         shown = _definition_json(found)
         shown["upcoming"] = [local(t) for t in upcoming]
+        if problem is not None:
+            shown["problem"] = problem
         shown["run_counts"] = {status.value: number for status, number in counts.items()}
         shown["recent_runs"] = [
             {"id": r.id, "tenant_id": r.tenant_id, "scheduled_for": local(r.scheduled_for),
@@ -171,7 +173,7 @@ def show(name: str, database_url: str | None, as_json: bool) -> None:
         ("catch-up", found.catch_up + (f" (at most {found.catch_up_limit})"
                                        if found.catch_up == "all" else "")),
         ("materialized through", local(found.materialized_through)),
-        ("next runs", "\n".join(local(t) for t in upcoming) or "none (paused)"),
+        ("next runs", "\n".join(local(t) for t in upcoming) or problem or "none (paused)"),
         ("runs", ", ".join(f"{n} {s.value}" for s, n in sorted(counts.items())) or "none yet"),
     ]  # fmt: skip
     for label, value in lines:
@@ -347,10 +349,26 @@ def _parse_from(text: str, zone: Any) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=zone)
 
 
+def _upcoming(definition: Any) -> tuple[list[datetime], str | None]:
+    """The next fire times, or none and why: a stored row may hold what no command accepts."""
+    from cronjob import definitions
+
+    try:
+        return definitions.upcoming_fire_times(definition, UPCOMING_SHOWN), None
+    except Exception as exc:
+        return [], f"cannot be evaluated ({clip(' '.join(str(exc).split()), 200)})"
+
+
 def _in_zone(name: str) -> Any:
+    from datetime import UTC
     from zoneinfo import ZoneInfo
 
-    zone = ZoneInfo(name)
+    try:
+        zone: Any = ZoneInfo(name)
+    except Exception:
+        # A zone since removed from the system's database, or stored by someone
+        # else's SQL: the times are still shown, with their UTC offset.
+        zone = UTC
 
     def local(moment: datetime | None) -> str:
         return "-" if moment is None else moment.astimezone(zone).isoformat()

@@ -35,6 +35,7 @@ from cronjob.models import (
     SelectionCount,
     Status,
     TypePause,
+    UnreadablePayload,
 )
 
 if TYPE_CHECKING:
@@ -112,10 +113,15 @@ def runs_claim_many(
     limit: int,
     worker: str,
     now: datetime | None = None,
+    token: UUID | None = None,
 ) -> list[ClaimedRun]:
-    """Claim up to `limit` due runs in a transaction of their own (commits them)."""
+    """Claim up to `limit` due runs in a transaction of their own (commits them).
+
+    `token` is the claim's lease token (a new one unless given): a caller that knows
+    it can find what the claim holds even if its answer is lost.
+    """
     _require_autocommit(conn)
-    params = _claim_params(job_types, leases, max_attempts, limit, worker, now)
+    params = _claim_params(job_types, leases, max_attempts, limit, worker, now, token)
     with conn.pipeline(), conn.transaction():
         conn.execute(queries.RUNS_CLAIM_MANY_PLAN)
         claiming = conn.execute(queries.RUNS_CLAIM_MANY, params)
@@ -136,11 +142,12 @@ def _claim_params(
     limit: int,
     worker: str,
     now: datetime | None,
+    token: UUID | None,
 ) -> dict[str, Any]:
     import uuid  # the busy path only: an idle tick claims nothing
 
     return {
-        "token": uuid.uuid4(),
+        "token": token or uuid.uuid4(),
         "job_types": list(job_types),
         "leases": list(leases),
         "max_attempts": list(max_attempts),
@@ -170,10 +177,28 @@ def _claimed_runs(rows: list[Sequence[Any]], token: UUID) -> list[ClaimedRun]:
     # By position, on the tick's hot path: the columns are queries.RUNS_CLAIM_MANY_COLUMNS,
     # which lists ClaimedRun's fields in order, bar the lease token.
     decode = _decode_payload
-    return [
-        ClaimedRun(run_id, job_type, decode(payload), tenant, due, attempt, final, token)
-        for run_id, job_type, payload, tenant, due, attempt, final in rows
-    ]
+    try:
+        return [
+            ClaimedRun(run_id, job_type, decode(payload), tenant, due, attempt, final, token)
+            for run_id, job_type, payload, tenant, due, attempt, final in rows
+        ]
+    except (RecursionError, ValueError):
+        # A payload written by someone else's SQL may be valid JSON that Python cannot
+        # read (nested thousands deep, an integer of thousands of digits): it fails its
+        # own run only, never the runs claimed beside it.
+        readable = _payload_or_unreadable
+        return [
+            ClaimedRun(run_id, job_type, readable(payload), tenant, due, attempt, final, token)
+            for run_id, job_type, payload, tenant, due, attempt, final in rows
+        ]
+
+
+def _payload_or_unreadable(text: str) -> Any:
+    try:
+        return _decode_payload(text)
+    except (RecursionError, ValueError) as exc:
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
+        return UnreadablePayload(f"the payload cannot be decoded: {reason}")
 
 
 def runs_finalize_and_claim_many(
@@ -186,6 +211,7 @@ def runs_finalize_and_claim_many(
     limit: int,
     worker: str,
     now: datetime | None = None,
+    token: UUID | None = None,
 ) -> tuple[set[int], list[ClaimedRun]]:
     """Finalize one batch and claim the next in one transaction and one round trip.
 
@@ -195,10 +221,10 @@ def runs_finalize_and_claim_many(
     if not decisions:
         return set(), runs_claim_many(
             conn, job_types=job_types, leases=leases, max_attempts=max_attempts,
-            limit=limit, worker=worker, now=now,
+            limit=limit, worker=worker, now=now, token=token,
         )  # fmt: skip
     _require_autocommit(conn)
-    claim_params = _claim_params(job_types, leases, max_attempts, limit, worker, now)
+    claim_params = _claim_params(job_types, leases, max_attempts, limit, worker, now, token)
     with conn.pipeline(), conn.transaction():
         finalized = conn.execute(
             queries.RUNS_FINALIZE_MANY, _finalize_params(decisions, worker, now)
@@ -256,6 +282,12 @@ def runs_hand_back_many(
     return {row[0] for row in rows}
 
 
+def runs_hand_back_claim(conn: Any, token: UUID, *, now: datetime | None = None) -> list[int]:
+    """Hand back every run still held under one claim's lease token; returns their ids."""
+    rows = conn.execute(queries.RUNS_HAND_BACK_CLAIM, {"token": token, "now": now}).fetchall()
+    return sorted(row[0] for row in rows)
+
+
 def runs_rescue_many(conn: Any, *, limit: int = 1000, now: datetime | None = None) -> list[int]:
     rows = conn.execute(queries.RUNS_RESCUE_MANY, {"limit": limit, "now": now}).fetchall()
     return [row[0] for row in rows]
@@ -270,7 +302,15 @@ def _with_status(model: Callable[..., _T]) -> RowFactory[_T]:
     return kwargs_row(build)
 
 
-_RUN = _with_status(Run)
+def _run(*, status: str, payload: str, **columns: Any) -> Run:
+    # A payload Python cannot decode is shown as the JSON text it is stored as:
+    # readers print what they can, one odd row never fails a listing.
+    decoded = _payload_or_unreadable(payload)
+    readable = payload if isinstance(decoded, UnreadablePayload) else decoded
+    return Run(status=Status(status), payload=readable, **columns)
+
+
+_RUN = kwargs_row(_run)
 _ATTEMPT = class_row(Attempt)
 
 

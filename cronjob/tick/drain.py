@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from typing import Any
+from uuid import UUID
 
 from cronjob import transitions
 from cronjob.models import Errored
@@ -57,6 +58,7 @@ class Drain:
                 except StatementFailed:
                     self.shutdown.request("database error")
             self._finalize_the_rest()
+            self._let_stopping_handlers_return()
         except ReconnectFailed as exc:
             self.pool.settle_all({FlightState.QUEUED, FlightState.STARTED})
             raise self.tally.connection_lost(str(exc)) from None
@@ -99,11 +101,20 @@ class Drain:
         try:
             kept, runs = self.connection.result()
         except StatementFailed:
-            self.producer.claim_failed()
+            self._recover_claim(self.producer.claim_failed())
             raise
         self.tally.finalized(self.producer.claimed(runs), kept)
         self.tally.report.claimed += len(runs)
         self.pool.add(runs)
+
+    def _recover_claim(self, token: UUID) -> None:
+        """Hand back what a failed claim holds, if its commit took effect after all."""
+        try:
+            held = self.leases.hand_back_claim(self.connection, token)
+        except StatementFailed:
+            return  # its runs, if any, are rescued once their leases expire
+        if held:
+            self.tally.claim_recovered(held)
 
     def _stop_claiming(self) -> None:
         """What no worker has started goes back at once; what runs gets the grace period."""
@@ -151,7 +162,8 @@ class Drain:
         if self.connection.busy:
             self._take_claim()  # its runs are leased afresh; the beat waits for the connection
         for flight in self.leases.renew(self.connection, list(self.pool.flights.values()), now):
-            if self.pool.settle(flight):  # not when its handler returned: the fenced write tells
+            # Not when its handler returned: the fenced write tells what happened.
+            if self.pool.settle(flight, await_return=True):
                 ran = now - flight.started if flight.started is not None else 0.0
                 self.tally.lost(flight.run, ran, because="lease lost (run cancelled, or claimed "
                                 "by another tick after this one stalled); the handler is told "
@@ -179,6 +191,22 @@ class Drain:
                     self.tally.unrecorded(len(flights))
                     return
         self.tally.handed_back([f.run for f in flights], held, self.shutdown.reason)
+
+    def _let_stopping_handlers_return(self) -> None:
+        """Handlers told to stop (run cancelled, lease lost) get --grace to clean up and return.
+
+        Leaving sooner would end the process under them. One that ignores
+        ctx.cancelled is abandoned when the grace period is over, as at shutdown.
+        """
+        if not self.pool.stopping:
+            return
+        self.tally.log.info(
+            "waiting for handlers told to stop", count=len(self.pool.stopping),
+            grace_s=self.shutdown.grace,
+        )  # fmt: skip
+        until = time.monotonic() + self.shutdown.grace
+        while self.pool.stopping and time.monotonic() < until and not self.shutdown.urgent:
+            self.pool.collect(IDLE_WAIT)
 
     def _finalize_the_rest(self) -> None:
         for _ in range(2):  # once more, on the fresh connection if it was lost

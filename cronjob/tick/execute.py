@@ -13,13 +13,16 @@ from datetime import datetime
 from cronjob import store, transitions
 from cronjob.context import JobContext
 from cronjob.handlers import Fail, HandlerSpec, Retry
-from cronjob.models import ClaimedRun, Errored, Outcome, Succeeded
+from cronjob.models import ClaimedRun, Errored, Outcome, Succeeded, UnreadablePayload
 
 TRACEBACK_LIMIT = 8000
 
 
 def execute(spec: HandlerSpec, run: ClaimedRun, ctx: JobContext) -> Outcome:
     """Call the handler and turn whatever happens into an Outcome. Never raises."""
+    if type(run.payload) is UnreadablePayload:
+        # Retrying cannot help: the same text comes back on every claim.
+        return Errored("UnreadablePayload", run.payload.reason, permanent=True)
     try:
         returned = spec.func(ctx, run.payload)
         if hasattr(returned, "__await__"):

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from functools import partial
 from typing import Any
+from uuid import UUID
 
 from cronjob import store
 from cronjob.handlers import HandlerSpec
@@ -88,6 +89,17 @@ class LeaseKeeper:
         if held is None:
             return []
         return [f for f in flights if f.run.id not in held]
+
+    def hand_back_claim(self, connection: ConnectionKeeper, token: UUID) -> list[int]:
+        """Return to the queue whatever one claim holds, by its token; returns their ids.
+
+        For a claim whose commit took effect while its answer was lost (a failover, a
+        restart, a network cut at that instant): none of its runs was started, so none
+        is charged an attempt, as with any other hand-back.
+        """
+        return connection.run(
+            "hand back", partial(store.runs_hand_back_claim, token=token, now=self._now)
+        )
 
     def hand_back(self, connection: ConnectionKeeper, flights: Sequence[Flight]) -> set[int]:
         """Return `flights` to the queue, attempt not counted; returns the ids still held."""

@@ -89,6 +89,9 @@ class Pool:
         self.handlers = handlers
         self.concurrency = concurrency
         self.flights: dict[int, Flight] = {}  # every run not SETTLED, by id
+        # Runs given up while their handlers ran, told through ctx.cancelled to stop:
+        # the main thread may wait for those handlers to return.
+        self.stopping: dict[int, Flight] = {}
         self._connect = connect
         self._worker = worker
         self._now = now
@@ -126,20 +129,29 @@ class Pool:
         except queue.Empty:
             return results
         while True:
-            if item is not None and self._take(item.flight):
-                results.append(item)
+            if item is not None:
+                if self._take(item.flight):
+                    results.append(item)
+                else:
+                    self.stopping.pop(item.flight.run.id, None)
             try:
                 item = self._done.get_nowait()
             except queue.Empty:
                 return results
 
-    def settle(self, flight: Flight) -> bool:
-        """Give up a QUEUED or STARTED run (tell its handler); False if its handler returned."""
+    def settle(self, flight: Flight, *, await_return: bool = False) -> bool:
+        """Give up a QUEUED or STARTED run (tell its handler); False if its handler returned.
+
+        `await_return`: the handler, if running, stays in `stopping` until it returns.
+        """
         with self._lock:
             if flight.state not in (FlightState.QUEUED, FlightState.STARTED):
                 return False
+            running = flight.state is FlightState.STARTED
             flight.state = FlightState.SETTLED
         self._release(flight)
+        if await_return and running:
+            self.stopping[flight.run.id] = flight
         return True
 
     def settle_all(self, states: set[FlightState]) -> list[Flight]:

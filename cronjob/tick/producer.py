@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -77,7 +78,8 @@ class Producer:
         self.pace = Pace(since=clock())
         self._worker = worker
         self._now = now
-        self._sent: tuple[int, int] | None = None  # decisions carried, limit: a claim under way
+        # A claim under way: the decisions it carries, its limit, its lease token.
+        self._sent: tuple[int, int, uuid.UUID] | None = None
         self._last_flush = clock()
         types = sorted(handlers)
         self._claim_args = {
@@ -107,11 +109,13 @@ class Producer:
         """The next claim: room for the backlog, carrying every decision so far."""
         limit = min(self.concurrency + self.backlog(now) - in_flight, self.batch_size)
         decisions = list(self.decisions)
-        self._sent = (len(decisions), limit)
+        token = uuid.uuid4()
+        self._sent = (len(decisions), limit, token)
         return partial(
             store.runs_finalize_and_claim_many,
             decisions=decisions,
             limit=limit,
+            token=token,
             worker=self._worker,
             now=self._now,
             **self._claim_args,
@@ -120,14 +124,20 @@ class Producer:
     def claimed(self, runs: list[ClaimedRun]) -> list[Decision]:
         """The claim under way committed: returns the decisions it wrote."""
         assert self._sent is not None
-        (carried, limit), self._sent = self._sent, None
+        (carried, limit, _token), self._sent = self._sent, None
         written, self.decisions = self.decisions[:carried], self.decisions[carried:]
         self.exhausted = len(runs) < limit
         return written
 
-    def claim_failed(self) -> None:
-        """The claim under way failed: its decisions wait for the next write."""
-        self._sent = None
+    def claim_failed(self) -> uuid.UUID:
+        """The claim under way failed: its decisions wait for the next write.
+
+        Returns its lease token: the claim may have committed all the same, with only
+        its answer lost, and whatever it holds is found by that token.
+        """
+        assert self._sent is not None
+        (_carried, _limit, token), self._sent = self._sent, None
+        return token
 
     def look_again(self) -> None:
         """Everything claimed is done: look once more, since retries may be due already."""

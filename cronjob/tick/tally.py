@@ -68,6 +68,17 @@ class Tally:
             reason=reason,
         )
 
+    def claim_recovered(self, ids: list[int]) -> None:
+        """A claim's answer was lost; what it held was found by its token and handed back."""
+        self.report.claimed += len(ids)
+        self.report.handed_back += len(ids)
+        self.report.handed_back_ids.extend(ids)
+        self.log.info(
+            "handed back the runs of a claim whose answer was lost: due again, attempt not counted",
+            count=len(ids),
+            run_ids=ids[:SUMMARY_IDS],
+        )
+
     def unrecorded(self, count: int) -> None:
         self.report.unrecorded += count
 

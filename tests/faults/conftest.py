@@ -199,6 +199,10 @@ class PrivateServer:
     def restart_fast(self) -> None:
         self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "-t", "30", "restart")
 
+    def restart_immediate(self) -> None:
+        """As a crash would: no checkpoint, recovery from the log at start."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "-t", "30", "restart")
+
     def stop(self) -> None:
         self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
 

@@ -106,6 +106,23 @@ def test_cancelling_a_running_run_tells_its_handler_and_discards_its_outcome(
     assert lost["run_id"] == run_id
 
 
+def test_a_handler_told_its_run_was_cancelled_gets_the_grace_period_to_clean_up(
+    db_url, conn, start_tick, exec_log
+):
+    """Scenario: the tick has nothing else to do when its one handler is told to stop."""
+    run_id = enqueue(conn, "fault.cleans_up", {"seconds": 30, "cleanup_ms": 500})
+    t = start_tick(db_url, "--lease", "3s", "--grace", "20s")
+    wait_for(lambda: exec_log.of(run_id), "the handler to start")
+
+    assert run_cli("cancel", str(run_id), "--database-url", db_url).exit_code == 0
+
+    assert t.wait() == 0
+    assert [e.event for e in exec_log.of(run_id, None)] == ["run", "cancelled", "cleaned_up"]
+    assert store.run_get(conn, run_id).status == "cancelled"
+    [waited] = t.events("waiting for handlers told to stop")
+    assert waited["count"] == 1
+
+
 def test_heartbeats_keep_the_leases_of_runs_waiting_for_a_worker(
     db_url, conn, start_tick, exec_log
 ):

@@ -40,6 +40,16 @@ def block_first(ctx: Any, payload: Any) -> None:
     raise RuntimeError("late outcome of the first attempt")
 
 
+@handler("fault.cleans_up")
+def cleans_up(ctx: Any, payload: Any) -> None:
+    """Works until told to stop, then takes `cleanup_ms` to clean up before returning."""
+    record(ctx)
+    if ctx.cancelled.wait(float(payload.get("seconds", 30))):
+        record(ctx, "cancelled")
+        time.sleep(float(payload.get("cleanup_ms", 500)) / 1000)
+        record(ctx, "cleaned_up")
+
+
 @handler("fault.sleep")
 def sleep(ctx: Any, payload: Any) -> None:
     """Sleeps `seconds`, ignoring cancellation, then succeeds."""
@@ -126,3 +136,18 @@ def fail(ctx: Any, payload: Any) -> None:
 def echo(ctx: Any, payload: Any) -> None:
     """Records the payload's text as hex, to compare it byte for byte across environments."""
     record(ctx, str(payload.get("text", "")).encode("utf-8").hex() or "-")
+
+
+@handler("fault.effect", max_attempts=50)
+def effect(ctx: Any, payload: Any) -> None:
+    """A business effect guarded by ctx.once, committed with the run's success (chaos tests).
+
+    The attempt budget is one no series of kills, stalls and restarts in a test can use up.
+    """
+    record(ctx)
+    if ctx.once(payload["key"]):
+        ctx.db.execute(
+            "INSERT INTO effect_rows (key, run_id, attempt) VALUES (%s, %s, %s)",
+            (payload["key"], ctx.run_id, ctx.attempt),
+        )
+    time.sleep(float(payload.get("ms", 20)) / 1000)
