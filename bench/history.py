@@ -83,7 +83,7 @@ def _load(url: str, *, queued: int, finished: int) -> float:
         for first in range(1, finished + 1, chunk):
             last = min(first + chunk - 1, finished)
             # Loaded as a restore would be: the tally is counted once afterwards, as
-            # migration 0008 counts an existing table.
+            # migration 0010 counts an existing table.
             with conn.transaction():
                 conn.execute("SET LOCAL session_replication_role = replica")
                 conn.execute(

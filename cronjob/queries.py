@@ -369,7 +369,7 @@ WHERE e.key = d.key
 # Everything `status`, `metrics` and `check` need about runs: one row per (job type,
 # status) with the counts and ages that matter. Runs that can still execute are read
 # through the partial indexes over runnable and running rows; finished runs are never
-# read, only their tally (migration 0008), so the cost follows the active queue and not
+# read, only their tally (migration 0010), so the cost follows the active queue and not
 # the history kept. The clock row is joined on so an empty table still tells the time.
 RUNS_SNAPSHOT = f"""
 WITH clock AS (SELECT {_NOW} AS now),

@@ -6,7 +6,7 @@
 
 An idle tick asks one question and goes straight to pruning and metrics; the rest
 of this package is imported only when there is work. Folding the finished-run tally
-(the deltas its statements left, migration 0008) is housekeeping for a tick that
+(the deltas its statements left, migration 0010) is housekeeping for a tick that
 did work, so an idle one skips it.
 
 The parts, one role each:
