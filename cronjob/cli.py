@@ -32,6 +32,9 @@ COMMANDS = {
     "check": "cronjob.commands.ops:check",
     "prune": "cronjob.commands.ops:prune",
     "schedule": "cronjob.commands.schedule:schedule",
+    "pause": "cronjob.commands.incident:pause",
+    "resume": "cronjob.commands.incident:resume",
+    "audit": "cronjob.commands.incident:audit",
 }
 
 

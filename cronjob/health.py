@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from cronjob.models import RunCell, RunSnapshot, Status
+from cronjob.models import RunCell, RunSnapshot, Status, TypePause
 
 DEFAULT_UNCLAIMED_AFTER = 600.0
 
@@ -38,6 +38,13 @@ class Overview:
 
     now: datetime
     types: tuple[TypeHealth, ...]
+    # Paused job types wait by design: their due runs are neither a queue-age breach
+    # nor unclaimed.
+    paused: tuple[TypePause, ...] = ()
+
+    @property
+    def paused_types(self) -> frozenset[str]:
+        return frozenset(p.job_type for p in self.paused)
 
     @property
     def by_status(self) -> dict[str, int]:
@@ -61,8 +68,11 @@ class Overview:
 
     @property
     def oldest_due(self) -> TypeHealth | None:
-        """The type whose due run has waited longest, if anything is due."""
-        waiting = [t for t in self.types if t.oldest_due_age is not None]
+        """The type whose due run has waited longest, if anything is due (paused types aside)."""
+        paused = self.paused_types
+        waiting = [
+            t for t in self.types if t.oldest_due_age is not None and t.job_type not in paused
+        ]
         return max(waiting, key=lambda t: t.oldest_due_age or 0.0) if waiting else None
 
     @property
@@ -79,16 +89,18 @@ class Overview:
         `--types` leaves it out) or every worker that has one is down or busy.
         """
         since = self.now - timedelta(seconds=after)
+        paused = self.paused_types
         return [
             t
             for t in self.types
-            if t.oldest_due_age is not None
+            if t.job_type not in paused
+            and t.oldest_due_age is not None
             and t.oldest_due_age > after
             and (t.last_started_at is None or t.last_started_at < since)
         ]
 
 
-def summarize(snapshot: RunSnapshot) -> Overview:
+def summarize(snapshot: RunSnapshot, paused: tuple[TypePause, ...] = ()) -> Overview:
     cells_by_type: dict[str, list[RunCell]] = {}
     for cell in snapshot.cells:
         cells_by_type.setdefault(cell.job_type, []).append(cell)
@@ -112,7 +124,7 @@ def summarize(snapshot: RunSnapshot) -> Overview:
                 last_started_at=max(started) if started else None,
             )
         )
-    return Overview(snapshot.now, tuple(types))
+    return Overview(snapshot.now, tuple(types), tuple(paused))
 
 
 # -- thresholds ---------------------------------------------------------------
@@ -160,7 +172,7 @@ def evaluate(overview: Overview, thresholds: Thresholds) -> list[Finding]:
             f"the oldest due run ({oldest.job_type}) has waited {_age(age)}"
             if oldest
             else "nothing is waiting"
-        )
+        ) + _paused_note(overview)
         findings.append(_finding("max-queue-age", age, thresholds.max_queue_age, detail))
     if thresholds.max_stuck is not None:
         stuck = overview.expired_leases
@@ -174,6 +186,12 @@ def evaluate(overview: Overview, thresholds: Thresholds) -> list[Finding]:
             _finding("max-dead", dead, thresholds.max_dead, f"{dead} dead run(s){per_type}")
         )
     return findings
+
+
+def _paused_note(overview: Overview) -> str:
+    if not overview.paused:
+        return ""
+    return f" (paused, not counted: {', '.join(sorted(overview.paused_types))})"
 
 
 def _finding(threshold: str, value: float, limit: float, detail: str) -> Finding:

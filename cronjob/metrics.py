@@ -23,10 +23,11 @@ QUANTILES = (0.5, 0.9, 0.99)
 
 
 def collect(conn: Any, *, now: datetime | None = None) -> str:
-    """Read the queue (two statements) and render it."""
+    """Read the queue (three statements) and render it."""
     from cronjob import store
 
-    overview = summarize(store.runs_snapshot(conn, now=now))
+    paused = tuple(store.job_type_pauses_list(conn))
+    overview = summarize(store.runs_snapshot(conn, now=now), paused)
     durations = store.runs_summarize_durations(
         conn, window=DURATION_WINDOW, quantiles=QUANTILES, now=now
     )
@@ -37,6 +38,7 @@ def render(overview: Overview, durations: Sequence[DurationSummary]) -> str:
     lines: list[str] = []
     for name, kind, help_text, samples in (
         *_run_families(overview.types),
+        _paused_family(overview),
         _duration_family(durations),
     ):
         lines.append(f"# HELP {name} {_escape_help(help_text)}")
@@ -118,6 +120,18 @@ def _run_families(types: Sequence[TypeHealth]) -> list[Family]:
             ),
         ),
     ]
+
+
+def _paused_family(overview: Overview) -> Family:
+    return (
+        "jobrunner_job_type_paused",
+        "gauge",
+        "1 for each job type paused with `jobrunner pause`: no tick claims its runs.",
+        (
+            _sample("jobrunner_job_type_paused", {"job_type": t}, 1)
+            for t in sorted(overview.paused_types)
+        ),
+    )
 
 
 def _duration_family(durations: Sequence[DurationSummary]) -> Family:

@@ -241,3 +241,93 @@ class Advance:
     scheduled_fors: tuple[datetime, ...]  # runs to create, after the catch-up policy
     materialized_through: datetime  # the newest due occurrence, kept or not
     next_fire_at: datetime | None  # None: the schedule never fires again
+
+
+# -- incidents: selections, paused job types, the audit trail --
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which runs `retry`, `cancel` or `prune` act on: ids, or filters (None: any)."""
+
+    ids: tuple[int, ...] | None = None
+    statuses: tuple[str, ...] | None = None
+    job_types: tuple[str, ...] | None = None
+    tenants: tuple[str, ...] | None = None
+    error_types: tuple[str, ...] | None = None
+    error_like: str | None = None
+    schedule: str | None = None  # a definition's name, as the operator gave it
+    definition_id: int | None = None  # that definition, once looked up
+    since: datetime | None = None  # last changed (or finished) at or after
+    until: datetime | None = None  # last changed (or finished) before
+    limit: int | None = None
+
+    @property
+    def filtered(self) -> bool:
+        """Whether any filter, as opposed to ids alone, narrows the selection."""
+        return any(
+            v is not None
+            for v in (self.statuses, self.job_types, self.tenants, self.error_types,
+                      self.error_like, self.schedule, self.since, self.until)
+        )  # fmt: skip
+
+    def as_json(self) -> dict[str, object]:
+        """The criteria given, as the audit trail records them."""
+        shown = {
+            "ids": list(self.ids) if self.ids is not None else None,
+            "status": list(self.statuses) if self.statuses is not None else None,
+            "type": list(self.job_types) if self.job_types is not None else None,
+            "tenant": list(self.tenants) if self.tenants is not None else None,
+            "error_type": list(self.error_types) if self.error_types is not None else None,
+            "error_like": self.error_like,
+            "schedule": self.schedule,
+            "since": self.since.isoformat() if self.since else None,
+            "until": self.until.isoformat() if self.until else None,
+            "limit": self.limit,
+        }
+        return {k: v for k, v in shown.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class SelectionCount:
+    """What a selection holds now: runs by status, and the first ids."""
+
+    by_status: dict[str, int]
+    sample_ids: tuple[int, ...]
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_status.values())
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """One batch of a selection: the last id it read, and the runs it changed."""
+
+    last_id: int | None
+    ids: tuple[int, ...]
+    statuses: tuple[str, ...]  # each changed run's status before the change
+
+
+@dataclass(frozen=True)
+class TypePause:
+    """A paused job type: no tick claims its runs until it is resumed."""
+
+    job_type: str
+    reason: str | None
+    paused_by: str
+    paused_at: datetime
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One state-changing command, as `jobrunner audit` lists it."""
+
+    id: int
+    at: datetime
+    actor: str
+    command: str
+    selection: dict[str, object]
+    changed: int
+    sample_ids: list[int]
+    reason: str | None

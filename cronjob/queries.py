@@ -71,13 +71,26 @@ RUNS_INSERT_MANY_IDS_BY_KEY = (
 RUNS_LOCK_FOR_KEYED_BATCH = "SELECT pg_advisory_xact_lock(29958816149218675)"
 RUNS_LOCK_FOR_KEYED_BATCH_TRY = "SELECT pg_try_advisory_xact_lock(29958816149218675)"
 
+
+def _claimable(job_types: str) -> str:
+    """The tick's job types less the paused ones (job_type_pauses), as an array.
+
+    An uncorrelated subquery: PostgreSQL evaluates it once per statement, and the
+    claim's scan then compares each row against the shorter array, as it did before.
+    """
+    return (
+        f"ARRAY(SELECT t FROM unnest({job_types}::text[]) AS t"
+        " WHERE NOT EXISTS (SELECT 1 FROM job_type_pauses p WHERE p.job_type = t))"
+    )
+
+
 # One question before a tick sets anything up: is there a due run of a type this
 # tick handles, a lease to rescue, or a schedule to materialize? Most ticks on most
 # hosts find nothing, and then cost this one round trip.
 TICK_WORK_EXISTS = f"""
 SELECT EXISTS (SELECT 1 FROM job_runs
                WHERE status IN ('queued', 'failed') AND run_at <= {_NOW}
-                 AND job_type = ANY(%(job_types)s::text[]))
+                 AND job_type = ANY({_claimable("%(job_types)s")}))
     OR EXISTS (SELECT 1 FROM job_runs WHERE status = 'running' AND locked_until < {_NOW})
     OR EXISTS (SELECT 1 FROM job_definitions WHERE enabled AND next_fire_at <= {_NOW})
 """
@@ -117,7 +130,7 @@ RUNS_CLAIM_MANY = f"""
 WITH c AS MATERIALIZED (
     SELECT id FROM job_runs
     WHERE status IN ('queued', 'failed') AND run_at <= {_NOW}
-      AND job_type = ANY(%(job_types)b::text[])
+      AND job_type = ANY({_claimable("%(job_types)b")})
     ORDER BY priority, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -375,26 +388,67 @@ WHERE e.key = d.key
 
 # -- operations --
 
-# Everything `status`, `metrics` and `check` need about runs, in one scan: one
-# row per (job type, status) with the counts and ages that matter. The clock row
-# is joined on so an empty table still tells the database's time.
+# Everything `status`, `metrics` and `check` need about runs: one row per (job type,
+# status) with the counts and ages that matter. Runs that can still execute are read
+# through the partial indexes over runnable and running rows; finished runs are never
+# read, only their tally (migration 0010), so the cost follows the active queue and not
+# the history kept. The clock row is joined on so an empty table still tells the time.
 RUNS_SNAPSHOT = f"""
 WITH clock AS (SELECT {_NOW} AS now),
-cells AS (
+runnable AS (
     SELECT r.job_type, r.status, count(*) AS runs,
-           count(*) FILTER (WHERE r.status IN ('queued', 'failed') AND r.run_at <= c.now) AS due,
-           count(*) FILTER (WHERE r.status = 'running' AND r.locked_until < c.now)
-               AS expired_leases,
-           min(r.run_at) FILTER (WHERE r.status IN ('queued', 'failed') AND r.run_at <= c.now)
-               AS oldest_due_at,
+           count(*) FILTER (WHERE r.run_at <= c.now) AS due,
+           0::bigint AS expired_leases,
+           min(r.run_at) FILTER (WHERE r.run_at <= c.now) AS oldest_due_at,
            max(r.started_at) AS last_started_at
     FROM job_runs r CROSS JOIN clock c
+    WHERE r.status IN ('queued', 'failed')
     GROUP BY r.job_type, r.status
+),
+running AS (
+    SELECT r.job_type, r.status, count(*) AS runs, 0::bigint AS due,
+           count(*) FILTER (WHERE r.locked_until < c.now) AS expired_leases,
+           NULL::timestamptz AS oldest_due_at, max(r.started_at) AS last_started_at
+    FROM job_runs r CROSS JOIN clock c
+    WHERE r.status = 'running'
+    GROUP BY r.job_type, r.status
+),
+finished AS (
+    SELECT job_type, status, sum(runs)::bigint AS runs, 0::bigint AS due,
+           0::bigint AS expired_leases, NULL::timestamptz AS oldest_due_at,
+           max(last_started_at) AS last_started_at
+    FROM job_run_tally
+    GROUP BY job_type, status
+    HAVING sum(runs) <> 0
+),
+cells AS (
+    SELECT * FROM runnable UNION ALL SELECT * FROM running UNION ALL SELECT * FROM finished
 )
 SELECT clock.now, cells.job_type, cells.status, cells.runs, cells.due, cells.expired_leases,
        cells.oldest_due_at, cells.last_started_at
 FROM clock LEFT JOIN cells ON true
 ORDER BY cells.job_type, cells.status
+"""
+
+# The runnable rows are read through job_runs_dispatch, whose order (priority, run_at, id)
+# is not the table's: a plain index scan visits a heap page per row, where a bitmap scan
+# reads each page once. Set for the snapshot's own transaction, of which it is the last
+# statement.
+RUNS_SNAPSHOT_PLAN = "SELECT set_config('enable_indexscan', 'off', true)"
+
+# Folds the tally's deltas into one row per (job type, status), at the end of a tick
+# that did work. One tick at a time (others skip, not wait); deltas committed meanwhile
+# are not seen by the DELETE and stay for the next fold.
+RUN_TALLY_COMPACT = """
+WITH folding AS (SELECT pg_try_advisory_xact_lock(7669456938163791205) AS mine),
+gone AS (
+    DELETE FROM job_run_tally WHERE (SELECT mine FROM folding)
+    RETURNING job_type, status, runs, last_started_at
+)
+INSERT INTO job_run_tally (job_type, status, runs, last_started_at)
+SELECT job_type, status, sum(runs), max(last_started_at) FROM gone
+GROUP BY job_type, status
+HAVING sum(runs) <> 0
 """
 
 DEFINITIONS_LIST_SCHEDULES = """
@@ -442,6 +496,143 @@ SELECT status, count(*) FROM job_runs
 WHERE status IN ('succeeded', 'dead', 'cancelled') AND status = ANY(%(statuses)s)
   AND finished_at < {_NOW} - make_interval(secs => %(older_than)s)
 GROUP BY status
+"""
+
+
+# -- incidents: acting on sets of runs, paused job types, the audit trail --
+
+# A selection of runs, as `retry`, `cancel` and `prune` take it: each criterion is
+# NULL when not given. `eligible` is what the command may act on (cancel: runs not
+# finished; prune: finished ones), so a dry run counts exactly what the command changes.
+# The error text matches as a case-insensitive substring, not a LIKE pattern: an
+# operator pastes a message, and `_` or `%` in it must mean themselves.
+_SELECTED = """
+    status = ANY(%(eligible)s::text[])
+    AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
+    AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
+    AND (%(job_types)s::text[] IS NULL OR job_type = ANY(%(job_types)s::text[]))
+    AND (%(tenants)s::text[] IS NULL OR tenant_id = ANY(%(tenants)s::text[]))
+    AND (%(error_types)s::text[] IS NULL OR error_type = ANY(%(error_types)s::text[]))
+    AND (%(error_like)s::text IS NULL
+         OR strpos(lower(last_error), lower(%(error_like)s::text)) > 0)
+    AND (%(definition_id)s::bigint IS NULL OR definition_id = %(definition_id)s::bigint)
+    AND (%(since)s::timestamptz IS NULL
+         OR coalesce(finished_at, updated_at) >= %(since)s::timestamptz)
+    AND (%(until)s::timestamptz IS NULL
+         OR coalesce(finished_at, updated_at) < %(until)s::timestamptz)
+"""
+
+# What a selection holds, up to its limit, in the order the command would walk it.
+RUNS_COUNT_SELECTED = f"""
+WITH selected AS (
+    SELECT id, status FROM job_runs WHERE {_SELECTED}
+    ORDER BY id
+    LIMIT %(limit)s
+)
+SELECT status, count(*) AS runs, (array_agg(id ORDER BY id))[1:%(sample)s] AS sample_ids
+FROM selected GROUP BY status ORDER BY status
+"""
+
+
+def _batch(change: str) -> str:
+    """One batch of a selection: the next `limit` rows after id `after`, locked, changed.
+
+    Walking by id, each batch resumes where the last stopped, so the whole command reads
+    the table once. Locks are held for one batch, its own transaction. A row that
+    changed while the batch waited for its lock is checked again against the selection
+    (FOR UPDATE re-reads it), and LIMIT counts only the rows that pass.
+    """
+    return f"""
+WITH target AS MATERIALIZED (
+    SELECT id, status FROM job_runs
+    WHERE {_SELECTED} AND id > %(after)s
+    ORDER BY id
+    LIMIT %(limit)s
+    FOR UPDATE
+),
+changed AS (
+{change}
+)
+SELECT (SELECT max(id) FROM target) AS last_id,
+       coalesce(array_agg(id ORDER BY id), '{{}}') AS ids,
+       coalesce(array_agg(status ORDER BY id), '{{}}') AS statuses
+FROM changed
+"""
+
+
+# As RUNS_RETRY_MANY, for a batch of a selection.
+RUNS_RETRY_SELECTED = _batch(f"""
+    UPDATE job_runs r
+    SET status = CASE WHEN t.status IN ('dead', 'cancelled') OR r.attempts = 0
+                      THEN 'queued' ELSE 'failed' END,
+        attempts = CASE WHEN t.status IN ('dead', 'cancelled') THEN 0 ELSE r.attempts END,
+        run_at = {_NOW},
+        finished_at = NULL,
+        locked_by = NULL, locked_until = NULL, lease_token = NULL,
+        updated_at = {_NOW}
+    FROM target t
+    WHERE r.id = t.id
+    RETURNING r.id, t.status
+""")
+
+# As RUNS_CANCEL_MANY: a running run's handler learns it at its next heartbeat.
+RUNS_CANCEL_SELECTED = _batch(f"""
+    UPDATE job_runs r
+    SET status = 'cancelled', finished_at = {_NOW},
+        locked_by = NULL, locked_until = NULL, lease_token = NULL,
+        updated_at = {_NOW}
+    FROM target t
+    WHERE r.id = t.id
+    RETURNING r.id, t.status
+""")
+
+# Attempts go with their run (ON DELETE CASCADE).
+RUNS_PRUNE_SELECTED = _batch("""
+    DELETE FROM job_runs r USING target t
+    WHERE r.id = t.id
+    RETURNING r.id, t.status
+""")
+
+JOB_TYPE_PAUSES_LIST = """
+SELECT job_type, reason, paused_by, paused_at FROM job_type_pauses ORDER BY job_type
+"""
+
+# Pausing a paused type again keeps its first pause: when it began, and why.
+JOB_TYPES_PAUSE = f"""
+INSERT INTO job_type_pauses (job_type, reason, paused_by, paused_at)
+SELECT t, %(reason)s, %(actor)s, {_NOW} FROM unnest(%(job_types)s::text[]) AS t
+ON CONFLICT (job_type) DO NOTHING
+RETURNING job_type
+"""
+
+JOB_TYPES_RESUME = """
+DELETE FROM job_type_pauses WHERE job_type = ANY(%(job_types)s::text[])
+RETURNING job_type
+"""
+
+AUDIT_INSERT = f"""
+INSERT INTO job_audit (at, actor, command, selection, changed, sample_ids, reason)
+VALUES ({_NOW}, %(actor)s, %(command)s, %(selection)s::jsonb, %(changed)s,
+        %(sample_ids)s::bigint[], %(reason)s)
+RETURNING id
+"""
+
+# A later batch of the same command: its count and sample grow in that batch's commit.
+AUDIT_ADD_CHANGED = """
+UPDATE job_audit
+SET changed = changed + %(changed)s,
+    sample_ids = (sample_ids || %(sample_ids)s::bigint[])[1:%(sample)s]
+WHERE id = %(id)s
+"""
+
+AUDIT_LIST = f"""
+SELECT id, at, actor, command, selection, changed, sample_ids, reason FROM job_audit
+WHERE %(since)s::float8 IS NULL OR at >= {_NOW} - make_interval(secs => %(since)s::float8)
+ORDER BY at, id
+"""
+
+AUDIT_PRUNE = f"""
+DELETE FROM job_audit WHERE at < {_NOW} - make_interval(secs => %(older_than)s)
 """
 
 

@@ -287,6 +287,11 @@ OPERATOR_COMMANDS = {
     "schedule remove": ["schedule", "remove", "nightly"],
     "schedule sync": ["schedule", "sync", "-"],
     "migrate": ["migrate"],
+    "retry by filter": ["retry", "--type", "test.ok", "--yes"],
+    "cancel by filter": ["cancel", "--type", "test.ok", "--dry-run"],
+    "pause": ["pause", "test.ok", "--reason", "deploy"],
+    "resume": ["resume", "test.ok"],
+    "audit": ["audit", "--since", "1h"],
 }
 SYNC_FILE = '[schedules.nightly]\ncron = "0 3 * * *"\ntype = "test.ok"\n'
 

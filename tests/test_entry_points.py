@@ -66,3 +66,25 @@ def test_entry_points_of_other_groups_are_not_loaded(db_url, conn, tmp_path):
     code, _, stderr = _tick(db_url, tmp_path, "--types", "acme.ping")
     assert code == 2
     assert "no handler registered for job type(s): acme.ping" in stderr
+
+
+def test_operator_commands_work_when_a_distributions_handlers_cannot_be_imported(
+    db_url, conn, tmp_path
+):
+    # Only tick and demo load the entry-point group: repairing what a broken deploy left
+    # behind must not depend on the code that broke.
+    _install(tmp_path, "[jobrunner.handlers]\nacme = acme_jobs.missing\n")
+    enqueue(conn, "acme.ping", {})
+    for command in (
+        ["list"], ["show", "1"], ["status"], ["metrics"], ["check", "--max-dead", "0"],
+        ["enqueue", "acme.ping"], ["retry", "--type", "acme.ping", "--dry-run"],
+        ["cancel", "1"], ["prune", "--older-than", "1d"], ["pause", "acme.ping"],
+        ["resume", "acme.ping"], ["audit"], ["schedule", "list"],
+        ["schedule", "add", "nightly", "--cron", "@daily", "--type", "acme.ping"],
+    ):  # fmt: skip
+        process = jobrunner_process(
+            *command, "--database-url", db_url, env={"PYTHONPATH": str(tmp_path)}
+        )
+        _, stderr = process.communicate(timeout=60)
+        assert process.returncode == 0, (command, stderr)
+        assert "acme_jobs" not in stderr

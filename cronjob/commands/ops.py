@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,7 @@ def status(database_url: str | None, unclaimed_after: str, as_json: bool) -> Non
     after = parse_duration(unclaimed_after, what="--unclaimed-after")
     conn = open_connection(database_url)
     with conn:
-        overview = summarize(store.runs_snapshot(conn))
+        overview = summarize(store.runs_snapshot(conn), tuple(store.job_type_pauses_list(conn)))
         schedules = store.definitions_list_schedules(conn)
     if as_json:
         click.echo(json.dumps(_status_dict(overview, schedules, after), indent=2))
@@ -91,6 +92,15 @@ def _status_dict(overview: Any, schedules: list[Any], after: float) -> dict[str,
             }
             for t in overview.types
         },
+        "paused_job_types": [
+            {
+                "job_type": p.job_type,
+                "reason": p.reason,
+                "paused_by": p.paused_by,
+                "paused_at": iso(p.paused_at),
+            }
+            for p in overview.paused
+        ],
         "unclaimed_after_seconds": after,
         "unclaimed_job_types": [
             {
@@ -159,6 +169,7 @@ def _print_status(overview: Any, schedules: list[Any], after: float) -> None:
         f"{dead}: see `jobrunner list --status dead`, then `jobrunner show ID`" if dead else "none",
         problem=bool(dead),
     )
+    _print_paused(overview)
     unclaimed = overview.unclaimed(after)
     if unclaimed:
         for i, t in enumerate(unclaimed):
@@ -188,6 +199,24 @@ def _print_status(overview: Any, schedules: list[Any], after: float) -> None:
     table(("NAME", "TYPE", "SCHEDULE", "TIMEZONE", "NEXT FIRE", "ENABLED"), rows, bold_header=True)
     if len(schedules) > SCHEDULES_SHOWN:
         click.echo(f"… and {len(schedules) - SCHEDULES_SHOWN} more (`status --json` lists all)")
+
+
+def _print_paused(overview: Any) -> None:
+    from cronjob.health import seconds_text
+
+    if not overview.paused:
+        _fact("paused types", "none")
+        return
+    due = {t.job_type: t.due for t in overview.types}
+    for i, p in enumerate(overview.paused):
+        since = seconds_text((overview.now - p.paused_at).total_seconds())
+        why = f": {p.reason}" if p.reason else ""
+        _fact(
+            "paused types" if i == 0 else "",
+            f"{p.job_type} by {p.paused_by} {since} ago{why} ({due.get(p.job_type, 0)} due, "
+            f"waiting; `jobrunner resume {p.job_type}`)",
+            problem=True,
+        )
 
 
 def _next_fire(definition: Any, now: Any) -> str:
@@ -299,7 +328,7 @@ def check(
         raise BadInput("nothing to check: give --max-queue-age, --max-stuck and/or --max-dead")
     conn = open_connection(database_url)
     with conn:
-        overview = summarize(store.runs_snapshot(conn))
+        overview = summarize(store.runs_snapshot(conn), tuple(store.job_type_pauses_list(conn)))
     findings = evaluate(overview, thresholds)
     breached = [f for f in findings if f.breached]
     if as_json:
@@ -321,85 +350,148 @@ def check(
 # -- prune --------------------------------------------------------------------
 
 
-@click.command()
-@database_url_option
-@click.option(
-    "--older-than",
-    required=True,
-    metavar="DURATION",
-    help="Delete runs that finished longer ago than this, e.g. 30d.",
-)
-@click.option(
-    "--status",
-    "statuses",
-    metavar="S1,S2",
-    help="Only these finished statuses (default: succeeded, dead, cancelled).",
-)
-@click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
-@click.option(
-    "--keep-effects",
-    metavar="DURATION",
-    default="0s",
-    show_default=True,
-    help="Keep effects-ledger keys at least this long after they were recorded; "
-    "keys of pruned runs that are older go with them.",
-)
-@click.option(
-    "--batch-size",
-    type=Count(1, 100_000),
-    default=DEFAULT_PRUNE_BATCH_SIZE,
-    show_default=True,
-    help="Runs deleted per statement (each commits on its own).",
-)
-@json_option
+def _prune_options(func: Any) -> Any:
+    from cronjob.commands.incident import change_options, filter_options
+
+    func = json_option(change_options(filter_options(func)))
+    for option in reversed((
+        click.option("--older-than", metavar="DURATION",
+                     help="Only runs that finished longer ago than this, e.g. 30d."),
+        click.option("--status", "statuses", metavar="S1,S2",
+                     help="Only these finished statuses (default: succeeded, dead, cancelled)."),
+        click.option("--keep-effects", metavar="DURATION", default="0s", show_default=True,
+                     help="Keep effects-ledger keys at least this long after they were "
+                     "recorded; keys of pruned runs that are older go with them."),
+        click.option("--batch-size", type=Count(1, 1000),
+                     default=DEFAULT_PRUNE_BATCH_SIZE, show_default=True,
+                     help="Runs deleted per transaction."),
+        click.option("--audit-older-than", metavar="DURATION",
+                     help="Also delete audit entries older than this."),
+    )):  # fmt: skip
+        func = option(func)
+    return click.command("prune")(
+        click.argument("run_ids", metavar="[ID]...", nargs=-1)(database_url_option(func))
+    )
+
+
+@_prune_options
 def prune(
+    run_ids: tuple[str, ...],
     database_url: str | None,
-    older_than: str,
+    older_than: str | None,
     statuses: str | None,
-    dry_run: bool,
     keep_effects: str,
     batch_size: int,
+    audit_older_than: str | None,
     as_json: bool,
+    **options: Any,
 ) -> None:
     """Delete finished runs (and their attempt history and ledger keys) in small batches.
 
-    Runs that can still execute (queued, running, failed) are never deleted.
-    """
-    from cronjob.health import seconds_text
-    from cronjob.inputs import parse_duration
-    from cronjob.prune import prune_runs
+    \b
+    jobrunner prune --older-than 30d
+    jobrunner prune --status dead --type send_email --until 2h --dry-run
+    jobrunner prune --audit-older-than 365d
 
-    age = parse_duration(older_than, what="--older-than")
+    Runs that can still execute (queued, running, failed) are never deleted. Takes
+    run ids, or the filters of `jobrunner retry`; each batch is its own transaction,
+    and the command writes one audit entry.
+    """
+    from dataclasses import replace
+
+    from cronjob.commands import incident as selecting
+    from cronjob.inputs import parse_duration, parse_run_id
+    from cronjob.models import Selection
+
+    age = parse_duration(older_than, what="--older-than") if older_than is not None else None
     effects_age = parse_duration(keep_effects, what="--keep-effects")
+    audit_age = (
+        parse_duration(audit_older_than, what="--audit-older-than")
+        if audit_older_than is not None
+        else None
+    )
     chosen = prunable_statuses(statuses)
+    ids = list(dict.fromkeys(parse_run_id(v) for v in run_ids))
+    selection = selecting.build_selection(ids, chosen if statuses else None, options)
+    runs_too = bool(ids) or selection.filtered or age is not None
+    # --older-than and --status alone are the retention job cron runs: no question asked.
+    routine = not replace(selection, statuses=None).filtered
+    if not runs_too and audit_age is None:
+        raise BadInput(
+            "nothing to prune: give --older-than, filters, run ids or --audit-older-than"
+        )
+    if ids and (selection.filtered or age is not None):
+        raise BadInput("give run ids or filters, not both")
     conn = open_connection(database_url)
     with conn:
-        report = prune_runs(
-            conn,
-            older_than=age,
-            statuses=chosen,
-            batch_size=batch_size,
-            dry_run=dry_run,
-            keep_effects=effects_age,
-        )
+        found = applied = None
+        effects = 0
+        if runs_too:
+            until = (lambda clock: clock - timedelta(seconds=age)) if age is not None else None
+            selection = selecting.with_clock(conn, selection, options, until=until)
+            found, applied = selecting.act_on_selection(
+                conn, "prune", selection, options, batch_size=batch_size, confirm=not routine
+            )
+            if applied is not None:
+                effects = _prune_effects(conn, effects_age, batch_size)
+        audits = _prune_audit(conn, audit_age, options) if audit_age is not None else None
+    _report_prune(selection if runs_too else Selection(), chosen, age, found, applied, effects,
+                  audits, as_json)  # fmt: skip
+
+
+def _prune_effects(conn: Any, keep: float, batch_size: int) -> int:
+    from cronjob import store
+
+    return store.effects_prune_many(conn, older_than_seconds=keep, batch_size=batch_size)
+
+
+def _prune_audit(conn: Any, older_than: float, options: dict[str, Any]) -> int | None:
+    from cronjob import incident, store
+    from cronjob.commands.incident import check_reason
+
+    if options.get("dry_run"):
+        return None
+    actor = incident.actor_name(options.get("actor"))
+    with conn.transaction():
+        deleted = store.audit_prune(conn, older_than=older_than)
+        incident.record(conn, "prune", actor=actor, reason=check_reason(options.get("reason")),
+                        changed=deleted, selection={"audit_older_than": older_than})  # fmt: skip
+    return deleted
+
+
+def _report_prune(
+    selection: Any, chosen: tuple[str, ...], age: float | None, found: Any, applied: Any,
+    effects: int, audits: int | None, as_json: bool,
+) -> None:  # fmt: skip
+    from cronjob.health import seconds_text
+
+    source = found if found is not None else applied
+    by_status = source.by_status if source is not None else {}
+    sample = list(source.sample_ids) if source is not None else []
+    total = sum(by_status.values())
     if as_json:
         click.echo(json.dumps({
-            "dry_run": report.dry_run,
+            "dry_run": found is not None,
             "older_than_seconds": age,
+            "selection": selection.as_json(),
             "statuses": list(chosen),
-            "pruned": {s: report.by_status.get(s, 0) for s in chosen},
-            "total": report.total,
-            "effects": report.effects,
-            "batches": report.batches,
+            "pruned": {s: by_status.get(s, 0) for s in chosen},
+            "total": total,
+            "sample_ids": sample,
+            "effects": effects,
+            "batches": applied.batches if applied else 0,
+            "audit_id": applied.audit_id if applied else None,
+            "audit_entries": audits,
         }, indent=2))  # fmt: skip
         return
-    verb = "would prune" if dry_run else "pruned"
-    detail = ", ".join(f"{s} {report.by_status.get(s, 0)}" for s in chosen)
-    effects = f"; {report.effects} effects-ledger key(s)" if report.effects else ""
-    click.echo(
-        f"{verb} {report.total} run(s) finished more than {seconds_text(age)} ago "
-        f"({detail}){effects}"
-    )
+    verb = "would prune" if found is not None else "pruned"
+    if found is not None or applied is not None:
+        detail = ", ".join(f"{s} {by_status.get(s, 0)}" for s in chosen)
+        which = f" finished more than {seconds_text(age)} ago" if age is not None else ""
+        effects_text = f"; {effects} effects-ledger key(s)" if effects else ""
+        click.echo(f"{verb} {total} run(s){which} ({detail}){effects_text}")
+    if audits is not None:
+        click.echo(f"pruned {audits} audit entr{'y' if audits == 1 else 'ies'}")
 
 
 def prunable_statuses(value: str | None) -> tuple[str, ...]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 import click
@@ -230,49 +230,97 @@ def _jsonl_lines(stream: IO[bytes]) -> Iterator[tuple[str, str]]:
 def _ids(values: tuple[str, ...]) -> list[int]:
     from cronjob.inputs import parse_run_id
 
-    if not values:
-        raise BadInput("give at least one run id")
     return list(dict.fromkeys(parse_run_id(v) for v in values))
 
 
-@click.command()
-@click.argument("run_ids", metavar="ID...", nargs=-1)
-@database_url_option
-def retry(run_ids: tuple[str, ...], database_url: str | None) -> int:
-    """Make runs due now, with their lock cleared.
+def _change_runs(
+    command: str, run_ids: tuple[str, ...], database_url: str | None, status_text: str | None,
+    as_json: bool, options: dict[str, Any],
+) -> int:  # fmt: skip
+    """retry and cancel: by ids (one line per id) or by filters (counted, batched, audited)."""
+    from cronjob import incident, store
+    from cronjob.commands import incident as selecting
+
+    chosen = incident.action(command)
+    ids = _ids(run_ids)
+    selection = selecting.build_selection(
+        ids, selecting.statuses(status_text, chosen.eligible, command), options
+    )
+    if not ids and not selection.filtered:
+        raise BadInput(f"give run ids or filters (--status, --type, ...) of the runs to {command}")
+    if ids and selection.filtered:
+        raise BadInput("give run ids or filters, not both")
+    conn = open_connection(database_url)
+    with conn:
+        if ids and not options["dry_run"]:
+            change_many = store.runs_retry_many if command == "retry" else store.runs_cancel_many
+            changes = incident.apply_ids(
+                conn, command, ids, change_many,
+                actor=incident.actor_name(options["actor"]),
+                reason=selecting.check_reason(options["reason"]),
+            )  # fmt: skip
+            return _report(changes, chosen.past, command, as_json)
+        selection = selecting.with_clock(conn, selection, options)
+        found, applied = selecting.act_on_selection(conn, command, selection, options)
+    selecting.report_selection(command, chosen.past, selection, found, applied, as_json)
+    return 0
+
+
+def _selection_command(command: str, status_help: str) -> Callable[..., Any]:
+    """The options retry and cancel share, stacked once."""
+    from cronjob.commands.incident import change_options, filter_options
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        func = json_option(change_options(filter_options(func)))
+        func = click.option("--status", "status_text", metavar="S1,S2", help=status_help)(func)
+        func = database_url_option(func)
+        func = click.argument("run_ids", metavar="[ID]...", nargs=-1)(func)
+        return click.command(command)(func)
+
+    return decorate
+
+
+@_selection_command("retry", "Only runs in these statuses (any but succeeded).")
+def retry(run_ids: tuple[str, ...], database_url: str | None, status_text: str | None,
+          as_json: bool, **options: Any) -> int:  # fmt: skip
+    """Make runs due now, with their lock cleared: by id, or every run a filter selects.
 
     A dead or cancelled run gets a fresh attempt budget; its history is kept.
-    A succeeded run is not retried (exit 1).
+    A succeeded run is not retried (by id: exit 1; a filter skips it).
+
+    \b
+    jobrunner retry 1234 1235
+    jobrunner retry --status dead --type send_email --error-type SMTPServerDisconnected \\
+        --since 2026-01-05T09:10:00Z --until 2026-01-05T09:40:00Z --dry-run
+
+    Filters combine (all must hold); a list option takes comma-separated values. Work goes
+    in batches of at most 1,000 runs, each its own transaction. A selection of more than
+    100 runs asks first on a terminal, and needs --yes elsewhere. Writes one audit entry.
     """
-    from cronjob.store import runs_retry_many
-
-    ids = _ids(run_ids)
-    conn = open_connection(database_url)
-    with conn:
-        changes = runs_retry_many(conn, ids)
-    return _report(changes, "retried", "retry")
+    return _change_runs("retry", run_ids, database_url, status_text, as_json, options)
 
 
-@click.command()
-@click.argument("run_ids", metavar="ID...", nargs=-1)
-@database_url_option
-def cancel(run_ids: tuple[str, ...], database_url: str | None) -> int:
-    """Cancel runs that have not finished.
+@_selection_command("cancel", "Only runs in these statuses (queued, failed, running).")
+def cancel(run_ids: tuple[str, ...], database_url: str | None, status_text: str | None,
+           as_json: bool, **options: Any) -> int:  # fmt: skip
+    """Cancel runs that have not finished: by id, or every run a filter selects.
 
     A running handler is told at its next heartbeat (ctx.cancelled), and its
-    outcome is discarded. Cancelling a finished run is refused (exit 1).
+    outcome is discarded. Cancelling a finished run by id is refused (exit 1); a
+    filter skips finished runs. Options as for `jobrunner retry`; writes one audit entry.
     """
-    from cronjob.store import runs_cancel_many
-
-    ids = _ids(run_ids)
-    conn = open_connection(database_url)
-    with conn:
-        changes = runs_cancel_many(conn, ids)
-    return _report(changes, "cancelled", "cancel")
+    return _change_runs("cancel", run_ids, database_url, status_text, as_json, options)
 
 
-def _report(changes: list[Any], done: str, verb: str) -> int:
-    code = 0
+def _report(changes: list[Any], done: str, verb: str, as_json: bool = False) -> int:
+    code = 0 if all(change.changed for change in changes) else 1
+    if as_json:
+        click.echo(json.dumps([
+            {"id": c.id, "previous": c.previous.value if c.previous else None,
+             "changed": c.changed}
+            for c in changes
+        ], indent=2))  # fmt: skip
+        return code
     for change in changes:
         if change.changed:
             click.echo(f"{done} {change.id}")

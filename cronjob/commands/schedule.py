@@ -11,6 +11,7 @@ import click
 
 from cronjob.cli import Count, database_url_option, json_option, lock_wait_option
 from cronjob.commands import open_connection
+from cronjob.commands.incident import actor_option, reason_option
 from cronjob.commands.render import clip, iso, printable, table
 from cronjob.errors import BadInput
 
@@ -66,6 +67,8 @@ def schedule() -> None:
 @click.option(
     "--catch-up-limit", metavar="N", help="With --catch-up all: at most this many (default 100)."
 )
+@actor_option
+@reason_option
 def add(
     name: str,
     database_url: str | None,
@@ -78,6 +81,8 @@ def add(
     priority: str | None,
     catch_up: str,
     catch_up_limit: str | None,
+    actor: str | None,
+    reason: str | None,
 ) -> None:
     """Define a schedule NAME. It first fires at its first occurrence from now on."""
     from cronjob import definitions
@@ -96,8 +101,9 @@ def add(
         catch_up_limit=catch_up_limit,
     )
     conn = open_connection(database_url)
-    with conn:
+    with conn, conn.transaction():
         created = definitions.add(conn, spec)
+        _audit(conn, "schedule add", name, actor, reason)
     click.echo(f"added schedule {created.name}: next run {_next_run(created)}")
     if scope == "tenant" and not os.environ.get("JOBRUNNER_TENANTS_SQL"):
         click.echo(
@@ -189,26 +195,32 @@ def show(name: str, database_url: str | None, as_json: bool) -> None:
 @schedule.command()
 @click.argument("name")
 @database_url_option
-def pause(name: str, database_url: str | None) -> None:
+@actor_option
+@reason_option
+def pause(name: str, database_url: str | None, actor: str | None, reason: str | None) -> None:
     """Stop materializing runs of NAME (runs already created are untouched)."""
     from cronjob import definitions
 
     conn = open_connection(database_url)
-    with conn:
+    with conn, conn.transaction():
         _, changed = definitions.pause(conn, name)
+        _audit(conn, "schedule pause", name, actor, reason, changed=int(changed))
     click.echo(f"paused {name}" if changed else f"{name} was already paused")
 
 
 @schedule.command()
 @click.argument("name")
 @database_url_option
-def resume(name: str, database_url: str | None) -> None:
+@actor_option
+@reason_option
+def resume(name: str, database_url: str | None, actor: str | None, reason: str | None) -> None:
     """Materialize runs of NAME again, from now on: time spent paused is not made up."""
     from cronjob import definitions
 
     conn = open_connection(database_url)
-    with conn:
+    with conn, conn.transaction():
         found, changed = definitions.resume(conn, name)
+        _audit(conn, "schedule resume", name, actor, reason, changed=int(changed))
     if changed:
         click.echo(f"resumed {name}: next run {_next_run(found)}")
     else:
@@ -218,13 +230,16 @@ def resume(name: str, database_url: str | None) -> None:
 @schedule.command()
 @click.argument("name")
 @database_url_option
-def remove(name: str, database_url: str | None) -> None:
+@actor_option
+@reason_option
+def remove(name: str, database_url: str | None, actor: str | None, reason: str | None) -> None:
     """Delete the schedule NAME. Its runs are kept; queued ones still run."""
     from cronjob import definitions
 
     conn = open_connection(database_url)
-    with conn:
+    with conn, conn.transaction():
         definitions.remove(conn, name)
+        _audit(conn, "schedule remove", name, actor, reason)
     click.echo(f"removed {name}")
 
 
@@ -234,8 +249,16 @@ def remove(name: str, database_url: str | None) -> None:
 @click.option("--prune", is_flag=True, help="Remove schedules that are not in FILE.")
 @click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
 @lock_wait_option("another host's schedule sync")
+@actor_option
+@reason_option
 def sync(
-    file: IO[bytes], database_url: str | None, prune: bool, dry_run: bool, lock_wait: float
+    file: IO[bytes],
+    database_url: str | None,
+    prune: bool,
+    dry_run: bool,
+    lock_wait: float,
+    actor: str | None,
+    reason: str | None,
 ) -> None:
     """Make the schedules match a TOML FILE (- for stdin), upserting by name.
 
@@ -264,8 +287,12 @@ def sync(
     text = read_text(file, definitions.MAX_FILE_BYTES, source=source)
     specs = definitions.load_file(text, source=source)
     conn = open_connection(database_url)
-    with conn:
+    with conn, conn.transaction():
         items = definitions.sync(conn, specs, prune=prune, dry_run=dry_run, lock_wait=lock_wait)
+        if not dry_run:
+            changed = [i.name for i in items if i.action in ("add", "change", "remove")]
+            _audit(conn, "schedule sync", None, actor, reason, changed=len(changed),
+                   selection={"names": changed, "prune": prune})  # fmt: skip
     for item in items:
         detail = ""
         if item.changes:
@@ -381,3 +408,17 @@ def _definition_json(d: Any) -> dict[str, Any]:
         "next_fire_at": iso(d.next_fire_at), "created_at": iso(d.created_at),
         "updated_at": iso(d.updated_at),
     }  # fmt: skip
+
+
+def _audit(
+    conn: Any, command: str, name: str | None, actor: str | None, reason: str | None,
+    *, changed: int = 1, selection: dict[str, Any] | None = None,
+) -> None:  # fmt: skip
+    """The command's audit row, in the transaction of its change."""
+    from cronjob import incident
+    from cronjob.commands.incident import check_reason
+
+    incident.record(
+        conn, command, actor=incident.actor_name(actor), reason=check_reason(reason),
+        changed=changed, selection=selection if selection is not None else {"name": name},
+    )  # fmt: skip

@@ -19,6 +19,8 @@ from cronjob import queries
 from cronjob.models import (
     Advance,
     Attempt,
+    AuditEntry,
+    BatchResult,
     ClaimedRun,
     Decision,
     Definition,
@@ -29,7 +31,10 @@ from cronjob.models import (
     Run,
     RunCell,
     RunSnapshot,
+    Selection,
+    SelectionCount,
     Status,
+    TypePause,
     UnreadablePayload,
 )
 
@@ -455,7 +460,13 @@ def effects_prune_many(
 
 def runs_snapshot(conn: Any, *, now: datetime | None = None) -> RunSnapshot:
     cursor = conn.cursor(row_factory=dict_row)
-    rows = cursor.execute(queries.RUNS_SNAPSHOT, {"now": now}).fetchall()
+    if conn.autocommit:
+        with conn.pipeline(), conn.transaction():  # one round trip
+            conn.execute(queries.RUNS_SNAPSHOT_PLAN)
+            cursor.execute(queries.RUNS_SNAPSHOT, {"now": now})
+        rows = cursor.fetchall()
+    else:  # the caller's transaction: its planner settings are the caller's to choose
+        rows = cursor.execute(queries.RUNS_SNAPSHOT, {"now": now}).fetchall()
     cells = tuple(_run_cell(**row) for row in rows if row["job_type"] is not None)
     return RunSnapshot(now=rows[0]["now"], cells=cells)
 
@@ -463,6 +474,11 @@ def runs_snapshot(conn: Any, *, now: datetime | None = None) -> RunSnapshot:
 def _run_cell(*, now: datetime, status: str, **counts: Any) -> RunCell:
     # `now` is on every row, and belongs to the snapshot rather than to a cell.
     return RunCell(status=Status(status), **counts)
+
+
+def run_tally_compact(conn: Any) -> None:
+    """Fold the finished-run tally into one row per (job type, status), unless another does."""
+    conn.execute(queries.RUN_TALLY_COMPACT)
 
 
 def definitions_list_schedules(conn: Any) -> list[DefinitionSchedule]:
@@ -510,6 +526,134 @@ def runs_count_prunable(
 ) -> dict[str, int]:
     params = {"statuses": list(statuses), "older_than": older_than, "now": now}
     return dict(conn.execute(queries.RUNS_COUNT_PRUNABLE, params).fetchall())
+
+
+# -- incidents: selections of runs, paused job types, the audit trail --
+
+AUDIT_SAMPLE = 10  # ids kept in an audit row, and shown by a dry run
+
+
+def _selection_params(
+    selection: Selection, eligible: Sequence[str], now: datetime | None
+) -> dict[str, Any]:
+    def listed(values: tuple[Any, ...] | None) -> list[Any] | None:
+        return None if values is None else list(values)
+
+    return {
+        "eligible": list(eligible),
+        "ids": listed(selection.ids),
+        "statuses": listed(selection.statuses),
+        "job_types": listed(selection.job_types),
+        "tenants": listed(selection.tenants),
+        "error_types": listed(selection.error_types),
+        "error_like": selection.error_like,
+        "definition_id": selection.definition_id,
+        "since": selection.since,
+        "until": selection.until,
+        "now": now,
+    }
+
+
+def runs_count_selected(
+    conn: Any, selection: Selection, *, eligible: Sequence[str], now: datetime | None = None
+) -> SelectionCount:
+    """How many runs of `selection` the command may act on, by status, with a sample of ids."""
+    params = {
+        **_selection_params(selection, eligible, now),
+        "limit": selection.limit,
+        "sample": AUDIT_SAMPLE,
+    }
+    rows = conn.execute(queries.RUNS_COUNT_SELECTED, params).fetchall()
+    sample = sorted(i for _, _, ids in rows for i in ids)[:AUDIT_SAMPLE]
+    return SelectionCount({status: n for status, n, _ in rows}, tuple(sample))
+
+
+def _selected_batch(
+    conn: Any, sql: str, selection: Selection, *, eligible: Sequence[str], after: int,
+    limit: int, now: datetime | None,
+) -> BatchResult:  # fmt: skip
+    params = {**_selection_params(selection, eligible, now), "after": after, "limit": limit}
+    last_id, ids, statuses = conn.execute(sql, params).fetchone()
+    return BatchResult(last_id, tuple(ids), tuple(statuses))
+
+
+def runs_retry_selected(
+    conn: Any, selection: Selection, *, eligible: Sequence[str], after: int, limit: int,
+    now: datetime | None = None,
+) -> BatchResult:  # fmt: skip
+    """Retry the next `limit` runs of `selection` with an id above `after`."""
+    return _selected_batch(conn, queries.RUNS_RETRY_SELECTED, selection, eligible=eligible,
+                           after=after, limit=limit, now=now)  # fmt: skip
+
+
+def runs_cancel_selected(
+    conn: Any, selection: Selection, *, eligible: Sequence[str], after: int, limit: int,
+    now: datetime | None = None,
+) -> BatchResult:  # fmt: skip
+    """Cancel the next `limit` runs of `selection` with an id above `after`."""
+    return _selected_batch(conn, queries.RUNS_CANCEL_SELECTED, selection, eligible=eligible,
+                           after=after, limit=limit, now=now)  # fmt: skip
+
+
+def runs_prune_selected(
+    conn: Any, selection: Selection, *, eligible: Sequence[str], after: int, limit: int,
+    now: datetime | None = None,
+) -> BatchResult:  # fmt: skip
+    """Delete the next `limit` runs of `selection` with an id above `after`."""
+    return _selected_batch(conn, queries.RUNS_PRUNE_SELECTED, selection, eligible=eligible,
+                           after=after, limit=limit, now=now)  # fmt: skip
+
+
+def job_type_pauses_list(conn: Any) -> list[TypePause]:
+    cursor = conn.cursor(row_factory=class_row(TypePause))
+    return cursor.execute(queries.JOB_TYPE_PAUSES_LIST).fetchall()
+
+
+def job_types_pause(
+    conn: Any, job_types: Sequence[str], *, reason: str | None, actor: str,
+    now: datetime | None = None,
+) -> list[str]:  # fmt: skip
+    """Pause `job_types`; returns those that were not paused already."""
+    params = {"job_types": list(job_types), "reason": reason, "actor": actor, "now": now}
+    return [row[0] for row in conn.execute(queries.JOB_TYPES_PAUSE, params).fetchall()]
+
+
+def job_types_resume(conn: Any, job_types: Sequence[str]) -> list[str]:
+    """Resume `job_types`; returns those that were paused."""
+    params = {"job_types": list(job_types)}
+    return [row[0] for row in conn.execute(queries.JOB_TYPES_RESUME, params).fetchall()]
+
+
+def audit_insert(
+    conn: Any, *, actor: str, command: str, selection: dict[str, Any], changed: int,
+    sample_ids: Sequence[int], reason: str | None, now: datetime | None = None,
+) -> int:  # fmt: skip
+    """Record a state-changing command in the caller's transaction; returns its id."""
+    params = {
+        "actor": actor, "command": command, "selection": json.dumps(selection),
+        "changed": changed, "sample_ids": list(sample_ids)[:AUDIT_SAMPLE], "reason": reason,
+        "now": now,
+    }  # fmt: skip
+    return int(conn.execute(queries.AUDIT_INSERT, params).fetchone()[0])
+
+
+def audit_add_changed(conn: Any, audit_id: int, ids: Sequence[int]) -> None:
+    """Count a later batch's runs in the command's audit row, in that batch's transaction."""
+    params = {"id": audit_id, "changed": len(ids), "sample_ids": list(ids)[:AUDIT_SAMPLE],
+              "sample": AUDIT_SAMPLE}  # fmt: skip
+    conn.execute(queries.AUDIT_ADD_CHANGED, params)
+
+
+def audit_list(
+    conn: Any, *, since: float | None = None, now: datetime | None = None
+) -> list[AuditEntry]:
+    cursor = conn.cursor(row_factory=class_row(AuditEntry))
+    return cursor.execute(queries.AUDIT_LIST, {"since": since, "now": now}).fetchall()
+
+
+def audit_prune(conn: Any, *, older_than: float, now: datetime | None = None) -> int:
+    """Delete audit rows older than `older_than` seconds; returns how many went."""
+    return conn.execute(queries.AUDIT_PRUNE, {"older_than": older_than, "now": now}).rowcount
 
 
 # -- schedules --

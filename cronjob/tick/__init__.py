@@ -2,10 +2,12 @@
 
 `run_tick` tells the whole story, in the order it happens:
 
-    idle probe → rescue → materialize → drain → prune → metrics
+    idle probe → rescue → materialize → drain → prune → fold the tally → metrics
 
 An idle tick asks one question and goes straight to pruning and metrics; the rest
-of this package is imported only when there is work.
+of this package is imported only when there is work. Folding the finished-run tally
+(the deltas its statements left, migration 0010) is housekeeping for a tick that
+did work, so an idle one skips it.
 
 The parts, one role each:
 
@@ -104,7 +106,8 @@ def run_tick(
     report = TickReport()
     started = time.monotonic()
     original = conn
-    if tick_work_exists(conn, handlers, now=options.now):  # idle probe
+    busy = tick_work_exists(conn, handlers, now=options.now)  # idle probe
+    if busy:
         from cronjob.tick.busy import BusyTick, materialize, rescue
 
         tick = BusyTick(
@@ -125,6 +128,8 @@ def run_tick(
     try:
         if options.prune_older_than is not None and report.stopped_by is None:
             _prune(conn, report, options.prune_older_than)
+        if busy:
+            _fold_tally(conn)
         if options.metrics_path is not None:
             _write_metrics(conn, options.metrics_path)
     finally:
@@ -143,6 +148,15 @@ def _prune(conn: Any, report: TickReport, older_than: float) -> None:
         report.pruned = prune_runs(conn, older_than=older_than, max_batches=TICK_MAX_BATCHES).total
     except Exception as exc:
         _log_failure("pruning after the tick failed", _describe(exc))
+
+
+def _fold_tally(conn: Any) -> None:
+    from cronjob import store
+
+    try:
+        store.run_tally_compact(conn)
+    except Exception as exc:
+        _log_failure("folding the finished-run tally failed", _describe(exc))
 
 
 def _write_metrics(conn: Any, path: Path) -> None:

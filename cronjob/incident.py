@@ -1,0 +1,213 @@
+"""Acting on sets of runs during an incident, and the audit trail of every change.
+
+`retry`, `cancel` and `prune` select runs by ids or by filters (a `Selection`). A dry
+run counts; a real one walks the selection in id order, in batches of at most
+`MAX_BATCH` runs, each its own short transaction, so no run stays locked for longer
+than one batch. The first batch's transaction also writes the command's one
+`job_audit` row; each later batch adds its count to that row as it commits. Both
+read the same rows in the same order under the same limit, so what a dry run
+counts is what the command then changes, unless something else moved meanwhile.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from cronjob import store
+from cronjob.errors import BadInput, DefinitionNotFound
+from cronjob.models import BatchResult, Selection, SelectionCount, Status
+
+MAX_BATCH = 1000
+# A selection of more runs than this asks before it acts: on a terminal, a yes/no
+# question; elsewhere, --yes.
+CONFIRM_ABOVE = 100
+
+
+@dataclass(frozen=True)
+class Action:
+    """What a command does to the runs it selects, and which of them it may touch."""
+
+    command: str  # as the audit trail names it
+    past: str  # "retried"
+    eligible: tuple[str, ...]  # statuses the command acts on
+    batch: Callable[..., BatchResult]
+
+
+def _all_but(*excluded: Status) -> tuple[str, ...]:
+    return tuple(s.value for s in Status if s not in excluded)
+
+
+def _actions() -> dict[str, Action]:
+    # The store's record functions load on first use; an idle tick never comes here.
+    unfinished = ("queued", "failed", "running")
+    finished = ("succeeded", "dead", "cancelled")
+    return {
+        "retry": Action("retry", "retried", _all_but(Status.SUCCEEDED), store.runs_retry_selected),
+        "cancel": Action("cancel", "cancelled", unfinished, store.runs_cancel_selected),
+        "prune": Action("prune", "pruned", finished, store.runs_prune_selected),
+    }
+
+
+def action(name: str) -> Action:
+    return _actions()[name]
+
+
+def actor_name(given: str | None = None) -> str:
+    """Who is acting: --actor, else JOBRUNNER_ACTOR, else user@host."""
+    chosen = (given or os.environ.get("JOBRUNNER_ACTOR") or "").strip()
+    if chosen:
+        if len(chosen) > 200 or "\x00" in chosen:
+            raise BadInput("invalid --actor: at most 200 characters, no NUL")
+        return chosen
+    import getpass
+    import socket
+
+    try:
+        user = getpass.getuser()
+    except Exception:
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+def moment(text: str, *, what: str, clock: datetime) -> datetime:
+    """`--since`/`--until`: a duration ago on the database clock, or an ISO-8601 timestamp."""
+    from cronjob.inputs import parse_duration, parse_timestamp
+
+    try:
+        return clock - timedelta(seconds=parse_duration(text, what=what))
+    except BadInput:
+        pass
+    try:
+        return parse_timestamp(text, what=what)
+    except BadInput:
+        raise BadInput(
+            f"invalid {what} {text[:40]!r}: expected a duration ago (e.g. 30m, 2h) or an "
+            "ISO-8601 timestamp (e.g. 2026-01-05T09:10:00Z)"
+        ) from None
+
+
+def resolve(conn: Any, selection: Selection) -> Selection:
+    """The selection with its schedule looked up by name."""
+    if selection.schedule is None:
+        return selection
+    found = store.definition_get(conn, selection.schedule)
+    if found is None:
+        raise DefinitionNotFound(f"schedule {selection.schedule!r} not found")
+    return replace(selection, definition_id=found.id)
+
+
+def count(
+    conn: Any, chosen: Action, selection: Selection, *, now: datetime | None = None
+) -> SelectionCount:
+    return store.runs_count_selected(conn, selection, eligible=chosen.eligible, now=now)
+
+
+@dataclass
+class Applied:
+    """What a command changed: runs by their status before, a sample of ids, batches."""
+
+    by_status: dict[str, int] = field(default_factory=dict)
+    sample_ids: list[int] = field(default_factory=list)
+    batches: int = 0
+    audit_id: int | None = None
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_status.values())
+
+
+def apply(
+    conn: Any,
+    chosen: Action,
+    selection: Selection,
+    *,
+    actor: str,
+    reason: str | None,
+    batch_size: int = MAX_BATCH,
+    now: datetime | None = None,
+) -> Applied:
+    """Act on every run of `selection`, batch by batch, and record it in the audit trail.
+
+    `conn` must be in autocommit mode: each batch commits on its own.
+    """
+    if not conn.autocommit:
+        raise ValueError("acting on a selection needs an autocommit connection")
+    size = max(1, min(batch_size, MAX_BATCH))
+    applied = Applied()
+    after = 0
+    remaining = selection.limit
+    while remaining is None or remaining > 0:
+        limit = size if remaining is None else min(size, remaining)
+        with conn.transaction():
+            batch = chosen.batch(conn, selection, eligible=chosen.eligible, after=after,
+                                 limit=limit, now=now)  # fmt: skip
+            _audit_batch(conn, applied, chosen.command, selection, batch.ids, actor, reason, now)
+        applied.batches += 1
+        for status in batch.statuses:
+            applied.by_status[status] = applied.by_status.get(status, 0) + 1
+        if remaining is not None:
+            remaining -= len(batch.ids)
+        if batch.last_id is None or len(batch.ids) < limit:
+            break
+        after = batch.last_id
+    return applied
+
+
+def _audit_batch(
+    conn: Any, applied: Applied, command: str, selection: Selection, ids: Sequence[int],
+    actor: str, reason: str | None, now: datetime | None,
+) -> None:  # fmt: skip
+    if applied.audit_id is None:
+        applied.audit_id = store.audit_insert(
+            conn, actor=actor, command=command, selection=selection.as_json(),
+            changed=len(ids), sample_ids=ids, reason=reason, now=now,
+        )  # fmt: skip
+    elif ids:
+        store.audit_add_changed(conn, applied.audit_id, ids)
+    room = store.AUDIT_SAMPLE - len(applied.sample_ids)
+    applied.sample_ids.extend(list(ids)[: max(0, room)])
+
+
+def apply_ids(
+    conn: Any,
+    command: str,
+    ids: Sequence[int],
+    change_many: Callable[..., list[Any]],
+    *,
+    actor: str,
+    reason: str | None,
+    now: datetime | None = None,
+) -> list[Any]:
+    """Retry or cancel runs by id, `MAX_BATCH` a transaction; returns one change per id."""
+    changes: list[Any] = []
+    applied = Applied()
+    selection = Selection(ids=tuple(ids))
+    for start in range(0, len(ids), MAX_BATCH):
+        with conn.transaction():
+            batch = change_many(conn, ids[start : start + MAX_BATCH], now=now)
+            done = [c.id for c in batch if c.changed]
+            _audit_batch(conn, applied, command, selection, done, actor, reason, now)
+        changes.extend(batch)
+    return changes
+
+
+def record(
+    conn: Any,
+    command: str,
+    *,
+    actor: str,
+    selection: dict[str, Any],
+    changed: int,
+    reason: str | None = None,
+    sample_ids: Sequence[int] = (),
+    now: datetime | None = None,
+) -> int:
+    """The audit row of a command that changes state in one transaction: call inside it."""
+    return store.audit_insert(
+        conn, actor=actor, command=command, selection=selection, changed=changed,
+        sample_ids=sample_ids, reason=reason, now=now,
+    )  # fmt: skip
