@@ -84,3 +84,22 @@ INSERT INTO job_run_tally (job_type, status, runs, last_started_at)
 SELECT job_type, status, count(*), max(started_at) FROM job_runs
 WHERE status IN ('succeeded', 'dead', 'cancelled')
 GROUP BY job_type, status;
+
+-- As every function jobrunner installs (see 0007): names resolve in its own schema,
+-- then pg_temp, last, whatever the search_path of the session that fires it.
+DO $$
+DECLARE
+    fn regprocedure;
+    home name;
+BEGIN
+    FOR fn, home IN
+        SELECT p.oid::regprocedure, n.nspname
+          FROM pg_proc p
+          JOIN pg_namespace n ON n.oid = p.pronamespace
+         WHERE p.proname LIKE 'jobrunner\_tally\_%'
+           AND n.nspname = current_schema()
+    LOOP
+        EXECUTE format('ALTER FUNCTION %s SET search_path = %I, pg_temp', fn, home);
+    END LOOP;
+END
+$$;
