@@ -20,6 +20,7 @@ from cronjob.models import DEFAULT_CATCH_UP_LIMIT, Definition, DefinitionSpec
 
 SCOPES = ("global", "tenant")
 CATCH_UP_POLICIES = ("latest", "all", "none")  # as in cronjob.schedule, without importing it
+OVERLAP_POLICIES = ("allow", "skip", "queue")
 MAX_CATCH_UP_LIMIT = 10000
 MAX_ATTEMPTS_LIMIT = 1000
 
@@ -36,6 +37,7 @@ FILE_KEYS = {
     "priority": "priority",
     "catch_up": "catch_up",
     "catch_up_limit": "catch_up_limit",
+    "overlap": "overlap",
     "enabled": "enabled",
 }
 
@@ -62,6 +64,7 @@ def definition_spec(
     priority: Any = None,
     catch_up: Any = "latest",
     catch_up_limit: Any = None,
+    overlap: Any = "allow",
     enabled: Any = None,
 ) -> DefinitionSpec:
     """Validate every field of a definition; raises BadInput naming the first problem."""
@@ -84,6 +87,10 @@ def definition_spec(
         raise BadInput(
             f"invalid catch-up policy {_quoted(str(catch_up))}: expected latest, all or none"
         )
+    if overlap not in OVERLAP_POLICIES:
+        raise BadInput(
+            f"invalid overlap policy {_quoted(str(overlap))}: expected allow, skip or queue"
+        )
     if catch_up_limit is not None and catch_up != "all":
         raise BadInput("a catch-up limit applies to catch-up policy 'all' only")
     if enabled is not None and not isinstance(enabled, bool):
@@ -103,6 +110,7 @@ def definition_spec(
         catch_up_limit=DEFAULT_CATCH_UP_LIMIT
         if catch_up_limit is None
         else parse_positive_int(catch_up_limit, what="catch-up limit", maximum=MAX_CATCH_UP_LIMIT),
+        overlap=overlap,
         enabled=enabled,
     )
 
@@ -312,6 +320,7 @@ def _differences(current: Definition, spec: DefinitionSpec) -> tuple[str, ...]:
         ("priority", current.priority, spec.priority),
         ("catch_up", current.catch_up, spec.catch_up),
         ("catch_up_limit", current.catch_up_limit, spec.catch_up_limit),
+        ("overlap", current.overlap, spec.overlap),
     ]
     if spec.enabled is not None:
         pairs.append(("enabled", current.enabled, spec.enabled))

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from cronjob.health import Overview, TypeHealth, summarize
-from cronjob.models import DurationSummary, Status
+from cronjob.models import DefinitionSchedule, DurationSummary, Status
 
 DURATION_WINDOW = 3600.0  # the run-time summary covers runs finished in the last hour
 QUANTILES = (0.5, 0.9, 0.99)
@@ -30,14 +30,19 @@ def collect(conn: Any, *, now: datetime | None = None) -> str:
     durations = store.runs_summarize_durations(
         conn, window=DURATION_WINDOW, quantiles=QUANTILES, now=now
     )
-    return render(overview, durations)
+    return render(overview, durations, store.definitions_list_schedules(conn))
 
 
-def render(overview: Overview, durations: Sequence[DurationSummary]) -> str:
+def render(
+    overview: Overview,
+    durations: Sequence[DurationSummary],
+    schedules: Sequence[DefinitionSchedule] = (),
+) -> str:
     lines: list[str] = []
     for name, kind, help_text, samples in (
         *_run_families(overview.types),
         _duration_family(durations),
+        *_schedule_families(schedules),
     ):
         lines.append(f"# HELP {name} {_escape_help(help_text)}")
         lines.append(f"# TYPE {name} {kind}")
@@ -117,6 +122,24 @@ def _run_families(types: Sequence[TypeHealth]) -> list[Family]:
                 if t.last_started_at is not None
             ),
         ),
+    ]
+
+
+def _schedule_families(schedules: Sequence[DefinitionSchedule]) -> list[Family]:
+    """Per schedule, read from its definition row: no history is scanned."""
+    return [
+        (
+            "jobrunner_schedule_overlap_skips_total",
+            "counter",
+            "Occurrences of each schedule its overlap policy (skip or queue) did not run because "
+            "an earlier run had not finished; `jobrunner schedule show` lists the recent ones.",
+            (
+                _sample(
+                    "jobrunner_schedule_overlap_skips_total", {"schedule": d.name}, d.overlap_skips
+                )
+                for d in schedules
+            ),
+        )
     ]
 
 

@@ -142,6 +142,8 @@ class DefinitionSchedule:
     timezone: str
     enabled: bool
     next_fire_at: datetime | None
+    overlap: str = "allow"
+    overlap_skips: int = 0  # occurrences the overlap policy did not run
 
 
 @dataclass(frozen=True)
@@ -183,6 +185,8 @@ class Definition:
     priority: int
     catch_up: str
     catch_up_limit: int
+    overlap: str
+    overlap_skips: int
     enabled: bool
     materialized_through: datetime
     next_fire_at: datetime | None
@@ -207,6 +211,7 @@ class DefinitionSpec:
     priority: int = 0
     catch_up: str = "latest"
     catch_up_limit: int = DEFAULT_CATCH_UP_LIMIT
+    overlap: str = "allow"
     enabled: bool | None = None  # None: a new definition is enabled, an existing one unchanged
 
 
@@ -222,6 +227,17 @@ class DueDefinition:
     catch_up: str
     catch_up_limit: int
     materialized_through: datetime
+    overlap: str = "allow"
+
+
+@dataclass(frozen=True)
+class ScheduleSkip:
+    """An occurrence a schedule's overlap policy did not run, and why."""
+
+    tenant_id: str | None
+    scheduled_for: datetime
+    reason: str
+    created_at: datetime
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from cronjob.errors import BadInput
 
 UPCOMING_SHOWN = 5
 RECENT_RUNS_SHOWN = 10
+RECENT_SKIPS_SHOWN = 10
 
 
 @click.group()
@@ -66,6 +67,14 @@ def schedule() -> None:
 @click.option(
     "--catch-up-limit", metavar="N", help="With --catch-up all: at most this many (default 100)."
 )
+@click.option(
+    "--overlap",
+    type=click.Choice(["allow", "skip", "queue"]),
+    default="allow",
+    show_default=True,
+    help="While a run of this schedule (per tenant) is unfinished: start the next anyway, "
+    "skip it (recorded), or let one wait and skip the rest.",
+)
 def add(
     name: str,
     database_url: str | None,
@@ -78,6 +87,7 @@ def add(
     priority: str | None,
     catch_up: str,
     catch_up_limit: str | None,
+    overlap: str,
 ) -> None:
     """Define a schedule NAME. It first fires at its first occurrence from now on."""
     from cronjob import definitions
@@ -94,6 +104,7 @@ def add(
         priority=priority,
         catch_up=catch_up,
         catch_up_limit=catch_up_limit,
+        overlap=overlap,
     )
     conn = open_connection(database_url)
     with conn:
@@ -123,8 +134,11 @@ def list_schedules(database_url: str | None, as_json: bool) -> None:
     if not found:
         click.echo("No schedules. Add one with `jobrunner schedule add` or `schedule sync FILE`.")
         return
-    rows = [(d.name, d.schedule, d.timezone, d.scope, d.job_type, _next_run(d)) for d in found]
-    table(("NAME", "SCHEDULE", "TIMEZONE", "SCOPE", "TYPE", "NEXT RUN"), rows)
+    rows = [
+        (d.name, d.schedule, d.timezone, d.scope, d.overlap, d.job_type, _next_run(d))
+        for d in found
+    ]
+    table(("NAME", "SCHEDULE", "TIMEZONE", "SCOPE", "OVERLAP", "TYPE", "NEXT RUN"), rows)
 
 
 @schedule.command()
@@ -140,6 +154,7 @@ def show(name: str, database_url: str | None, as_json: bool) -> None:
         found = definitions.get(conn, name)
         counts = store.definition_runs_count_by_status(conn, found.id)
         recent = store.definition_runs_list_recent(conn, found.id, limit=RECENT_RUNS_SHOWN)
+        skips = store.definition_skips_list_recent(conn, found.id, limit=RECENT_SKIPS_SHOWN)
     upcoming = definitions.upcoming_fire_times(found, UPCOMING_SHOWN)
     local = _in_zone(found.timezone)
     if as_json:
@@ -150,6 +165,11 @@ def show(name: str, database_url: str | None, as_json: bool) -> None:
             {"id": r.id, "tenant_id": r.tenant_id, "scheduled_for": local(r.scheduled_for),
              "status": r.status.value, "attempts": r.attempts}
             for r in recent
+        ]  # fmt: skip
+        shown["recent_skips"] = [
+            {"tenant_id": k.tenant_id, "scheduled_for": local(k.scheduled_for),
+             "reason": k.reason, "skipped_at": local(k.created_at)}
+            for k in skips
         ]  # fmt: skip
         click.echo(json.dumps(shown, indent=2))
         return
@@ -164,6 +184,7 @@ def show(name: str, database_url: str | None, as_json: bool) -> None:
         ("priority", str(found.priority)),
         ("catch-up", found.catch_up + (f" (at most {found.catch_up_limit})"
                                        if found.catch_up == "all" else "")),
+        ("overlap", f"{found.overlap} ({found.overlap_skips} skipped so far)"),
         ("materialized through", local(found.materialized_through)),
         ("next runs", "\n".join(local(t) for t in upcoming) or "none (paused)"),
         ("runs", ", ".join(f"{n} {s.value}" for s, n in sorted(counts.items())) or "none yet"),
@@ -181,6 +202,16 @@ def show(name: str, database_url: str | None, as_json: bool) -> None:
                 f"{run.id:>8}  {local(run.scheduled_for):<25}  {run.tenant_id or '-':<16}  "
                 f"{run.status.value:<10}  {run.attempts}"
             )
+    _echo_skips(skips, local)
+
+
+def _echo_skips(skips: list[Any], local: Any) -> None:
+    if not skips:
+        return
+    click.echo("\nrecent skips:")
+    click.echo(f"{'SCHEDULED FOR':<25}  {'TENANT':<16}  REASON")
+    for skip in skips:
+        click.echo(f"{local(skip.scheduled_for):<25}  {skip.tenant_id or '-':<16}  {skip.reason}")
 
 
 @schedule.command()
@@ -243,6 +274,7 @@ def sync(file: IO[str], database_url: str | None, prune: bool, dry_run: bool) ->
     max_attempts = 5                  # default: the handler's
     priority = 0
     catch_up = "latest"               # or "all" (with catch_up_limit, default 100), "none"
+    overlap = "allow"                 # or "skip", "queue" (while a run is unfinished)
     enabled = true                    # leave out to keep a paused schedule paused
 
     The whole file is checked before anything is written; one bad entry rejects it.
@@ -343,7 +375,8 @@ def _definition_json(d: Any) -> dict[str, Any]:
         "id": d.id, "name": d.name, "type": d.job_type, "cron": d.schedule,
         "timezone": d.timezone, "scope": d.scope, "payload": d.payload,
         "max_attempts": d.max_attempts, "priority": d.priority, "catch_up": d.catch_up,
-        "catch_up_limit": d.catch_up_limit, "enabled": d.enabled,
+        "catch_up_limit": d.catch_up_limit, "overlap": d.overlap,
+        "overlap_skips": d.overlap_skips, "enabled": d.enabled,
         "materialized_through": iso(d.materialized_through),
         "next_fire_at": iso(d.next_fire_at), "created_at": iso(d.created_at),
         "updated_at": iso(d.updated_at),

@@ -29,6 +29,7 @@ from cronjob.models import (
     Run,
     RunCell,
     RunSnapshot,
+    ScheduleSkip,
     Status,
 )
 
@@ -498,6 +499,7 @@ def _spec_params(spec: DefinitionSpec) -> dict[str, Any]:
         "schedule": spec.schedule, "timezone": spec.timezone, "scope": spec.scope,
         "max_attempts": spec.max_attempts, "priority": spec.priority,
         "catch_up": spec.catch_up, "catch_up_limit": spec.catch_up_limit,
+        "overlap": spec.overlap,
     }  # fmt: skip
 
 
@@ -588,6 +590,53 @@ def runs_materialize_tenants(
     # The tenant query is the operator's own SQL: `%` in it must not read as a placeholder.
     sql = template.replace("{tenants_sql}", tenants_sql.replace("%", "%%"))
     return conn.execute(sql, params).rowcount
+
+
+SKIPS_KEPT = 1000  # recorded skips kept per definition, the newest
+
+# Room per schedule and tenant for unfinished runs under each overlap policy.
+_OVERLAP_CAPACITY = {"skip": 1, "queue": 2}
+_OVERLAP_REASON = {
+    "skip": "overlap skip: the previous run had not finished",
+    "queue": "overlap queue: a run was already waiting behind the unfinished one",
+}
+
+
+def runs_materialize_exclusive(
+    conn: Any, advance: Advance, *, tenants_sql: str | None, now: datetime
+) -> tuple[int, int]:
+    """Create the runs of a definition under overlap policy skip or queue; record the rest.
+
+    Global when `tenants_sql` is None, else one key per tenant. Returns (created, skipped).
+    Call while holding the definition's row lock (as materializing does).
+    """
+    policy = advance.definition.overlap
+    if tenants_sql is None:
+        keys = queries.RUNS_MATERIALIZE_EXCLUSIVE_GLOBAL_KEYS
+    else:
+        # The tenant query is the operator's own SQL: `%` in it must not read as a placeholder.
+        keys = queries.RUNS_MATERIALIZE_EXCLUSIVE_TENANT_KEYS.replace(
+            "{tenants_sql}", tenants_sql.replace("%", "%%")
+        )
+    params = {
+        "id": advance.definition.id,
+        "scheduled_fors": list(advance.scheduled_fors),
+        "capacity": _OVERLAP_CAPACITY[policy],
+        "reason": _OVERLAP_REASON[policy],
+        "keep": SKIPS_KEPT,
+        "now": now,
+    }
+    sql = queries.RUNS_MATERIALIZE_EXCLUSIVE.replace("{keys_sql}", keys)
+    created, skipped, _, _ = conn.execute(sql, params).fetchone()
+    return int(created), int(skipped)
+
+
+def definition_skips_list_recent(
+    conn: Any, definition_id: int, *, limit: int
+) -> list[ScheduleSkip]:
+    cursor = conn.cursor(row_factory=class_row(ScheduleSkip))
+    params = {"id": definition_id, "limit": limit}
+    return cursor.execute(queries.DEFINITION_SKIPS_LIST_RECENT, params).fetchall()
 
 
 def definitions_lock_for_sync(conn: Any) -> None:
