@@ -38,6 +38,7 @@ FILE_KEYS = {
     "catch_up": "catch_up",
     "catch_up_limit": "catch_up_limit",
     "overlap": "overlap",
+    "expect_within": "expect_within",
     "enabled": "enabled",
 }
 
@@ -65,6 +66,7 @@ def definition_spec(
     catch_up: Any = "latest",
     catch_up_limit: Any = None,
     overlap: Any = "allow",
+    expect_within: Any = None,
     enabled: Any = None,
 ) -> DefinitionSpec:
     """Validate every field of a definition; raises BadInput naming the first problem."""
@@ -111,8 +113,23 @@ def definition_spec(
         if catch_up_limit is None
         else parse_positive_int(catch_up_limit, what="catch-up limit", maximum=MAX_CATCH_UP_LIMIT),
         overlap=overlap,
+        expect_within=None if expect_within is None else _expect_within(expect_within),
         enabled=enabled,
     )
+
+
+MAX_EXPECT_WITHIN = 366 * 86400
+
+
+def _expect_within(value: Any) -> int:
+    from cronjob.inputs import parse_duration
+
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise BadInput(f"invalid expect_within {value!r}: expected a duration such as '2h'")
+    seconds = parse_duration(value, what="expect_within")
+    if not 1 <= seconds <= MAX_EXPECT_WITHIN:
+        raise BadInput("expect_within must be between 1s and 366d")
+    return round(seconds)
 
 
 def _quoted(text: str) -> str:
@@ -321,6 +338,7 @@ def _differences(current: Definition, spec: DefinitionSpec) -> tuple[str, ...]:
         ("catch_up", current.catch_up, spec.catch_up),
         ("catch_up_limit", current.catch_up_limit, spec.catch_up_limit),
         ("overlap", current.overlap, spec.overlap),
+        ("expect_within", current.expect_within, spec.expect_within),
     ]
     if spec.enabled is not None:
         pairs.append(("enabled", current.enabled, spec.enabled))

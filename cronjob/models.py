@@ -187,6 +187,7 @@ class Definition:
     catch_up_limit: int
     overlap: str
     overlap_skips: int
+    expect_within: int | None  # seconds; None: derived from the expression
     enabled: bool
     materialized_through: datetime
     next_fire_at: datetime | None
@@ -212,6 +213,7 @@ class DefinitionSpec:
     catch_up: str = "latest"
     catch_up_limit: int = DEFAULT_CATCH_UP_LIMIT
     overlap: str = "allow"
+    expect_within: int | None = None
     enabled: bool | None = None  # None: a new definition is enabled, an existing one unchanged
 
 
@@ -228,6 +230,26 @@ class DueDefinition:
     catch_up_limit: int
     materialized_through: datetime
     overlap: str = "allow"
+
+
+@dataclass(frozen=True)
+class ScheduleHealthRow:
+    """A definition's timing and its last outcomes, as `check --stale-schedules` reads them."""
+
+    now: datetime  # the database clock the row was read at
+    name: str
+    schedule: str
+    timezone: str
+    scope: str
+    enabled: bool
+    expect_within: int | None
+    created_at: datetime
+    updated_at: datetime  # a resume or a change of the definition restarts its window
+    last_success_at: datetime | None
+    last_success_for: datetime | None
+    last_failure_at: datetime | None
+    last_failure_for: datetime | None
+    last_failure_error: str | None
 
 
 @dataclass(frozen=True)

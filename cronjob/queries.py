@@ -432,19 +432,19 @@ CLOCK_NOW = f"SELECT {_NOW}"
 
 _DEFINITION_COLUMNS = (
     "id, name, job_type, payload, schedule, timezone, scope, max_attempts, priority, catch_up,"
-    " catch_up_limit, overlap, overlap_skips, enabled, materialized_through, next_fire_at,"
-    " created_at, updated_at"
+    " catch_up_limit, overlap, overlap_skips, expect_within, enabled, materialized_through,"
+    " next_fire_at, created_at, updated_at"
 )
 
 # A definition starts from the moment it is created: its high-water mark is that moment, so
 # nothing before it is ever materialized.
 DEFINITION_INSERT = f"""
 INSERT INTO job_definitions (name, job_type, payload, schedule, timezone, scope, max_attempts,
-                             priority, catch_up, catch_up_limit, overlap, enabled,
-                             materialized_through, next_fire_at, created_at, updated_at)
+                             priority, catch_up, catch_up_limit, overlap, expect_within,
+                             enabled, materialized_through, next_fire_at, created_at, updated_at)
 VALUES (%(name)s, %(job_type)s, %(payload)s::jsonb, %(schedule)s, %(timezone)s, %(scope)s,
         %(max_attempts)s, %(priority)s, %(catch_up)s, %(catch_up_limit)s, %(overlap)s,
-        %(enabled)s, %(now)s, %(next_fire_at)s, %(now)s, %(now)s)
+        %(expect_within)s, %(enabled)s, %(now)s, %(next_fire_at)s, %(now)s, %(now)s)
 ON CONFLICT (name) DO NOTHING
 RETURNING {_DEFINITION_COLUMNS}
 """
@@ -454,7 +454,8 @@ UPDATE job_definitions
 SET job_type = %(job_type)s, payload = %(payload)s::jsonb, schedule = %(schedule)s,
     timezone = %(timezone)s, scope = %(scope)s, max_attempts = %(max_attempts)s,
     priority = %(priority)s, catch_up = %(catch_up)s, catch_up_limit = %(catch_up_limit)s,
-    overlap = %(overlap)s, enabled = %(enabled)s, materialized_through = %(materialized_through)s,
+    overlap = %(overlap)s, expect_within = %(expect_within)s,
+    enabled = %(enabled)s, materialized_through = %(materialized_through)s,
     next_fire_at = %(next_fire_at)s, updated_at = %(now)s
 WHERE id = %(id)s
 RETURNING {_DEFINITION_COLUMNS}
@@ -657,6 +658,16 @@ RUNS_MATERIALIZE_EXCLUSIVE_TENANT_KEYS = """
 {tenants_sql}
     ) AS jobrunner_tenants(jobrunner_tenant_id)
     WHERE jobrunner_tenant_id IS NOT NULL AND jobrunner_tenant_id::text <> ''
+"""
+
+# Every definition with its last success and failure (migration 0009): one row each, read by
+# primary key, whatever the history holds.
+DEFINITIONS_LIST_HEALTH = f"""
+SELECT {_NOW} AS now, d.name, d.schedule, d.timezone, d.scope, d.enabled, d.expect_within,
+       d.created_at, d.updated_at, h.last_success_at, h.last_success_for, h.last_failure_at,
+       h.last_failure_for, h.last_failure_error
+FROM job_definitions d LEFT JOIN job_schedule_health h ON h.definition_id = d.id
+ORDER BY d.name
 """
 
 DEFINITION_SKIPS_LIST_RECENT = """

@@ -63,13 +63,23 @@ def status(database_url: str | None, unclaimed_after: str, as_json: bool) -> Non
     with conn:
         overview = summarize(store.runs_snapshot(conn))
         schedules = store.definitions_list_schedules(conn)
+        health = _health(store.definitions_list_health(conn))
     if as_json:
-        click.echo(json.dumps(_status_dict(overview, schedules, after), indent=2))
+        click.echo(json.dumps(_status_dict(overview, schedules, after, health), indent=2))
     else:
-        _print_status(overview, schedules, after)
+        _print_status(overview, schedules, after, health)
 
 
-def _status_dict(overview: Any, schedules: list[Any], after: float) -> dict[str, Any]:
+def _health(rows: list[Any]) -> dict[str, Any]:
+    """Each schedule's staleness verdict, by name."""
+    from cronjob.staleness import assess
+
+    return {row.name: assess(row) for row in rows}
+
+
+def _status_dict(
+    overview: Any, schedules: list[Any], after: float, health: dict[str, Any]
+) -> dict[str, Any]:
     oldest = overview.oldest_due
     return {
         "now": overview.now.isoformat(),
@@ -108,13 +118,26 @@ def _status_dict(overview: Any, schedules: list[Any], after: float) -> dict[str,
                 "timezone": d.timezone,
                 "enabled": d.enabled,
                 "next_fire_at": iso(d.next_fire_at),
+                **_health_dict(health.get(d.name)),
             }
             for d in schedules
         ],
     }
 
 
-def _print_status(overview: Any, schedules: list[Any], after: float) -> None:
+def _health_dict(verdict: Any) -> dict[str, Any]:
+    if verdict is None:
+        return {}
+    return {
+        "last_success_at": iso(verdict.last_success_at),
+        "last_failure_at": iso(verdict.last_failure_at),
+        "stale": verdict.stale,
+    }
+
+
+def _print_status(
+    overview: Any, schedules: list[Any], after: float, health: dict[str, Any]
+) -> None:
     from cronjob.health import seconds_text
     from cronjob.models import Status
 
@@ -174,6 +197,12 @@ def _print_status(overview: Any, schedules: list[Any], after: float) -> None:
                   "load a handler for it?)")  # fmt: skip
     else:
         _fact("unclaimed types", "none")
+    stale = [v for v in health.values() if v.stale and v.enabled]
+    _fact(
+        "stale schedules",
+        "; ".join(v.detail for v in stale) if stale else "none",
+        problem=bool(stale),
+    )
     click.echo()
     if not schedules:
         click.echo("no schedules")
@@ -272,6 +301,17 @@ def write_metrics(path: Path, text: str) -> None:
     metavar="N",
     help="Breached when more than N runs are dead (and not yet pruned).",
 )
+@click.option(
+    "--stale-schedules",
+    is_flag=True,
+    help="Breached when a schedule's due occurrences have not succeeded within its window "
+    "(its expect_within, or two intervals plus the lease); names each one.",
+)
+@click.option(
+    "--include-paused",
+    is_flag=True,
+    help="With --stale-schedules: look at paused schedules too.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing unless a threshold is breached.")
 @json_option
 def check(
@@ -279,6 +319,8 @@ def check(
     max_queue_age: str | None,
     max_stuck: int | None,
     max_dead: int | None,
+    stale_schedules: bool,
+    include_paused: bool,
     quiet: bool,
     as_json: bool,
 ) -> int:
@@ -293,12 +335,20 @@ def check(
     from cronjob.health import Thresholds, evaluate, summarize
 
     thresholds = Thresholds(_seconds(max_queue_age, "--max-queue-age"), max_stuck, max_dead)
-    if not thresholds.any:
-        raise BadInput("nothing to check: give --max-queue-age, --max-stuck and/or --max-dead")
+    if not thresholds.any and not stale_schedules:
+        raise BadInput(
+            "nothing to check: give --max-queue-age, --max-stuck, --max-dead "
+            "and/or --stale-schedules"
+        )
+    if include_paused and not stale_schedules:
+        raise BadInput("--include-paused applies to --stale-schedules only")
     conn = open_connection(database_url)
     with conn:
-        overview = summarize(store.runs_snapshot(conn))
-    findings = evaluate(overview, thresholds)
+        overview = summarize(store.runs_snapshot(conn)) if thresholds.any else None
+        health = store.definitions_list_health(conn) if stale_schedules else None
+    findings = evaluate(overview, thresholds) if overview is not None else []
+    if health is not None:
+        findings.append(_stale_finding(health, include_paused))
     breached = [f for f in findings if f.breached]
     if as_json:
         click.echo(json.dumps({
@@ -314,6 +364,19 @@ def check(
             if finding.breached or not quiet:
                 click.echo(finding.line)
     return 1 if breached else 0
+
+
+def _stale_finding(rows: list[Any], include_paused: bool) -> Any:
+    from cronjob.health import Finding
+    from cronjob.staleness import stale_schedules
+
+    verdicts = stale_schedules(rows, include_paused=include_paused)
+    stale = [v for v in verdicts if v.stale]
+    if stale:
+        detail = f"{len(stale)} stale schedule(s): " + "; ".join(v.detail for v in stale)
+    else:
+        detail = f"{len(verdicts)} schedule(s) checked, none stale"
+    return Finding("stale-schedules", len(stale), 0, bool(stale), detail)
 
 
 # -- prune --------------------------------------------------------------------

@@ -75,6 +75,12 @@ def schedule() -> None:
     help="While a run of this schedule (per tenant) is unfinished: start the next anyway, "
     "skip it (recorded), or let one wait and skip the rest.",
 )
+@click.option(
+    "--expect-within",
+    metavar="DURATION",
+    help="`check --stale-schedules` breaches when a due occurrence has not succeeded within "
+    "this (default: two intervals of the schedule plus the lease).",
+)
 def add(
     name: str,
     database_url: str | None,
@@ -88,6 +94,7 @@ def add(
     catch_up: str,
     catch_up_limit: str | None,
     overlap: str,
+    expect_within: str | None,
 ) -> None:
     """Define a schedule NAME. It first fires at its first occurrence from now on."""
     from cronjob import definitions
@@ -105,6 +112,7 @@ def add(
         catch_up=catch_up,
         catch_up_limit=catch_up_limit,
         overlap=overlap,
+        expect_within=expect_within,
     )
     conn = open_connection(database_url)
     with conn:
@@ -155,6 +163,7 @@ def show(name: str, database_url: str | None, as_json: bool) -> None:
         counts = store.definition_runs_count_by_status(conn, found.id)
         recent = store.definition_runs_list_recent(conn, found.id, limit=RECENT_RUNS_SHOWN)
         skips = store.definition_skips_list_recent(conn, found.id, limit=RECENT_SKIPS_SHOWN)
+        health = _verdict(store.definitions_list_health(conn), name)
     upcoming = definitions.upcoming_fire_times(found, UPCOMING_SHOWN)
     local = _in_zone(found.timezone)
     if as_json:
@@ -166,6 +175,12 @@ def show(name: str, database_url: str | None, as_json: bool) -> None:
              "status": r.status.value, "attempts": r.attempts}
             for r in recent
         ]  # fmt: skip
+        shown["health"] = {
+            "stale": health.stale, "window_seconds": health.window,
+            "last_success_at": iso(health.last_success_at),
+            "last_failure_at": iso(health.last_failure_at),
+            "last_failure_error": health.last_failure_error,
+        }  # fmt: skip
         shown["recent_skips"] = [
             {"tenant_id": k.tenant_id, "scheduled_for": local(k.scheduled_for),
              "reason": k.reason, "skipped_at": local(k.created_at)}
@@ -185,6 +200,7 @@ def show(name: str, database_url: str | None, as_json: bool) -> None:
         ("catch-up", found.catch_up + (f" (at most {found.catch_up_limit})"
                                        if found.catch_up == "all" else "")),
         ("overlap", f"{found.overlap} ({found.overlap_skips} skipped so far)"),
+        ("health", _health_line(health)),
         ("materialized through", local(found.materialized_through)),
         ("next runs", "\n".join(local(t) for t in upcoming) or "none (paused)"),
         ("runs", ", ".join(f"{n} {s.value}" for s, n in sorted(counts.items())) or "none yet"),
@@ -203,6 +219,23 @@ def show(name: str, database_url: str | None, as_json: bool) -> None:
                 f"{run.status.value:<10}  {run.attempts}"
             )
     _echo_skips(skips, local)
+
+
+def _verdict(rows: list[Any], name: str) -> Any:
+    from cronjob.staleness import assess
+
+    return assess(next(row for row in rows if row.name == name))
+
+
+def _health_line(verdict: Any) -> str:
+    state = "STALE" if verdict.stale else "ok"
+    success = (
+        f"last success {iso(verdict.last_success_at)}"
+        if verdict.last_success_at
+        else ("no success yet")
+    )
+    failure = f", last failure {iso(verdict.last_failure_at)}" if verdict.last_failure_at else ""
+    return f"{state}: {success}{failure}"
 
 
 def _echo_skips(skips: list[Any], local: Any) -> None:
@@ -275,6 +308,7 @@ def sync(file: IO[str], database_url: str | None, prune: bool, dry_run: bool) ->
     priority = 0
     catch_up = "latest"               # or "all" (with catch_up_limit, default 100), "none"
     overlap = "allow"                 # or "skip", "queue" (while a run is unfinished)
+    expect_within = "2h"              # default: two intervals plus the lease
     enabled = true                    # leave out to keep a paused schedule paused
 
     The whole file is checked before anything is written; one bad entry rejects it.
@@ -376,7 +410,8 @@ def _definition_json(d: Any) -> dict[str, Any]:
         "timezone": d.timezone, "scope": d.scope, "payload": d.payload,
         "max_attempts": d.max_attempts, "priority": d.priority, "catch_up": d.catch_up,
         "catch_up_limit": d.catch_up_limit, "overlap": d.overlap,
-        "overlap_skips": d.overlap_skips, "enabled": d.enabled,
+        "overlap_skips": d.overlap_skips, "expect_within": d.expect_within,
+        "enabled": d.enabled,
         "materialized_through": iso(d.materialized_through),
         "next_fire_at": iso(d.next_fire_at), "created_at": iso(d.created_at),
         "updated_at": iso(d.updated_at),

@@ -29,6 +29,7 @@ from cronjob.models import (
     Run,
     RunCell,
     RunSnapshot,
+    ScheduleHealthRow,
     ScheduleSkip,
     Status,
 )
@@ -499,7 +500,7 @@ def _spec_params(spec: DefinitionSpec) -> dict[str, Any]:
         "schedule": spec.schedule, "timezone": spec.timezone, "scope": spec.scope,
         "max_attempts": spec.max_attempts, "priority": spec.priority,
         "catch_up": spec.catch_up, "catch_up_limit": spec.catch_up_limit,
-        "overlap": spec.overlap,
+        "overlap": spec.overlap, "expect_within": spec.expect_within,
     }  # fmt: skip
 
 
@@ -629,6 +630,13 @@ def runs_materialize_exclusive(
     sql = queries.RUNS_MATERIALIZE_EXCLUSIVE.replace("{keys_sql}", keys)
     created, skipped, _, _ = conn.execute(sql, params).fetchone()
     return int(created), int(skipped)
+
+
+def definitions_list_health(
+    conn: Any, *, now: datetime | None = None
+) -> list[ScheduleHealthRow]:
+    cursor = conn.cursor(row_factory=class_row(ScheduleHealthRow))
+    return cursor.execute(queries.DEFINITIONS_LIST_HEALTH, {"now": now}).fetchall()
 
 
 def definition_skips_list_recent(
