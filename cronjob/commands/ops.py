@@ -204,12 +204,16 @@ def _print_status(
         problem=bool(stale),
     )
     click.echo()
+    _print_schedules(schedules, overview.now)
+
+
+def _print_schedules(schedules: list[Any], now: Any) -> None:
     if not schedules:
         click.echo("no schedules")
         return
     click.echo(f"schedules ({len(schedules)}):")
     rows = [
-        (d.name, d.job_type, d.schedule, d.timezone, _next_fire(d, overview.now),
+        (d.name, d.job_type, d.schedule, d.timezone, _next_fire(d, now),
          "yes" if d.enabled else "paused")
         for d in schedules[:SCHEDULES_SHOWN]
     ]  # fmt: skip

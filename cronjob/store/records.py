@@ -632,9 +632,7 @@ def runs_materialize_exclusive(
     return int(created), int(skipped)
 
 
-def definitions_list_health(
-    conn: Any, *, now: datetime | None = None
-) -> list[ScheduleHealthRow]:
+def definitions_list_health(conn: Any, *, now: datetime | None = None) -> list[ScheduleHealthRow]:
     cursor = conn.cursor(row_factory=class_row(ScheduleHealthRow))
     return cursor.execute(queries.DEFINITIONS_LIST_HEALTH, {"now": now}).fetchall()
 
