@@ -39,6 +39,8 @@ FILE_KEYS = {
     "catch_up_limit": "catch_up_limit",
     "overlap": "overlap",
     "expect_within": "expect_within",
+    "ping_url": "ping_url",
+    "ping_failure_url": "ping_failure_url",
     "enabled": "enabled",
 }
 
@@ -67,6 +69,8 @@ def definition_spec(
     catch_up_limit: Any = None,
     overlap: Any = "allow",
     expect_within: Any = None,
+    ping_url: Any = None,
+    ping_failure_url: Any = None,
     enabled: Any = None,
 ) -> DefinitionSpec:
     """Validate every field of a definition; raises BadInput naming the first problem."""
@@ -114,11 +118,45 @@ def definition_spec(
         else parse_positive_int(catch_up_limit, what="catch-up limit", maximum=MAX_CATCH_UP_LIMIT),
         overlap=overlap,
         expect_within=None if expect_within is None else _expect_within(expect_within),
+        ping_url=None if ping_url is None else check_ping_url(ping_url, what="ping_url"),
+        ping_failure_url=_ping_failure_url(ping_url, ping_failure_url),
         enabled=enabled,
     )
 
 
 MAX_EXPECT_WITHIN = 366 * 86400
+MAX_URL_LENGTH = 2048
+
+
+def check_ping_url(value: Any, *, what: str) -> str:
+    """An http(s) URL with a host, no spaces or control characters; one-line BadInput else."""
+    from urllib.parse import urlsplit
+
+    if not isinstance(value, str):
+        raise BadInput(f"invalid {what} {type(value).__name__}: expected an http(s) URL")
+    if len(value) > MAX_URL_LENGTH:
+        raise BadInput(f"invalid {what}: longer than {MAX_URL_LENGTH} characters")
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a port out of range
+    except ValueError:
+        parts = None
+    if (
+        parts is None
+        or parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or any(c.isspace() or not c.isprintable() for c in value)
+    ):
+        raise BadInput(f"invalid {what} {_quoted(value)}: expected an http:// or https:// URL")
+    return value
+
+
+def _ping_failure_url(ping_url: Any, ping_failure_url: Any) -> str | None:
+    if ping_failure_url is None:
+        return None
+    if ping_url is None:
+        raise BadInput("ping_failure_url needs ping_url")
+    return check_ping_url(ping_failure_url, what="ping_failure_url")
 
 
 def _expect_within(value: Any) -> int:
@@ -339,6 +377,8 @@ def _differences(current: Definition, spec: DefinitionSpec) -> tuple[str, ...]:
         ("catch_up_limit", current.catch_up_limit, spec.catch_up_limit),
         ("overlap", current.overlap, spec.overlap),
         ("expect_within", current.expect_within, spec.expect_within),
+        ("ping_url", current.ping_url, spec.ping_url),
+        ("ping_failure_url", current.ping_failure_url, spec.ping_failure_url),
     ]
     if spec.enabled is not None:
         pairs.append(("enabled", current.enabled, spec.enabled))

@@ -29,7 +29,8 @@ class ClaimedRun(NamedTuple):
     """A run this tick holds the lease on.
 
     Built by position from the claim's columns, queries.RUNS_CLAIM_MANY_COLUMNS, which
-    name these fields in this order (all but lease_token): add a field to both, in step.
+    name these fields in this order (all but lease_token, the caller's own): add a field to
+    both, in step.
     """
 
     id: int
@@ -40,6 +41,7 @@ class ClaimedRun(NamedTuple):
     attempt: int
     final_attempt: bool  # this attempt used up the budget: an error makes the run dead
     lease_token: UUID
+    definition_id: int | None = None  # the schedule that made it, if any (for its pings)
 
 
 @dataclass(frozen=True)
@@ -188,6 +190,8 @@ class Definition:
     overlap: str
     overlap_skips: int
     expect_within: int | None  # seconds; None: derived from the expression
+    ping_url: str | None
+    ping_failure_url: str | None
     enabled: bool
     materialized_through: datetime
     next_fire_at: datetime | None
@@ -214,6 +218,8 @@ class DefinitionSpec:
     catch_up_limit: int = DEFAULT_CATCH_UP_LIMIT
     overlap: str = "allow"
     expect_within: int | None = None
+    ping_url: str | None = None
+    ping_failure_url: str | None = None  # None: ping_url + "/fail"
     enabled: bool | None = None  # None: a new definition is enabled, an existing one unchanged
 
 
@@ -250,6 +256,16 @@ class ScheduleHealthRow:
     last_failure_at: datetime | None
     last_failure_for: datetime | None
     last_failure_error: str | None
+
+
+@dataclass(frozen=True)
+class PingTarget:
+    """Where a schedule checks in: a URL per outcome."""
+
+    definition_id: int
+    name: str
+    ping_url: str
+    ping_failure_url: str
 
 
 @dataclass(frozen=True)

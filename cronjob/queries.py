@@ -91,7 +91,7 @@ RUNS_CLAIM_MANY_PLAN = (
 # store's one JSON decoder. tests/test_layout.py fails if the two part ways.
 RUNS_CLAIM_MANY_COLUMNS = (
     "id, job_type, payload::text AS payload, tenant_id, scheduled_for, attempts AS attempt,"
-    f" {_FINAL_ATTEMPT} AS final_attempt"
+    f" {_FINAL_ATTEMPT} AS final_attempt, definition_id"
 )
 
 # A run of a schedule whose overlap policy is 'skip' or 'queue' (migration 0008) starts only
@@ -138,6 +138,7 @@ claimed AS (
         updated_at = {_NOW}
     WHERE r.id = ANY(ARRAY(SELECT id FROM c))
     RETURNING r.id, r.job_type, r.payload, r.tenant_id, r.scheduled_for, r.attempts,
+              r.definition_id,
               r.max_attempts, r.priority, r.run_at
 )
 -- Handed to the workers in this order, so a batch starts in priority order too.
@@ -432,8 +433,8 @@ CLOCK_NOW = f"SELECT {_NOW}"
 
 _DEFINITION_COLUMNS = (
     "id, name, job_type, payload, schedule, timezone, scope, max_attempts, priority, catch_up,"
-    " catch_up_limit, overlap, overlap_skips, expect_within, enabled, materialized_through,"
-    " next_fire_at, created_at, updated_at"
+    " catch_up_limit, overlap, overlap_skips, expect_within, ping_url, ping_failure_url,"
+    " enabled, materialized_through, next_fire_at, created_at, updated_at"
 )
 
 # A definition starts from the moment it is created: its high-water mark is that moment, so
@@ -441,10 +442,12 @@ _DEFINITION_COLUMNS = (
 DEFINITION_INSERT = f"""
 INSERT INTO job_definitions (name, job_type, payload, schedule, timezone, scope, max_attempts,
                              priority, catch_up, catch_up_limit, overlap, expect_within,
-                             enabled, materialized_through, next_fire_at, created_at, updated_at)
+                             ping_url, ping_failure_url, enabled, materialized_through,
+                             next_fire_at, created_at, updated_at)
 VALUES (%(name)s, %(job_type)s, %(payload)s::jsonb, %(schedule)s, %(timezone)s, %(scope)s,
         %(max_attempts)s, %(priority)s, %(catch_up)s, %(catch_up_limit)s, %(overlap)s,
-        %(expect_within)s, %(enabled)s, %(now)s, %(next_fire_at)s, %(now)s, %(now)s)
+        %(expect_within)s, %(ping_url)s, %(ping_failure_url)s, %(enabled)s, %(now)s,
+        %(next_fire_at)s, %(now)s, %(now)s)
 ON CONFLICT (name) DO NOTHING
 RETURNING {_DEFINITION_COLUMNS}
 """
@@ -454,8 +457,9 @@ UPDATE job_definitions
 SET job_type = %(job_type)s, payload = %(payload)s::jsonb, schedule = %(schedule)s,
     timezone = %(timezone)s, scope = %(scope)s, max_attempts = %(max_attempts)s,
     priority = %(priority)s, catch_up = %(catch_up)s, catch_up_limit = %(catch_up_limit)s,
-    overlap = %(overlap)s, expect_within = %(expect_within)s,
-    enabled = %(enabled)s, materialized_through = %(materialized_through)s,
+    overlap = %(overlap)s, expect_within = %(expect_within)s, ping_url = %(ping_url)s,
+    ping_failure_url = %(ping_failure_url)s, enabled = %(enabled)s,
+    materialized_through = %(materialized_through)s,
     next_fire_at = %(next_fire_at)s, updated_at = %(now)s
 WHERE id = %(id)s
 RETURNING {_DEFINITION_COLUMNS}
@@ -668,6 +672,13 @@ SELECT {_NOW} AS now, d.name, d.schedule, d.timezone, d.scope, d.enabled, d.expe
        h.last_failure_for, h.last_failure_error
 FROM job_definitions d LEFT JOIN job_schedule_health h ON h.definition_id = d.id
 ORDER BY d.name
+"""
+
+# Asked once by a busy tick: the schedules whose runs check in (index job_definitions_pinging).
+DEFINITIONS_LIST_PING_TARGETS = """
+SELECT id AS definition_id, name, ping_url,
+       coalesce(ping_failure_url, rtrim(ping_url, '/') || '/fail') AS ping_failure_url
+FROM job_definitions WHERE ping_url IS NOT NULL
 """
 
 DEFINITION_SKIPS_LIST_RECENT = """

@@ -81,6 +81,17 @@ def schedule() -> None:
     help="`check --stale-schedules` breaches when a due occurrence has not succeeded within "
     "this (default: two intervals of the schedule plus the lease).",
 )
+@click.option(
+    "--ping-url",
+    metavar="URL",
+    help="Check-in URL requested after each run of this schedule succeeds "
+    "(Healthchecks, Cronitor, ...).",
+)
+@click.option(
+    "--ping-failure-url",
+    metavar="URL",
+    help="Requested when a run is dead (default: the ping URL followed by /fail).",
+)
 def add(
     name: str,
     database_url: str | None,
@@ -95,6 +106,8 @@ def add(
     catch_up_limit: str | None,
     overlap: str,
     expect_within: str | None,
+    ping_url: str | None,
+    ping_failure_url: str | None,
 ) -> None:
     """Define a schedule NAME. It first fires at its first occurrence from now on."""
     from cronjob import definitions
@@ -113,6 +126,8 @@ def add(
         catch_up_limit=catch_up_limit,
         overlap=overlap,
         expect_within=expect_within,
+        ping_url=ping_url,
+        ping_failure_url=ping_failure_url,
     )
     conn = open_connection(database_url)
     with conn:
@@ -201,6 +216,7 @@ def show(name: str, database_url: str | None, as_json: bool) -> None:
                                        if found.catch_up == "all" else "")),
         ("overlap", f"{found.overlap} ({found.overlap_skips} skipped so far)"),
         ("health", _health_line(health)),
+        ("check-in ping", found.ping_url or "none"),
         ("materialized through", local(found.materialized_through)),
         ("next runs", "\n".join(local(t) for t in upcoming) or "none (paused)"),
         ("runs", ", ".join(f"{n} {s.value}" for s, n in sorted(counts.items())) or "none yet"),
@@ -309,6 +325,7 @@ def sync(file: IO[str], database_url: str | None, prune: bool, dry_run: bool) ->
     catch_up = "latest"               # or "all" (with catch_up_limit, default 100), "none"
     overlap = "allow"                 # or "skip", "queue" (while a run is unfinished)
     expect_within = "2h"              # default: two intervals plus the lease
+    ping_url = "https://hc-ping.com/UUID"  # called on success; ping_failure_url when dead
     enabled = true                    # leave out to keep a paused schedule paused
 
     The whole file is checked before anything is written; one bad entry rejects it.
@@ -411,7 +428,7 @@ def _definition_json(d: Any) -> dict[str, Any]:
         "max_attempts": d.max_attempts, "priority": d.priority, "catch_up": d.catch_up,
         "catch_up_limit": d.catch_up_limit, "overlap": d.overlap,
         "overlap_skips": d.overlap_skips, "expect_within": d.expect_within,
-        "enabled": d.enabled,
+        "ping_url": d.ping_url, "ping_failure_url": d.ping_failure_url, "enabled": d.enabled,
         "materialized_through": iso(d.materialized_through),
         "next_fire_at": iso(d.next_fire_at), "created_at": iso(d.created_at),
         "updated_at": iso(d.updated_at),

@@ -26,6 +26,7 @@ from cronjob.models import (
     DefinitionSpec,
     DueDefinition,
     DurationSummary,
+    PingTarget,
     Run,
     RunCell,
     RunSnapshot,
@@ -168,8 +169,8 @@ def _claimed_runs(rows: list[Sequence[Any]], token: UUID) -> list[ClaimedRun]:
     # which lists ClaimedRun's fields in order, bar the lease token.
     decode = _decode_payload
     return [
-        ClaimedRun(run_id, job_type, decode(payload), tenant, due, attempt, final, token)
-        for run_id, job_type, payload, tenant, due, attempt, final in rows
+        ClaimedRun(run_id, job_type, decode(payload), tenant, due, attempt, final, token, schedule)
+        for run_id, job_type, payload, tenant, due, attempt, final, schedule in rows
     ]
 
 
@@ -501,6 +502,7 @@ def _spec_params(spec: DefinitionSpec) -> dict[str, Any]:
         "max_attempts": spec.max_attempts, "priority": spec.priority,
         "catch_up": spec.catch_up, "catch_up_limit": spec.catch_up_limit,
         "overlap": spec.overlap, "expect_within": spec.expect_within,
+        "ping_url": spec.ping_url, "ping_failure_url": spec.ping_failure_url,
     }  # fmt: skip
 
 
@@ -630,6 +632,11 @@ def runs_materialize_exclusive(
     sql = queries.RUNS_MATERIALIZE_EXCLUSIVE.replace("{keys_sql}", keys)
     created, skipped, _, _ = conn.execute(sql, params).fetchone()
     return int(created), int(skipped)
+
+
+def definitions_list_ping_targets(conn: Any) -> dict[int, PingTarget]:
+    cursor = conn.cursor(row_factory=class_row(PingTarget))
+    return {t.definition_id: t for t in cursor.execute(queries.DEFINITIONS_LIST_PING_TARGETS)}
 
 
 def definitions_list_health(conn: Any, *, now: datetime | None = None) -> list[ScheduleHealthRow]:
