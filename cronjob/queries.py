@@ -491,6 +491,16 @@ DEFINITION_RUNS_COUNT_BY_STATUS = """
 SELECT status, count(*) FROM job_runs WHERE definition_id = %(id)s GROUP BY status
 """
 
+# The runs of a definition's newest materialized occurrence, by status: for a tenant-scoped
+# schedule, how its tenants fared. Both steps walk the occurrence index.
+DEFINITION_RUNS_COUNT_LATEST_OCCURRENCE = """
+SELECT max(r.scheduled_for) AS scheduled_for, r.status, count(*)
+FROM job_runs r
+WHERE r.definition_id = %(id)s AND r.scheduled_for = (
+    SELECT max(scheduled_for) FROM job_runs WHERE definition_id = %(id)s)
+GROUP BY r.status
+"""
+
 DEFINITION_RUNS_LIST_RECENT = """
 SELECT id, tenant_id, scheduled_for, status, attempts FROM job_runs
 WHERE definition_id = %(id)s

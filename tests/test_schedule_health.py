@@ -163,3 +163,18 @@ def test_status_and_metrics_show_the_health_of_each_schedule(db_url, conn):
 def test_check_without_anything_to_check_is_bad_usage(db_url):
     result = run_cli("check", "--include-paused", "--database-url", db_url)
     assert result.exit_code == 2
+
+
+def test_show_summarises_the_tenants_of_the_newest_occurrence(db_url, conn):
+    add(db_url, "per-tenant", "test.ok", "--scope", "tenant")
+    an_hour_ago(conn)
+    tick(db_url, "test.ok", tenants_sql="SELECT unnest(ARRAY['a', 'b', 'c'])")
+
+    shown = json.loads(
+        run_cli("schedule", "show", "per-tenant", "--json", "--database-url", db_url).stdout
+    )
+    health = shown["health"]
+    assert health["stale"] is False and health["last_success_at"]
+    assert health["latest_occurrence_runs"] == {"succeeded": 3}
+    text = run_cli("schedule", "show", "per-tenant", "--database-url", db_url).stdout
+    assert ": 3 succeeded" in text and "ok: last success" in text

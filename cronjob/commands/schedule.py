@@ -179,6 +179,7 @@ def show(name: str, database_url: str | None, as_json: bool) -> None:
         recent = store.definition_runs_list_recent(conn, found.id, limit=RECENT_RUNS_SHOWN)
         skips = store.definition_skips_list_recent(conn, found.id, limit=RECENT_SKIPS_SHOWN)
         health = _verdict(store.definitions_list_health(conn), name)
+        latest = store.definition_runs_count_latest_occurrence(conn, found.id)
     upcoming = definitions.upcoming_fire_times(found, UPCOMING_SHOWN)
     local = _in_zone(found.timezone)
     if as_json:
@@ -195,6 +196,8 @@ def show(name: str, database_url: str | None, as_json: bool) -> None:
             "last_success_at": iso(health.last_success_at),
             "last_failure_at": iso(health.last_failure_at),
             "last_failure_error": health.last_failure_error,
+            "latest_occurrence": local(latest[0]) if latest[0] else None,
+            "latest_occurrence_runs": {s.value: n for s, n in latest[1].items()},
         }  # fmt: skip
         shown["recent_skips"] = [
             {"tenant_id": k.tenant_id, "scheduled_for": local(k.scheduled_for),
@@ -216,6 +219,7 @@ def show(name: str, database_url: str | None, as_json: bool) -> None:
                                        if found.catch_up == "all" else "")),
         ("overlap", f"{found.overlap} ({found.overlap_skips} skipped so far)"),
         ("health", _health_line(health)),
+        ("latest occurrence", _latest_line(latest, local)),
         ("check-in ping", found.ping_url or "none"),
         ("materialized through", local(found.materialized_through)),
         ("next runs", "\n".join(local(t) for t in upcoming) or "none (paused)"),
@@ -252,6 +256,15 @@ def _health_line(verdict: Any) -> str:
     )
     failure = f", last failure {iso(verdict.last_failure_at)}" if verdict.last_failure_at else ""
     return f"{state}: {success}{failure}"
+
+
+def _latest_line(latest: tuple[Any, dict[Any, int]], local: Any) -> str:
+    """The newest occurrence's runs by status: for a tenant-scoped schedule, its tenants."""
+    scheduled_for, counts = latest
+    if scheduled_for is None:
+        return "no runs yet"
+    runs = ", ".join(f"{n} {s.value}" for s, n in sorted(counts.items()))
+    return f"{local(scheduled_for)}: {runs}"
 
 
 def _echo_skips(skips: list[Any], local: Any) -> None:

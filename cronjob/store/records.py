@@ -525,6 +525,16 @@ def definition_runs_count_by_status(conn: Any, definition_id: int) -> dict[Statu
     return {Status(status): number for status, number in rows}
 
 
+def definition_runs_count_latest_occurrence(
+    conn: Any, definition_id: int
+) -> tuple[datetime | None, dict[Status, int]]:
+    """The newest occurrence that has runs, and its runs counted by status."""
+    rows = conn.execute(
+        queries.DEFINITION_RUNS_COUNT_LATEST_OCCURRENCE, {"id": definition_id}
+    ).fetchall()
+    return (rows[0][0] if rows else None), {Status(status): n for _, status, n in rows}
+
+
 def definition_runs_list_recent(
     conn: Any, definition_id: int, *, limit: int
 ) -> list[DefinitionRun]:
