@@ -232,16 +232,16 @@ def test_queue_with_catch_up_all_keeps_one_waiting_and_skips_the_rest(minutes):
 
 def test_kill_9_of_the_running_tick_frees_the_schedule_after_its_lease(minutes):
     minutes.add("skip")
-    minutes.tick(0, lease=60)
+    minutes.tick(0, lease=90)  # claimed at 0:10, leased until 1:40
     first = minutes.running()
     victim = minutes.holding.pop(first)
     victim.kill()
     victim.wait()
 
-    minutes.tick(1)  # 70 s after the claim: the lease (60 s) has not expired... nor at 0:10+60
+    minutes.tick(1)  # 1:10: the lease holds, so minute 1 is skipped and nothing runs
     assert minutes.skipped() == [1]
     assert minutes.holding == {}
-    minutes.tick(2)  # the lease expired: the run is rescued and runs again; minute 2 waits out
+    minutes.tick(2)  # 2:10: the lease expired; the run is rescued and runs again, minute 2 skips
     assert minutes.running() == first
     minutes.release(first)
     minutes.tick(3)
