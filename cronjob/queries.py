@@ -94,7 +94,7 @@ RUNS_CLAIM_MANY_COLUMNS = (
     f" {_FINAL_ATTEMPT} AS final_attempt, definition_id"
 )
 
-# A run of a schedule whose overlap policy is 'skip' or 'queue' (migration 0008) starts only
+# A run of a schedule whose overlap policy is 'skip' or 'queue' (migration 0011) starts only
 # when nothing else of its schedule and tenant is running and it is the oldest one waiting.
 # So at most one such run is ever claimable per schedule and tenant: two ticks racing for it
 # meet on its row lock, and a tick whose snapshot predates another's claim still sees that
@@ -674,7 +674,7 @@ RUNS_MATERIALIZE_EXCLUSIVE_TENANT_KEYS = """
     WHERE jobrunner_tenant_id IS NOT NULL AND jobrunner_tenant_id::text <> ''
 """
 
-# Every definition with its last success and failure (migration 0009): one row each, read by
+# Every definition with its last success and failure (migration 0012): one row each, read by
 # primary key, whatever the history holds.
 DEFINITIONS_LIST_HEALTH = f"""
 SELECT {_NOW} AS now, d.name, d.schedule, d.timezone, d.scope, d.enabled, d.expect_within,
