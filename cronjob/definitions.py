@@ -28,6 +28,7 @@ from cronjob.models import DEFAULT_CATCH_UP_LIMIT, Definition, DefinitionSpec
 
 SCOPES = ("global", "tenant")
 CATCH_UP_POLICIES = ("latest", "all", "none")  # as in cronjob.schedule, without importing it
+OVERLAP_POLICIES = ("allow", "skip", "queue")
 MAX_CATCH_UP_LIMIT = 10000
 MAX_ATTEMPTS_LIMIT = 1000
 # A schedule file is read no further than this: thousands of definitions fit in it.
@@ -46,6 +47,10 @@ FILE_KEYS = {
     "priority": "priority",
     "catch_up": "catch_up",
     "catch_up_limit": "catch_up_limit",
+    "overlap": "overlap",
+    "expect_within": "expect_within",
+    "ping_url": "ping_url",
+    "ping_failure_url": "ping_failure_url",
     "enabled": "enabled",
 }
 
@@ -72,6 +77,10 @@ def definition_spec(
     priority: Any = None,
     catch_up: Any = "latest",
     catch_up_limit: Any = None,
+    overlap: Any = "allow",
+    expect_within: Any = None,
+    ping_url: Any = None,
+    ping_failure_url: Any = None,
     enabled: Any = None,
 ) -> DefinitionSpec:
     """Validate every field of a definition; raises BadInput naming the first problem."""
@@ -94,6 +103,10 @@ def definition_spec(
         raise BadInput(
             f"invalid catch-up policy {_quoted(str(catch_up))}: expected latest, all or none"
         )
+    if overlap not in OVERLAP_POLICIES:
+        raise BadInput(
+            f"invalid overlap policy {_quoted(str(overlap))}: expected allow, skip or queue"
+        )
     if catch_up_limit is not None and catch_up != "all":
         raise BadInput("a catch-up limit applies to catch-up policy 'all' only")
     if enabled is not None and not isinstance(enabled, bool):
@@ -113,8 +126,58 @@ def definition_spec(
         catch_up_limit=DEFAULT_CATCH_UP_LIMIT
         if catch_up_limit is None
         else parse_positive_int(catch_up_limit, what="catch-up limit", maximum=MAX_CATCH_UP_LIMIT),
+        overlap=overlap,
+        expect_within=None if expect_within is None else _expect_within(expect_within),
+        ping_url=None if ping_url is None else check_ping_url(ping_url, what="ping_url"),
+        ping_failure_url=_ping_failure_url(ping_url, ping_failure_url),
         enabled=enabled,
     )
+
+
+MAX_EXPECT_WITHIN = 366 * 86400
+MAX_URL_LENGTH = 2048
+
+
+def check_ping_url(value: Any, *, what: str) -> str:
+    """An http(s) URL with a host, no spaces or control characters; one-line BadInput else."""
+    from urllib.parse import urlsplit
+
+    if not isinstance(value, str):
+        raise BadInput(f"invalid {what} {type(value).__name__}: expected an http(s) URL")
+    if len(value) > MAX_URL_LENGTH:
+        raise BadInput(f"invalid {what}: longer than {MAX_URL_LENGTH} characters")
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a port out of range
+    except ValueError:
+        parts = None
+    if (
+        parts is None
+        or parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or any(c.isspace() or not c.isprintable() for c in value)
+    ):
+        raise BadInput(f"invalid {what} {_quoted(value)}: expected an http:// or https:// URL")
+    return value
+
+
+def _ping_failure_url(ping_url: Any, ping_failure_url: Any) -> str | None:
+    if ping_failure_url is None:
+        return None
+    if ping_url is None:
+        raise BadInput("ping_failure_url needs ping_url")
+    return check_ping_url(ping_failure_url, what="ping_failure_url")
+
+
+def _expect_within(value: Any) -> int:
+    from cronjob.inputs import parse_duration
+
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise BadInput(f"invalid expect_within {value!r}: expected a duration such as '2h'")
+    seconds = parse_duration(value, what="expect_within")
+    if not 1 <= seconds <= MAX_EXPECT_WITHIN:
+        raise BadInput("expect_within must be between 1s and 366d")
+    return round(seconds)
 
 
 def _quoted(text: str) -> str:
@@ -329,6 +392,10 @@ def _differences(current: Definition, spec: DefinitionSpec) -> tuple[str, ...]:
         ("priority", current.priority, spec.priority),
         ("catch_up", current.catch_up, spec.catch_up),
         ("catch_up_limit", current.catch_up_limit, spec.catch_up_limit),
+        ("overlap", current.overlap, spec.overlap),
+        ("expect_within", current.expect_within, spec.expect_within),
+        ("ping_url", current.ping_url, spec.ping_url),
+        ("ping_failure_url", current.ping_failure_url, spec.ping_failure_url),
     ]
     if spec.enabled is not None:
         pairs.append(("enabled", current.enabled, spec.enabled))

@@ -115,23 +115,32 @@ class Materializer:
         created = 0
         written = []
         for advance in advances:
+            exclusive = advance.definition.overlap != "allow" and advance.scheduled_fors
             if advance.definition.scope != "tenant":
+                if exclusive:
+                    created += self._write_exclusive(conn, advance, None, now)
                 written.append(advance)
             elif self.tenants_sql is None:
                 self._problem(advance.definition, NO_TENANT_QUERY)
             elif not advance.scheduled_fors:
                 written.append(advance)  # the catch-up policy dropped every occurrence
             else:
-                count = self._write_tenants(conn, advance, now)
+                count = self._write_tenants(conn, advance, now, exclusive=bool(exclusive))
                 if count is not None:
                     created += count
                     written.append(advance)
         if written:
-            global_runs = [a for a in written if a.definition.scope != "tenant"]
+            global_runs = [
+                a
+                for a in written
+                if a.definition.scope != "tenant" and a.definition.overlap == "allow"
+            ]
             created += store.runs_materialize_many(conn, written, global_runs=global_runs, now=now)
         return created, written
 
-    def _write_tenants(self, conn: Any, advance: Advance, now: datetime) -> int | None:
+    def _write_tenants(
+        self, conn: Any, advance: Advance, now: datetime, *, exclusive: bool
+    ) -> int | None:
         from cronjob.db import database_errors
         from cronjob.errors import DatabaseError
 
@@ -139,12 +148,30 @@ class Materializer:
         try:
             # A savepoint: a failing tenant query must not undo the rest of the batch.
             with database_errors(), conn.transaction():
+                if exclusive:
+                    return self._write_exclusive(conn, advance, self.tenants_sql, now)
                 return store.runs_materialize_tenants(
                     conn, advance, tenants_sql=self.tenants_sql, now=now
                 )
         except DatabaseError as exc:
             self._problem(advance.definition, f"the tenant query failed: {exc.description}")
             return None
+
+    def _write_exclusive(
+        self, conn: Any, advance: Advance, tenants_sql: str | None, now: datetime
+    ) -> int:
+        """Runs of a definition under overlap policy skip or queue; skips are recorded."""
+        created, skipped = store.runs_materialize_exclusive(
+            conn, advance, tenants_sql=tenants_sql, now=now
+        )
+        if skipped:
+            # Recorded in job_schedule_skips and counted on the definition; said here too, so
+            # a skipped occurrence is never silent in the tick's own log either.
+            self.log.warning(
+                "schedule occurrences skipped", schedule=advance.definition.name,
+                overlap=advance.definition.overlap, skipped=skipped,
+            )  # fmt: skip
+        return created
 
     def _problem(self, definition: DueDefinition, reason: str) -> None:
         self.problems.append(Problem(definition.name, reason))

@@ -13,10 +13,13 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cronjob.health import Overview, TypeHealth, summarize
-from cronjob.models import DurationSummary, Status
+from cronjob.models import DefinitionSchedule, DurationSummary, Status
+
+if TYPE_CHECKING:
+    from cronjob.staleness import Staleness
 
 DURATION_WINDOW = 3600.0  # the run-time summary covers runs finished in the last hour
 QUANTILES = (0.5, 0.9, 0.99)
@@ -31,15 +34,25 @@ def collect(conn: Any, *, now: datetime | None = None) -> str:
     durations = store.runs_summarize_durations(
         conn, window=DURATION_WINDOW, quantiles=QUANTILES, now=now
     )
-    return render(overview, durations)
+    schedules = store.definitions_list_schedules(conn)
+    from cronjob.staleness import assess
+
+    verdicts = [assess(row) for row in store.definitions_list_health(conn)]
+    return render(overview, durations, schedules, verdicts)
 
 
-def render(overview: Overview, durations: Sequence[DurationSummary]) -> str:
+def render(
+    overview: Overview,
+    durations: Sequence[DurationSummary],
+    schedules: Sequence[DefinitionSchedule] = (),
+    verdicts: Sequence[Staleness] = (),
+) -> str:
     lines: list[str] = []
     for name, kind, help_text, samples in (
         *_run_families(overview.types),
         _paused_family(overview),
         _duration_family(durations),
+        *_schedule_families(schedules, verdicts),
     ):
         lines.append(f"# HELP {name} {_escape_help(help_text)}")
         lines.append(f"# TYPE {name} {kind}")
@@ -132,6 +145,51 @@ def _paused_family(overview: Overview) -> Family:
             for t in sorted(overview.paused_types)
         ),
     )
+
+
+def _schedule_families(
+    schedules: Sequence[DefinitionSchedule], verdicts: Sequence[Staleness]
+) -> list[Family]:
+    """Per schedule, read from its definition and health rows: no history is scanned."""
+    return [
+        (
+            "jobrunner_schedule_last_success_timestamp_seconds",
+            "gauge",
+            "When a run of each schedule last succeeded (Unix time; 0: never).",
+            (
+                _sample(
+                    "jobrunner_schedule_last_success_timestamp_seconds",
+                    {"schedule": v.name},
+                    v.last_success_at.timestamp() if v.last_success_at else 0,
+                )
+                for v in verdicts
+            ),
+        ),
+        (
+            "jobrunner_schedule_stale",
+            "gauge",
+            "1 when an enabled schedule's due occurrences have not succeeded within its window "
+            "(as `jobrunner check --stale-schedules`), else 0.",
+            (
+                _sample(
+                    "jobrunner_schedule_stale", {"schedule": v.name}, int(v.stale and v.enabled)
+                )
+                for v in verdicts
+            ),
+        ),
+        (
+            "jobrunner_schedule_overlap_skips_total",
+            "counter",
+            "Occurrences of each schedule its overlap policy (skip or queue) did not run because "
+            "an earlier run had not finished; `jobrunner schedule show` lists the recent ones.",
+            (
+                _sample(
+                    "jobrunner_schedule_overlap_skips_total", {"schedule": d.name}, d.overlap_skips
+                )
+                for d in schedules
+            ),
+        ),
+    ]
 
 
 def _duration_family(durations: Sequence[DurationSummary]) -> Family:

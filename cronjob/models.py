@@ -29,7 +29,8 @@ class ClaimedRun(NamedTuple):
     """A run this tick holds the lease on.
 
     Built by position from the claim's columns, queries.RUNS_CLAIM_MANY_COLUMNS, which
-    name these fields in this order (all but lease_token): add a field to both, in step.
+    name these fields in this order (all but lease_token, the caller's own): add a field to
+    both, in step.
     """
 
     id: int
@@ -40,6 +41,7 @@ class ClaimedRun(NamedTuple):
     attempt: int
     final_attempt: bool  # this attempt used up the budget: an error makes the run dead
     lease_token: UUID
+    definition_id: int | None = None  # the schedule that made it, if any (for its pings)
 
 
 @dataclass(frozen=True)
@@ -151,6 +153,8 @@ class DefinitionSchedule:
     timezone: str
     enabled: bool
     next_fire_at: datetime | None
+    overlap: str = "allow"
+    overlap_skips: int = 0  # occurrences the overlap policy did not run
 
 
 @dataclass(frozen=True)
@@ -192,6 +196,11 @@ class Definition:
     priority: int
     catch_up: str
     catch_up_limit: int
+    overlap: str
+    overlap_skips: int
+    expect_within: int | None  # seconds; None: derived from the expression
+    ping_url: str | None
+    ping_failure_url: str | None
     enabled: bool
     materialized_through: datetime
     next_fire_at: datetime | None
@@ -216,6 +225,10 @@ class DefinitionSpec:
     priority: int = 0
     catch_up: str = "latest"
     catch_up_limit: int = DEFAULT_CATCH_UP_LIMIT
+    overlap: str = "allow"
+    expect_within: int | None = None
+    ping_url: str | None = None
+    ping_failure_url: str | None = None  # None: ping_url + "/fail"
     enabled: bool | None = None  # None: a new definition is enabled, an existing one unchanged
 
 
@@ -231,6 +244,47 @@ class DueDefinition:
     catch_up: str
     catch_up_limit: int
     materialized_through: datetime
+    overlap: str = "allow"
+
+
+@dataclass(frozen=True)
+class ScheduleHealthRow:
+    """A definition's timing and its last outcomes, as `check --stale-schedules` reads them."""
+
+    now: datetime  # the database clock the row was read at
+    name: str
+    schedule: str
+    timezone: str
+    scope: str
+    enabled: bool
+    expect_within: int | None
+    created_at: datetime
+    updated_at: datetime  # a resume or a change of the definition restarts its window
+    last_success_at: datetime | None
+    last_success_for: datetime | None
+    last_failure_at: datetime | None
+    last_failure_for: datetime | None
+    last_failure_error: str | None
+
+
+@dataclass(frozen=True)
+class PingTarget:
+    """Where a schedule checks in: a URL per outcome."""
+
+    definition_id: int
+    name: str
+    ping_url: str
+    ping_failure_url: str
+
+
+@dataclass(frozen=True)
+class ScheduleSkip:
+    """An occurrence a schedule's overlap policy did not run, and why."""
+
+    tenant_id: str | None
+    scheduled_for: datetime
+    reason: str
+    created_at: datetime
 
 
 @dataclass(frozen=True)

@@ -117,8 +117,21 @@ RUNS_CLAIM_MANY_PLAN = (
 # store's one JSON decoder. tests/test_layout.py fails if the two part ways.
 RUNS_CLAIM_MANY_COLUMNS = (
     "id, job_type, payload::text AS payload, tenant_id, scheduled_for, attempts AS attempt,"
-    f" {_FINAL_ATTEMPT} AS final_attempt"
+    f" {_FINAL_ATTEMPT} AS final_attempt, definition_id"
 )
+
+# A run of a schedule whose overlap policy is 'skip' or 'queue' (migration 0011) starts only
+# when nothing else of its schedule and tenant is running and it is the oldest one waiting.
+# So at most one such run is ever claimable per schedule and tenant: two ticks racing for it
+# meet on its row lock, and a tick whose snapshot predates another's claim still sees that
+# older run waiting. A running run whose lease expired blocks the others until it is rescued
+# and done. Other runs pay only the `NOT exclusive` test.
+_EXCLUSIVE_RUN_IS_NEXT = """NOT EXISTS (
+        SELECT 1 FROM job_runs o
+        WHERE o.exclusive AND o.definition_id = job_runs.definition_id
+          AND coalesce(o.tenant_id, '') = coalesce(job_runs.tenant_id, '')
+          AND o.status IN ('queued', 'running', 'failed') AND o.id <> job_runs.id
+          AND (o.status = 'running' OR o.id < job_runs.id))"""
 
 # The locking subquery is a MATERIALIZED CTE: as `WHERE id IN (SELECT ... LIMIT n)`
 # the planner may re-run it and claim more than n rows. The update finds its rows
@@ -131,6 +144,7 @@ WITH c AS MATERIALIZED (
     SELECT id FROM job_runs
     WHERE status IN ('queued', 'failed') AND run_at <= {_NOW}
       AND job_type = ANY({_claimable("%(job_types)b")})
+      AND (NOT exclusive OR {_EXCLUSIVE_RUN_IS_NEXT})
     ORDER BY priority, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -150,6 +164,7 @@ claimed AS (
         updated_at = {_NOW}
     WHERE r.id = ANY(ARRAY(SELECT id FROM c))
     RETURNING r.id, r.job_type, r.payload, r.tenant_id, r.scheduled_for, r.attempts,
+              r.definition_id,
               r.max_attempts, r.priority, r.run_at
 )
 -- Handed to the workers in this order, so a batch starts in priority order too.
@@ -452,7 +467,7 @@ HAVING sum(runs) <> 0
 """
 
 DEFINITIONS_LIST_SCHEDULES = """
-SELECT name, job_type, schedule, timezone, enabled, next_fire_at
+SELECT name, job_type, schedule, timezone, enabled, next_fire_at, overlap, overlap_skips
 FROM job_definitions
 ORDER BY enabled DESC, next_fire_at NULLS LAST, name
 """
@@ -642,18 +657,21 @@ CLOCK_NOW = f"SELECT {_NOW}"
 
 _DEFINITION_COLUMNS = (
     "id, name, job_type, payload, schedule, timezone, scope, max_attempts, priority, catch_up,"
-    " catch_up_limit, enabled, materialized_through, next_fire_at, created_at, updated_at"
+    " catch_up_limit, overlap, overlap_skips, expect_within, ping_url, ping_failure_url,"
+    " enabled, materialized_through, next_fire_at, created_at, updated_at"
 )
 
 # A definition starts from the moment it is created: its high-water mark is that moment, so
 # nothing before it is ever materialized.
 DEFINITION_INSERT = f"""
 INSERT INTO job_definitions (name, job_type, payload, schedule, timezone, scope, max_attempts,
-                             priority, catch_up, catch_up_limit, enabled, materialized_through,
+                             priority, catch_up, catch_up_limit, overlap, expect_within,
+                             ping_url, ping_failure_url, enabled, materialized_through,
                              next_fire_at, created_at, updated_at)
 VALUES (%(name)s, %(job_type)s, %(payload)s::jsonb, %(schedule)s, %(timezone)s, %(scope)s,
-        %(max_attempts)s, %(priority)s, %(catch_up)s, %(catch_up_limit)s, %(enabled)s,
-        %(now)s, %(next_fire_at)s, %(now)s, %(now)s)
+        %(max_attempts)s, %(priority)s, %(catch_up)s, %(catch_up_limit)s, %(overlap)s,
+        %(expect_within)s, %(ping_url)s, %(ping_failure_url)s, %(enabled)s, %(now)s,
+        %(next_fire_at)s, %(now)s, %(now)s)
 ON CONFLICT (name) DO NOTHING
 RETURNING {_DEFINITION_COLUMNS}
 """
@@ -663,7 +681,9 @@ UPDATE job_definitions
 SET job_type = %(job_type)s, payload = %(payload)s::jsonb, schedule = %(schedule)s,
     timezone = %(timezone)s, scope = %(scope)s, max_attempts = %(max_attempts)s,
     priority = %(priority)s, catch_up = %(catch_up)s, catch_up_limit = %(catch_up_limit)s,
-    enabled = %(enabled)s, materialized_through = %(materialized_through)s,
+    overlap = %(overlap)s, expect_within = %(expect_within)s, ping_url = %(ping_url)s,
+    ping_failure_url = %(ping_failure_url)s, enabled = %(enabled)s,
+    materialized_through = %(materialized_through)s,
     next_fire_at = %(next_fire_at)s, updated_at = %(now)s
 WHERE id = %(id)s
 RETURNING {_DEFINITION_COLUMNS}
@@ -695,6 +715,16 @@ DEFINITION_RUNS_COUNT_BY_STATUS = """
 SELECT status, count(*) FROM job_runs WHERE definition_id = %(id)s GROUP BY status
 """
 
+# The runs of a definition's newest materialized occurrence, by status: for a tenant-scoped
+# schedule, how its tenants fared. Both steps walk the occurrence index.
+DEFINITION_RUNS_COUNT_LATEST_OCCURRENCE = """
+SELECT max(r.scheduled_for) AS scheduled_for, r.status, count(*)
+FROM job_runs r
+WHERE r.definition_id = %(id)s AND r.scheduled_for = (
+    SELECT max(scheduled_for) FROM job_runs WHERE definition_id = %(id)s)
+GROUP BY r.status
+"""
+
 DEFINITION_RUNS_LIST_RECENT = """
 SELECT id, tenant_id, scheduled_for, status, attempts FROM job_runs
 WHERE definition_id = %(id)s
@@ -715,7 +745,8 @@ SELECT {_NOW}, EXISTS (
 # `next_fire_at <= now` before it is locked, so it is not taken twice. Ordered by the due
 # index alone, so a batch is a short index range scan rather than a sort of everything due.
 DEFINITIONS_CLAIM_DUE_MANY = """
-SELECT id, name, schedule, timezone, scope, catch_up, catch_up_limit, materialized_through
+SELECT id, name, schedule, timezone, scope, catch_up, catch_up_limit, overlap,
+       materialized_through
 FROM job_definitions
 WHERE enabled AND next_fire_at <= %(now)s AND id <> ALL(%(skip)s::bigint[])
   AND (%(only)s::bigint[] IS NULL OR id = ANY(%(only)s::bigint[]))
@@ -795,6 +826,101 @@ SELECT EXISTS (
     SELECT 1 FROM job_runs
     WHERE definition_id = %(id)s AND scheduled_for = ANY(%(scheduled_fors)s::timestamptz[])
 )
+"""
+
+# One definition under overlap policy 'skip' or 'queue', global or fanned out over tenants:
+# `{keys_sql}` yields the tenant ids (one NULL for a global definition). Each key has room
+# for `capacity` unfinished runs (1 under 'skip', 2 under 'queue': one running, one waiting)
+# less those it has; its oldest occurrences take the room, the rest are recorded as skipped
+# with `reason` (the newest `keep` of them are kept) and counted on the definition. The
+# caller holds the definition's row lock, so no other tick adds a run of it meanwhile;
+# claims only ever finish runs.
+RUNS_MATERIALIZE_EXCLUSIVE = f"""
+WITH occurrence AS (
+    SELECT o.scheduled_for, o.k
+    FROM unnest(%(scheduled_fors)s::timestamptz[]) WITH ORDINALITY AS o(scheduled_for, k)
+),
+room AS (
+    SELECT k.tenant_id, %(capacity)s - (
+        SELECT count(*) FROM job_runs r
+        WHERE r.exclusive AND r.definition_id = %(id)s
+          AND coalesce(r.tenant_id, '') = coalesce(k.tenant_id, '')
+          AND r.status IN ('queued', 'running', 'failed')
+    ) AS free
+    FROM ({{keys_sql}}) AS k(tenant_id)
+),
+decided AS (
+    SELECT room.tenant_id, o.scheduled_for, o.k <= room.free AS runs
+    FROM room CROSS JOIN occurrence o
+),
+created AS (
+    INSERT INTO job_runs (definition_id, job_type, payload, tenant_id, scheduled_for, run_at,
+                          max_attempts, priority, exclusive, created_at, updated_at)
+    SELECT d.id, d.job_type, d.payload, x.tenant_id, x.scheduled_for, x.scheduled_for,
+           d.max_attempts, d.priority, true, %(now)s, %(now)s
+    FROM decided x JOIN job_definitions d ON d.id = %(id)s
+    WHERE x.runs
+    ORDER BY x.tenant_id, x.scheduled_for
+    {_OCCURRENCE_CONFLICT}
+    RETURNING 1
+),
+skipped AS (
+    INSERT INTO job_schedule_skips (definition_id, tenant_id, scheduled_for, reason, created_at)
+    SELECT %(id)s, x.tenant_id, x.scheduled_for, %(reason)s, %(now)s
+    FROM decided x WHERE NOT x.runs
+    RETURNING 1
+),
+-- The recent skips are kept, not every one: a schedule skipping every minute for a year
+-- must not grow a table nobody reads past its first page.
+trimmed AS (
+    DELETE FROM job_schedule_skips
+    WHERE definition_id = %(id)s AND EXISTS (SELECT 1 FROM skipped) AND id <= (
+        SELECT id FROM job_schedule_skips WHERE definition_id = %(id)s
+        ORDER BY id DESC OFFSET %(keep)s LIMIT 1)
+    RETURNING 1
+),
+counted AS (
+    UPDATE job_definitions SET overlap_skips = overlap_skips + (SELECT count(*) FROM skipped)
+    WHERE id = %(id)s AND EXISTS (SELECT 1 FROM skipped)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM created), (SELECT count(*) FROM skipped),
+       (SELECT count(*) FROM counted), (SELECT count(*) FROM trimmed)
+"""
+
+# The keys of RUNS_MATERIALIZE_EXCLUSIVE: one global key, or the operator's tenant query read
+# as RUNS_MATERIALIZE_TENANTS reads it.
+RUNS_MATERIALIZE_EXCLUSIVE_GLOBAL_KEYS = "SELECT NULL::text FROM (VALUES (1)) AS global_key"
+RUNS_MATERIALIZE_EXCLUSIVE_TENANT_KEYS = """
+    SELECT DISTINCT jobrunner_tenant_id::text
+    FROM (
+{tenants_sql}
+    ) AS jobrunner_tenants(jobrunner_tenant_id)
+    WHERE jobrunner_tenant_id IS NOT NULL AND jobrunner_tenant_id::text <> ''
+"""
+
+# Every definition with its last success and failure (migration 0012): one row each, read by
+# primary key, whatever the history holds.
+DEFINITIONS_LIST_HEALTH = f"""
+SELECT {_NOW} AS now, d.name, d.schedule, d.timezone, d.scope, d.enabled, d.expect_within,
+       d.created_at, d.updated_at, h.last_success_at, h.last_success_for, h.last_failure_at,
+       h.last_failure_for, h.last_failure_error
+FROM job_definitions d LEFT JOIN job_schedule_health h ON h.definition_id = d.id
+ORDER BY d.name
+"""
+
+# Asked once by a busy tick: the schedules whose runs check in (index job_definitions_pinging).
+DEFINITIONS_LIST_PING_TARGETS = """
+SELECT id AS definition_id, name, ping_url,
+       coalesce(ping_failure_url, rtrim(ping_url, '/') || '/fail') AS ping_failure_url
+FROM job_definitions WHERE ping_url IS NOT NULL
+"""
+
+DEFINITION_SKIPS_LIST_RECENT = """
+SELECT tenant_id, scheduled_for, reason, created_at FROM job_schedule_skips
+WHERE definition_id = %(id)s
+ORDER BY id DESC
+LIMIT %(limit)s
 """
 
 # Any constant works; this one spells "jobsched". Two deploys syncing at once apply in turn.

@@ -11,10 +11,11 @@ to the field's end), and, for month and day-of-week, English three-letter names;
 is Sunday. Non-standard extensions (seconds, years, ``L``, ``W``, ``#``, ``?``, ``H``, ``R``)
 are refused: they are not portable and ``R`` would not even be deterministic.
 
-Day-of-month and day-of-week combine as POSIX and Vixie cron do: when both fields are
-restricted (anything other than a bare ``*``), a day matches if *either* matches, so
-``0 0 13 * 5`` fires on every 13th and on every Friday; when one of them is ``*`` only the other
-one restricts.
+Day-of-month and day-of-week combine as Vixie cron combines them: when either field starts
+with ``*`` (a bare ``*`` or a step such as ``*/2``) a day must match *both*, so
+``0 16 */2 * sat`` fires on odd-dated Saturdays only; otherwise a day matches if *either*
+matches, so ``0 0 13 * 5`` fires on every 13th and on every Friday. Wrap-around ranges
+(``fri-mon``) are refused as cron refuses them; the message suggests the spelling cron accepts.
 
 Matching wall-clock times are found from each field's set of values: the minutes croniter finds
 for the same expression, at a small fraction of its cost per step. croniter itself walks only
@@ -23,13 +24,14 @@ near the ends of the calendar, where its search horizon decides when a stream st
 Daylight-saving time follows Vixie cron. Cron fields are matched against the wall clock of the
 schedule's timezone, and each matching wall time becomes real instants as follows:
 
-* The hour field decides the kind of schedule. If it starts with ``*`` (``*`` or ``*/n``) the
-  schedule is *wildcard-hour*; anything else (numbers, lists, ranges) is *fixed-hour*.
-* Wildcard-hour schedules fire at every real instant whose wall-clock reading matches. In a
+* The minute and hour fields decide the kind of schedule. If either starts with ``*`` (``*``
+  or ``*/n``) the schedule is a *wildcard* one (Debian cron: it runs more often than hourly);
+  anything else (numbers, lists, ranges in both) is *fixed-time*.
+* Wildcard schedules fire at every real instant whose wall-clock reading matches. In a
   repeated (fall-back) period a matching wall time is read twice and fires twice, because those
   are two different real hours; a wall time inside a skipped (spring-forward) gap is never read
   and does not fire, since the real hour simply is not there.
-* Fixed-hour schedules fire once per matching wall time. In a repeated period that is the first
+* Fixed-time schedules fire once per matching wall time. In a repeated period that is the first
   (earlier, still-summer-time) reading. A wall time inside a gap fires at the transition
   instant itself, i.e. right after the jump; several gap times collapse into that one run.
 
@@ -145,7 +147,7 @@ _FIELDS = (
     # 7 is accepted as Sunday, as in Vixie cron, and folded to 0 when the field is expanded.
     _Field("day-of-week", 0, 7, _DAY_NAMES),
 )
-_HOUR_FIELD, _DOM_FIELD, _MONTH_FIELD, _DOW_FIELD = range(1, 5)
+_MINUTE_FIELD, _HOUR_FIELD, _DOM_FIELD, _MONTH_FIELD, _DOW_FIELD = range(5)
 _DOM = _FIELDS[_DOM_FIELD]
 
 
@@ -288,7 +290,8 @@ class _Cron:
     expression: str
     expanded: _Expanded
     croniter_text: str
-    wildcard_hour: bool
+    either_day: bool
+    wildcard: bool
 
 
 def _quoted(text: str) -> str:
@@ -339,6 +342,29 @@ def _expand_field(expression: str, index: int, text: str) -> frozenset[int]:
         raise _invalid(expression, str(exc)) from None
 
 
+def _backwards(
+    field: _Field, start_text: str, end_text: str, first: int, last: int, stepped: str
+) -> str:
+    """Why a range such as ``fri-mon`` is refused, with the spelling cron accepts for it."""
+    span = f"{start_text}-{end_text}"
+    if stepped:
+        return f"{field.name} range {_quoted(span)} goes backwards"
+    if field is _FIELDS[_DOW_FIELD]:
+        # Sunday is both 0 and 7: the part up to the week's end takes it, the rest starts Monday.
+        head = f"{start_text}-7" if first < 7 else "7"
+        tail = {0: "", 1: end_text}.get(last, f"{'1' if end_text.isdigit() else 'mon'}-{end_text}")
+    else:
+        head, tail = _spelled(first, field.high), _spelled(field.low, last)
+    spelling = ",".join(part for part in (head, tail) if part)
+    return f"{field.name} range {_quoted(span)} wraps around; cron spells it {_quoted(spelling)}"
+
+
+def _spelled(first: int, last: int) -> str:
+    if first == last:
+        return str(first)
+    return f"{first},{last}" if last == first + 1 else f"{first}-{last}"
+
+
 # Cached apart from whole expressions: thousands of distinct schedules are mostly made of the
 # same few fields (``*``, ``0``, ``*/5``).
 @lru_cache(maxsize=1024)
@@ -366,7 +392,7 @@ def _field_values(index: int, text: str) -> frozenset[int]:
             first = _field_value(field, start_text)
             last = _field_value(field, end_text)
             if first > last:
-                raise _FieldError(f"{field.name} range {span} goes backwards")
+                raise _FieldError(_backwards(field, start_text, end_text, first, last, slash))
         else:
             first = _field_value(field, span)
             # "a/n" runs from a to the end of the field, as in cronie and croniter.
@@ -403,12 +429,14 @@ def _compile(expression: str) -> _Cron:
         raise _invalid(expression, problem)
     expanded = [_expand_field(expression, index, text) for index, text in enumerate(fields)]
     restricted = [field_text != "*" for field_text in fields]
+    # Vixie cron reads the day fields together ("either") only when neither starts with a star.
+    either_day = not (fields[_DOM_FIELD].startswith("*") or fields[_DOW_FIELD].startswith("*"))
 
     # Only a day-of-month that no listed month has can make a five-field expression dead, so
     # this check is exact and needs no search.
     longest = max(_LONGEST_MONTH[month] for month in expanded[_MONTH_FIELD])
     days_never_occur = min(expanded[_DOM_FIELD]) > longest
-    if days_never_occur and not restricted[_DOW_FIELD]:
+    if days_never_occur and not either_day:
         months = ",".join(str(month) for month in sorted(expanded[_MONTH_FIELD]))
         first_day = min(expanded[_DOM_FIELD])
         raise ScheduleError(
@@ -429,9 +457,10 @@ def _compile(expression: str) -> _Cron:
         restricted[_DOM_FIELD] = False
     return _Cron(
         expression=text.lower(),
-        expanded=_Expanded.of(expanded, restricted[_DOM_FIELD] and restricted[_DOW_FIELD]),
+        expanded=_Expanded.of(expanded, either_day and not days_never_occur),
         croniter_text=" ".join(parts),
-        wildcard_hour=fields[_HOUR_FIELD].startswith("*"),
+        either_day=either_day and not days_never_occur,
+        wildcard=fields[_MINUTE_FIELD].startswith("*") or fields[_HOUR_FIELD].startswith("*"),
     )
 
 
@@ -484,14 +513,14 @@ def validate_timezone(name: str) -> str:
 
 
 @lru_cache(maxsize=4096)
-def _croniter_template(croniter_text: str) -> croniter:
+def _croniter_template(croniter_text: str, either_day: bool) -> croniter:
     # Imported here: most processes never walk near the ends of the calendar.
     from croniter import croniter
 
     return croniter(
         croniter_text,
         datetime(2000, 1, 1),
-        day_or=True,
+        day_or=either_day,
         max_years_between_matches=_MAX_YEARS_BETWEEN_MATCHES,
     )
 
@@ -516,7 +545,7 @@ def _croniter_walls(cron: _Cron, start: datetime, forward: bool) -> Iterator[dat
 
     # Parsing is the expensive part of building a croniter; a shallow copy of a parsed one
     # shares the expanded fields (croniter never mutates them) and gets its own position.
-    walker = copy.copy(_croniter_template(cron.croniter_text))
+    walker = copy.copy(_croniter_template(cron.croniter_text, cron.either_day))
     walker.set_current(start, force=True)
     step = walker.get_next if forward else walker.get_prev
     while True:
@@ -548,7 +577,7 @@ def _transition(zone: ZoneInfo, before: datetime, after: datetime) -> datetime:
 
 
 def _resolve(
-    wall: datetime, zone: ZoneInfo, wildcard_hour: bool
+    wall: datetime, zone: ZoneInfo, wildcard: bool
 ) -> tuple[tuple[datetime, ...], datetime, datetime]:
     """What one matching wall-clock time means in real time: (instants, earliest, latest).
 
@@ -569,12 +598,12 @@ def _resolve(
     if first_offset > second_offset:
         # Repeated period: fold=0 is the first reading, in the offset before the clocks went
         # back; fold=1 the second one, an offset-change later.
-        instants = (earlier, later) if wildcard_hour else (earlier,)
+        instants = (earlier, later) if wildcard else (earlier,)
         return instants, earlier, later
     # Skipped period: fold=0 applies the old offset and lands after the jump, fold=1 the new
     # offset and lands before it, so the jump lies between them.
     jump = _transition(zone, later, earlier)
-    instants = () if wildcard_hour else (jump,)
+    instants = () if wildcard else (jump,)
     return instants, jump, jump
 
 
@@ -599,7 +628,7 @@ def _fire_times(
     # each is emitted once. Starting from `beyond` also drops everything up to it.
     last = beyond
     for wall in _walls(cron, start, forward):
-        instants, earliest, latest = _resolve(wall, zone, cron.wildcard_hour)
+        instants, earliest, latest = _resolve(wall, zone, cron.wildcard)
         for instant in instants:
             insort(pending, instant)
         while pending and (pending[0] <= earliest if forward else pending[-1] >= latest):

@@ -110,7 +110,8 @@ SELECT format('ALTER TABLE %I.%I OWNER TO jobrunner_owner', n.nspname, c.relname
  WHERE n.nspname = :'schema'
    AND c.relkind IN ('r', 'p')
    AND c.relname IN ('jobrunner_migrations', 'job_definitions', 'job_runs', 'job_attempts',
-                     'job_effects', 'job_type_pauses', 'job_audit', 'job_run_tally')
+                     'job_effects', 'job_type_pauses', 'job_audit', 'job_run_tally',
+                     'job_schedule_skips', 'job_schedule_health')
    AND c.relowner <> 'jobrunner_owner'::regrole
  ORDER BY c.relname
 \gexec

@@ -140,9 +140,11 @@ def test_status_lists_the_next_fire_time_of_each_definition(db_url, conn):
     status = cli_json(db_url, "status")
     assert status["schedules"] == [
         {"name": "nightly-report", "job_type": "report.build", "schedule": "0 3 * * *",
-         "timezone": "Europe/Paris", "enabled": True, "next_fire_at": nightly_at.isoformat()},
+         "timezone": "Europe/Paris", "enabled": True, "next_fire_at": nightly_at.isoformat(),
+         "last_success_at": None, "last_failure_at": None, "stale": False},
         {"name": "old-cleanup", "job_type": "cleanup", "schedule": "@hourly",
-         "timezone": "UTC", "enabled": False, "next_fire_at": None},
+         "timezone": "UTC", "enabled": False, "next_fire_at": None,
+         "last_success_at": None, "last_failure_at": None, "stale": False},
     ]  # fmt: skip
 
     text = cli(db_url, "status").stdout

@@ -388,6 +388,23 @@ def test_hour_list_covering_every_hour_is_fixed_and_runs_the_repeated_hour_once(
     assert fire_times == utcs("2026-10-25T00:00", "2026-10-25T02:00")
 
 
+def test_stepped_minute_in_a_fixed_hour_is_wildcard_and_runs_the_repeated_hour_twice():
+    # Debian cron: a minute field starting with "*" makes the job a wildcard one too.
+    fire_times = occurrences(
+        "*/30 2 * * *", "Europe/Amsterdam", utc("2026-10-24T23:00"), utc("2026-10-25T03:00")
+    )
+    assert fire_times == utcs(
+        "2026-10-25T00:00", "2026-10-25T00:30", "2026-10-25T01:00", "2026-10-25T01:30"
+    )
+
+
+def test_stepped_minute_in_a_skipped_hour_has_nothing_to_run():
+    fire_times = occurrences(
+        "*/30 2 * * *", "Europe/Amsterdam", utc("2026-03-28T23:00"), utc("2026-03-29T03:00")
+    )
+    assert fire_times == []
+
+
 def test_stepped_hour_is_wildcard_and_runs_in_both_readings():
     fire_times = occurrences(
         "0 */2 * * *", "Europe/Amsterdam", utc("2026-10-24T21:30"), utc("2026-10-25T02:30")
@@ -433,6 +450,29 @@ def test_restricted_day_of_month_and_day_of_week_fire_on_either():
         "2026-04-13T00:00",
         "2026-04-17T00:00",
         "2026-04-24T00:00",
+    )
+
+
+def test_stepped_day_of_month_with_a_weekday_fires_on_days_matching_both():
+    # A day field starting with "*" makes Vixie cron require both: odd-dated Saturdays only.
+    fire_times = occurrences(
+        "0 16 */2 * sat", "UTC", utc("2026-08-01T00:00"), utc("2026-08-31T00:00")
+    )
+    assert fire_times == utcs("2026-08-01T16:00", "2026-08-15T16:00", "2026-08-29T16:00")
+
+
+def test_stepped_day_of_week_with_a_day_of_month_fires_on_days_matching_both():
+    fire_times = occurrences(
+        "0 0 13 * */5", "UTC", utc("2026-01-01T00:00"), utc("2026-12-31T00:00")
+    )
+    # */5 is Sunday and Friday: 13 February, March and November are Fridays, 13 September and
+    # December Sundays.
+    assert fire_times == utcs(
+        "2026-02-13T00:00",
+        "2026-03-13T00:00",
+        "2026-09-13T00:00",
+        "2026-11-13T00:00",
+        "2026-12-13T00:00",
     )
 
 
@@ -528,7 +568,10 @@ def test_expression_is_normalized_with_single_spaces_and_lower_case_names():
         ("a b c d e", "minute value 'a' is not a number"),
         ("0 0 * foo *", "month value 'foo' is not a number or name"),
         ("*/0 * * * *", "minute step '0' is not a positive number"),
-        ("50-10 * * * *", "minute range 50-10 goes backwards"),
+        ("50-10 * * * *", "minute range '50-10' wraps around; cron spells it '50-59,0-10'"),
+        ("0 0 * * fri-mon", "cron spells it 'fri-7,mon'"),
+        ("0 0 1 nov-mar *", "cron spells it '11,12,1-3'"),
+        ("0 0 * * 5-1/2", "day-of-week range '5-1' goes backwards"),
         ("1,,2 * * * *", "empty item in minute field"),
         ("-5 * * * *", "minute range '-5' lacks a bound"),
         ("0 0 L * *", "day-of-month value 'L' is not a number"),
@@ -817,7 +860,8 @@ def test_unknown_catch_up_policy_is_rejected():
 
 
 # An independent model: walk real time minute by minute, read the wall clock, apply Vixie's
-# rules directly. Schedules restrict minute and hour only, given as sets.
+# rules directly. Schedules restrict minute and hour only, given as sets; a minute or hour field
+# starting with "*" makes a wildcard schedule.
 
 _SIMULATED = [
     ("*/20 * * * *", range(0, 60, 20), None),
@@ -831,7 +875,7 @@ _SIMULATED = [
 ]
 
 
-def _simulate_vixie(zone, minutes, hours, after, until, lead=timedelta(hours=1)):
+def _simulate_vixie(zone, minutes, hours, wildcard, after, until, lead=timedelta(hours=1)):
     # `lead` must cover the longest repeated period, so first readings before `after` are seen.
     tz = ZoneInfo(zone)
 
@@ -844,8 +888,8 @@ def _simulate_vixie(zone, minutes, hours, after, until, lead=timedelta(hours=1))
     while moment < until:
         moment += timedelta(minutes=1)
         wall = moment.astimezone(tz).replace(tzinfo=None)
-        if hours is None:
-            # wildcard hour: every real minute whose wall clock matches
+        if wildcard:
+            # wildcard: every real minute whose wall clock matches
             if matches(wall):
                 fired.append(moment)
         else:
@@ -854,7 +898,7 @@ def _simulate_vixie(zone, minutes, hours, after, until, lead=timedelta(hours=1))
             while step < wall:
                 skipped.append(step)
                 step += timedelta(minutes=1)
-            # fixed hour: each matching wall time once; skipped ones right after the jump
+            # fixed time: each matching wall time once; skipped ones right after the jump
             due = [w for w in [*skipped, wall] if matches(w) and w not in fixed_done]
             if due:
                 fired.append(moment)
@@ -871,7 +915,8 @@ def _simulate_vixie(zone, minutes, hours, after, until, lead=timedelta(hours=1))
 def test_matches_a_minute_by_minute_simulation_of_vixie_cron(zone, instant):
     after, until = utc(instant) - timedelta(hours=2), utc(instant) + timedelta(hours=2)
     for expr, minutes, hours in _SIMULATED:
-        expected = _simulate_vixie(zone, set(minutes), hours, after, until)
+        wildcard = expr.split()[0].startswith("*") or expr.split()[1].startswith("*")
+        expected = _simulate_vixie(zone, set(minutes), hours, wildcard, after, until)
         assert occurrences(expr, zone, after, until) == expected, expr
 
 

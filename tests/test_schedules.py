@@ -85,6 +85,7 @@ BAD_ADDS = {
     "unknown timezone": (["--timezone", "Mars/Base"], "unknown timezone 'Mars/Base'"),
     "bad scope": (["--scope", "everyone"], "--scope"),
     "bad policy": (["--catch-up", "sometimes"], "--catch-up"),
+    "bad overlap": (["--overlap", "never"], "--overlap"),
     "limit without all": (["--catch-up-limit", "5"], "catch-up policy 'all' only"),
     "zero limit": (["--catch-up", "all", "--catch-up-limit", "0"], "catch-up limit"),
     "huge limit": (["--catch-up", "all", "--catch-up-limit", "100000"], "catch-up limit"),
@@ -122,19 +123,23 @@ def test_list_shows_every_schedule_with_its_next_run(db_url):
     assert "ticks materialize a tenant-scoped schedule only with a tenant query" in tenant.stderr
     schedule(db_url, "pause", "b-daily")
     lines = schedule(db_url, "list").stdout.splitlines()
-    assert lines[0].split() == ["NAME", "SCHEDULE", "TIMEZONE", "SCOPE", "TYPE", "NEXT", "RUN"]
-    assert lines[1].split()[:1] + lines[1].split()[-4:-1] == ["a-hourly", "UTC", "tenant", "t"]
+    header = ["NAME", "SCHEDULE", "TIMEZONE", "SCOPE", "OVERLAP", "TYPE", "NEXT", "RUN"]
+    assert lines[0].split() == header
+    assert lines[1].split()[:1] + lines[1].split()[-5:-1] == [
+        "a-hourly", "UTC", "tenant", "allow", "t"
+    ]  # fmt: skip
     assert ISO_WITH_OFFSET.fullmatch(lines[1].split()[-1])
-    assert lines[2].split() == ["b-daily", "@daily", "Asia/Tokyo", "global", "t", "paused"]
+    assert lines[2].split() == ["b-daily", "@daily", "Asia/Tokyo", "global", "allow", "t", "paused"]
 
 
 def test_list_json_gives_every_field(db_url):
     add(db_url, "hourly", "--cron", "@hourly", "--type", "t", "--payload", '{"a": [1]}')
     [listed] = json.loads(schedule(db_url, "list", "--json").stdout)
     assert {k: listed[k] for k in ("name", "type", "cron", "timezone", "scope", "payload",
-                                   "catch_up", "enabled")} == {
+                                   "catch_up", "overlap", "overlap_skips", "enabled")} == {
         "name": "hourly", "type": "t", "cron": "@hourly", "timezone": "UTC", "scope": "global",
-        "payload": {"a": [1]}, "catch_up": "latest", "enabled": True,
+        "payload": {"a": [1]}, "catch_up": "latest", "overlap": "allow", "overlap_skips": 0,
+        "enabled": True,
     }  # fmt: skip
     next_fire = datetime.fromisoformat(listed["next_fire_at"])
     assert next_fire.minute == 0 and next_fire > datetime.fromisoformat(listed["created_at"])
@@ -295,6 +300,21 @@ def test_sync_adds_the_files_definitions(db_url, conn):
         ("per-tenant", "tenants.refresh", {}, "@hourly", "UTC", "tenant", 3, 2, "all", 5, True,
          True),
     ]  # fmt: skip
+
+
+def test_sync_sets_and_changes_the_overlap_policy(db_url, conn):
+    sync(db_url, FILE.replace('scope = "tenant"', 'scope = "tenant"\noverlap = "queue"'))
+    rows = conn.execute("SELECT name, overlap FROM job_definitions ORDER BY name").fetchall()
+    assert rows == [("nightly-report", "allow"), ("per-tenant", "queue")]
+    changed = sync(db_url, FILE.replace('scope = "tenant"', 'scope = "tenant"\noverlap = "skip"'))
+    assert "change    per-tenant  (overlap)" in changed.stdout
+
+
+def test_sync_refuses_an_unknown_overlap_policy(db_url, conn):
+    result = sync(db_url, FILE.replace('scope = "tenant"', 'scope = "tenant"\noverlap = "never"'))
+    assert result.exit_code == 2
+    assert "invalid overlap policy 'never': expected allow, skip or queue" in result.stderr
+    assert count(conn, "SELECT count(*) FROM job_definitions") == 0
 
 
 def test_sync_again_changes_nothing(db_url, conn):

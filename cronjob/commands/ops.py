@@ -65,13 +65,23 @@ def status(database_url: str | None, unclaimed_after: str, as_json: bool) -> Non
     with conn:
         overview = summarize(store.runs_snapshot(conn), tuple(store.job_type_pauses_list(conn)))
         schedules = store.definitions_list_schedules(conn)
+        health = _health(store.definitions_list_health(conn))
     if as_json:
-        click.echo(json.dumps(_status_dict(overview, schedules, after), indent=2))
+        click.echo(json.dumps(_status_dict(overview, schedules, after, health), indent=2))
     else:
-        _print_status(overview, schedules, after)
+        _print_status(overview, schedules, after, health)
 
 
-def _status_dict(overview: Any, schedules: list[Any], after: float) -> dict[str, Any]:
+def _health(rows: list[Any]) -> dict[str, Any]:
+    """Each schedule's staleness verdict, by name."""
+    from cronjob.staleness import assess
+
+    return {row.name: assess(row) for row in rows}
+
+
+def _status_dict(
+    overview: Any, schedules: list[Any], after: float, health: dict[str, Any]
+) -> dict[str, Any]:
     oldest = overview.oldest_due
     return {
         "now": overview.now.isoformat(),
@@ -119,13 +129,26 @@ def _status_dict(overview: Any, schedules: list[Any], after: float) -> dict[str,
                 "timezone": d.timezone,
                 "enabled": d.enabled,
                 "next_fire_at": iso(d.next_fire_at),
+                **_health_dict(health.get(d.name)),
             }
             for d in schedules
         ],
     }
 
 
-def _print_status(overview: Any, schedules: list[Any], after: float) -> None:
+def _health_dict(verdict: Any) -> dict[str, Any]:
+    if verdict is None:
+        return {}
+    return {
+        "last_success_at": iso(verdict.last_success_at),
+        "last_failure_at": iso(verdict.last_failure_at),
+        "stale": verdict.stale,
+    }
+
+
+def _print_status(
+    overview: Any, schedules: list[Any], after: float, health: dict[str, Any]
+) -> None:
     from cronjob.health import seconds_text
     from cronjob.models import Status
 
@@ -186,13 +209,23 @@ def _print_status(overview: Any, schedules: list[Any], after: float) -> None:
                   "load a handler for it?)")  # fmt: skip
     else:
         _fact("unclaimed types", "none")
+    stale = [v for v in health.values() if v.stale and v.enabled]
+    _fact(
+        "stale schedules",
+        "; ".join(v.detail for v in stale) if stale else "none",
+        problem=bool(stale),
+    )
     click.echo()
+    _print_schedules(schedules, overview.now)
+
+
+def _print_schedules(schedules: list[Any], now: Any) -> None:
     if not schedules:
         click.echo("no schedules")
         return
     click.echo(f"schedules ({len(schedules)}):")
     rows = [
-        (d.name, d.job_type, d.schedule, d.timezone, _next_fire(d, overview.now),
+        (d.name, d.job_type, d.schedule, d.timezone, _next_fire(d, now),
          "yes" if d.enabled else "paused")
         for d in schedules[:SCHEDULES_SHOWN]
     ]  # fmt: skip
@@ -303,6 +336,17 @@ def write_metrics(path: Path, text: str) -> None:
     metavar="N",
     help="Breached when more than N runs are dead (and not yet pruned).",
 )
+@click.option(
+    "--stale-schedules",
+    is_flag=True,
+    help="Breached when a schedule's due occurrences have not succeeded within its window "
+    "(its expect_within, or two intervals plus the lease); names each one.",
+)
+@click.option(
+    "--include-paused",
+    is_flag=True,
+    help="With --stale-schedules: look at paused schedules too.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing unless a threshold is breached.")
 @json_option
 def check(
@@ -310,6 +354,8 @@ def check(
     max_queue_age: str | None,
     max_stuck: int | None,
     max_dead: int | None,
+    stale_schedules: bool,
+    include_paused: bool,
     quiet: bool,
     as_json: bool,
 ) -> int:
@@ -324,12 +370,22 @@ def check(
     from cronjob.health import Thresholds, evaluate, summarize
 
     thresholds = Thresholds(_seconds(max_queue_age, "--max-queue-age"), max_stuck, max_dead)
-    if not thresholds.any:
-        raise BadInput("nothing to check: give --max-queue-age, --max-stuck and/or --max-dead")
+    if not thresholds.any and not stale_schedules:
+        raise BadInput(
+            "nothing to check: give --max-queue-age, --max-stuck, --max-dead "
+            "and/or --stale-schedules"
+        )
+    if include_paused and not stale_schedules:
+        raise BadInput("--include-paused applies to --stale-schedules only")
     conn = open_connection(database_url)
     with conn:
-        overview = summarize(store.runs_snapshot(conn), tuple(store.job_type_pauses_list(conn)))
-    findings = evaluate(overview, thresholds)
+        overview = None
+        if thresholds.any:
+            overview = summarize(store.runs_snapshot(conn), tuple(store.job_type_pauses_list(conn)))
+        health = store.definitions_list_health(conn) if stale_schedules else None
+    findings = evaluate(overview, thresholds) if overview is not None else []
+    if health is not None:
+        findings.append(_stale_finding(health, include_paused))
     breached = [f for f in findings if f.breached]
     if as_json:
         click.echo(json.dumps({
@@ -345,6 +401,19 @@ def check(
             if finding.breached or not quiet:
                 click.echo(printable(finding.line))
     return 1 if breached else 0
+
+
+def _stale_finding(rows: list[Any], include_paused: bool) -> Any:
+    from cronjob.health import Finding
+    from cronjob.staleness import stale_schedules
+
+    verdicts = stale_schedules(rows, include_paused=include_paused)
+    stale = [v for v in verdicts if v.stale]
+    if stale:
+        detail = f"{len(stale)} stale schedule(s): " + "; ".join(v.detail for v in stale)
+    else:
+        detail = f"{len(verdicts)} schedule(s) checked, none stale"
+    return Finding("stale-schedules", len(stale), 0, bool(stale), detail)
 
 
 # -- prune --------------------------------------------------------------------

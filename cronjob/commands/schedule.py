@@ -17,6 +17,7 @@ from cronjob.errors import BadInput
 
 UPCOMING_SHOWN = 5
 RECENT_RUNS_SHOWN = 10
+RECENT_SKIPS_SHOWN = 10
 
 
 @click.group()
@@ -67,6 +68,31 @@ def schedule() -> None:
 @click.option(
     "--catch-up-limit", metavar="N", help="With --catch-up all: at most this many (default 100)."
 )
+@click.option(
+    "--overlap",
+    type=click.Choice(["allow", "skip", "queue"]),
+    default="allow",
+    show_default=True,
+    help="While a run of this schedule (per tenant) is unfinished: start the next anyway, "
+    "skip it (recorded), or let one wait and skip the rest.",
+)
+@click.option(
+    "--expect-within",
+    metavar="DURATION",
+    help="`check --stale-schedules` breaches when a due occurrence has not succeeded within "
+    "this (default: two intervals of the schedule plus the lease).",
+)
+@click.option(
+    "--ping-url",
+    metavar="URL",
+    help="Check-in URL requested after each run of this schedule succeeds "
+    "(Healthchecks, Cronitor, ...).",
+)
+@click.option(
+    "--ping-failure-url",
+    metavar="URL",
+    help="Requested when a run is dead (default: the ping URL followed by /fail).",
+)
 @actor_option
 @reason_option
 def add(
@@ -81,6 +107,10 @@ def add(
     priority: str | None,
     catch_up: str,
     catch_up_limit: str | None,
+    overlap: str,
+    expect_within: str | None,
+    ping_url: str | None,
+    ping_failure_url: str | None,
     actor: str | None,
     reason: str | None,
 ) -> None:
@@ -99,6 +129,10 @@ def add(
         priority=priority,
         catch_up=catch_up,
         catch_up_limit=catch_up_limit,
+        overlap=overlap,
+        expect_within=expect_within,
+        ping_url=ping_url,
+        ping_failure_url=ping_failure_url,
     )
     conn = open_connection(database_url)
     with conn, conn.transaction():
@@ -129,8 +163,11 @@ def list_schedules(database_url: str | None, as_json: bool) -> None:
     if not found:
         click.echo("No schedules. Add one with `jobrunner schedule add` or `schedule sync FILE`.")
         return
-    rows = [(d.name, d.schedule, d.timezone, d.scope, d.job_type, _next_run(d)) for d in found]
-    table(("NAME", "SCHEDULE", "TIMEZONE", "SCOPE", "TYPE", "NEXT RUN"), rows)
+    rows = [
+        (d.name, d.schedule, d.timezone, d.scope, d.overlap, d.job_type, _next_run(d))
+        for d in found
+    ]
+    table(("NAME", "SCHEDULE", "TIMEZONE", "SCOPE", "OVERLAP", "TYPE", "NEXT RUN"), rows)
 
 
 @schedule.command()
@@ -146,6 +183,9 @@ def show(name: str, database_url: str | None, as_json: bool) -> None:
         found = definitions.get(conn, name)
         counts = store.definition_runs_count_by_status(conn, found.id)
         recent = store.definition_runs_list_recent(conn, found.id, limit=RECENT_RUNS_SHOWN)
+        skips = store.definition_skips_list_recent(conn, found.id, limit=RECENT_SKIPS_SHOWN)
+        health = _verdict(store.definitions_list_health(conn), name)
+        latest = store.definition_runs_count_latest_occurrence(conn, found.id)
     upcoming, problem = _upcoming(found)
     local = _in_zone(found.timezone)
     if as_json:
@@ -158,6 +198,19 @@ def show(name: str, database_url: str | None, as_json: bool) -> None:
             {"id": r.id, "tenant_id": r.tenant_id, "scheduled_for": local(r.scheduled_for),
              "status": r.status.value, "attempts": r.attempts}
             for r in recent
+        ]  # fmt: skip
+        shown["health"] = {
+            "stale": health.stale, "window_seconds": health.window,
+            "last_success_at": iso(health.last_success_at),
+            "last_failure_at": iso(health.last_failure_at),
+            "last_failure_error": health.last_failure_error,
+            "latest_occurrence": local(latest[0]) if latest[0] else None,
+            "latest_occurrence_runs": {s.value: n for s, n in latest[1].items()},
+        }  # fmt: skip
+        shown["recent_skips"] = [
+            {"tenant_id": k.tenant_id, "scheduled_for": local(k.scheduled_for),
+             "reason": k.reason, "skipped_at": local(k.created_at)}
+            for k in skips
         ]  # fmt: skip
         click.echo(json.dumps(shown, indent=2))
         return
@@ -172,6 +225,10 @@ def show(name: str, database_url: str | None, as_json: bool) -> None:
         ("priority", str(found.priority)),
         ("catch-up", found.catch_up + (f" (at most {found.catch_up_limit})"
                                        if found.catch_up == "all" else "")),
+        ("overlap", f"{found.overlap} ({found.overlap_skips} skipped so far)"),
+        ("health", _health_line(health)),
+        ("latest occurrence", _latest_line(latest, local)),
+        ("check-in ping", found.ping_url or "none"),
         ("materialized through", local(found.materialized_through)),
         ("next runs", "\n".join(local(t) for t in upcoming) or problem or "none (paused)"),
         ("runs", ", ".join(f"{n} {s.value}" for s, n in sorted(counts.items())) or "none yet"),
@@ -190,6 +247,42 @@ def show(name: str, database_url: str | None, as_json: bool) -> None:
                 f"{run.id:>8}  {local(run.scheduled_for):<25}  {tenant:<16}  "
                 f"{run.status.value:<10}  {run.attempts}"
             )
+    _echo_skips(skips, local)
+
+
+def _verdict(rows: list[Any], name: str) -> Any:
+    from cronjob.staleness import assess
+
+    return assess(next(row for row in rows if row.name == name))
+
+
+def _health_line(verdict: Any) -> str:
+    state = "STALE" if verdict.stale else "ok"
+    success = (
+        f"last success {iso(verdict.last_success_at)}"
+        if verdict.last_success_at
+        else ("no success yet")
+    )
+    failure = f", last failure {iso(verdict.last_failure_at)}" if verdict.last_failure_at else ""
+    return f"{state}: {success}{failure}"
+
+
+def _latest_line(latest: tuple[Any, dict[Any, int]], local: Any) -> str:
+    """The newest occurrence's runs by status: for a tenant-scoped schedule, its tenants."""
+    scheduled_for, counts = latest
+    if scheduled_for is None:
+        return "no runs yet"
+    runs = ", ".join(f"{n} {s.value}" for s, n in sorted(counts.items()))
+    return f"{local(scheduled_for)}: {runs}"
+
+
+def _echo_skips(skips: list[Any], local: Any) -> None:
+    if not skips:
+        return
+    click.echo("\nrecent skips:")
+    click.echo(f"{'SCHEDULED FOR':<25}  {'TENANT':<16}  REASON")
+    for skip in skips:
+        click.echo(f"{local(skip.scheduled_for):<25}  {skip.tenant_id or '-':<16}  {skip.reason}")
 
 
 @schedule.command()
@@ -272,6 +365,9 @@ def sync(
     max_attempts = 5                  # default: the handler's
     priority = 0
     catch_up = "latest"               # or "all" (with catch_up_limit, default 100), "none"
+    overlap = "allow"                 # or "skip", "queue" (while a run is unfinished)
+    expect_within = "2h"              # default: two intervals plus the lease
+    ping_url = "https://hc-ping.com/UUID"  # called on success; ping_failure_url when dead
     enabled = true                    # leave out to keep a paused schedule paused
 
     The whole file is checked before anything is written; one bad entry rejects it.
@@ -403,7 +499,9 @@ def _definition_json(d: Any) -> dict[str, Any]:
         "id": d.id, "name": d.name, "type": d.job_type, "cron": d.schedule,
         "timezone": d.timezone, "scope": d.scope, "payload": d.payload,
         "max_attempts": d.max_attempts, "priority": d.priority, "catch_up": d.catch_up,
-        "catch_up_limit": d.catch_up_limit, "enabled": d.enabled,
+        "catch_up_limit": d.catch_up_limit, "overlap": d.overlap,
+        "overlap_skips": d.overlap_skips, "expect_within": d.expect_within,
+        "ping_url": d.ping_url, "ping_failure_url": d.ping_failure_url, "enabled": d.enabled,
         "materialized_through": iso(d.materialized_through),
         "next_fire_at": iso(d.next_fire_at), "created_at": iso(d.created_at),
         "updated_at": iso(d.updated_at),

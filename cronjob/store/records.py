@@ -28,9 +28,12 @@ from cronjob.models import (
     DefinitionSpec,
     DueDefinition,
     DurationSummary,
+    PingTarget,
     Run,
     RunCell,
     RunSnapshot,
+    ScheduleHealthRow,
+    ScheduleSkip,
     Selection,
     SelectionCount,
     Status,
@@ -212,8 +215,8 @@ def _claimed_runs(rows: list[Sequence[Any]], token: UUID) -> list[ClaimedRun]:
     decode = _decode_payload
     try:
         return [
-            ClaimedRun(run_id, job_type, decode(payload), tenant, due, attempt, final, token)
-            for run_id, job_type, payload, tenant, due, attempt, final in rows
+            ClaimedRun(id_, type_, decode(payload), tenant, due, attempt, final, token, schedule)
+            for id_, type_, payload, tenant, due, attempt, final, schedule in rows
         ]
     except (RecursionError, ValueError):
         # A payload written by someone else's SQL may be valid JSON that Python cannot
@@ -221,8 +224,10 @@ def _claimed_runs(rows: list[Sequence[Any]], token: UUID) -> list[ClaimedRun]:
         # own run only, never the runs claimed beside it.
         readable = _payload_or_unreadable
         return [
-            ClaimedRun(run_id, job_type, readable(payload), tenant, due, attempt, final, token)
-            for run_id, job_type, payload, tenant, due, attempt, final in rows
+            ClaimedRun(
+                run_id, job_type, readable(payload), tenant, due, attempt, final, token, schedule
+            )
+            for run_id, job_type, payload, tenant, due, attempt, final, schedule in rows
         ]
 
 
@@ -719,6 +724,8 @@ def _spec_params(spec: DefinitionSpec) -> dict[str, Any]:
         "schedule": spec.schedule, "timezone": spec.timezone, "scope": spec.scope,
         "max_attempts": spec.max_attempts, "priority": spec.priority,
         "catch_up": spec.catch_up, "catch_up_limit": spec.catch_up_limit,
+        "overlap": spec.overlap, "expect_within": spec.expect_within,
+        "ping_url": spec.ping_url, "ping_failure_url": spec.ping_failure_url,
     }  # fmt: skip
 
 
@@ -739,6 +746,16 @@ def definition_delete(conn: Any, definition_id: int) -> None:
 def definition_runs_count_by_status(conn: Any, definition_id: int) -> dict[Status, int]:
     rows = conn.execute(queries.DEFINITION_RUNS_COUNT_BY_STATUS, {"id": definition_id}).fetchall()
     return {Status(status): number for status, number in rows}
+
+
+def definition_runs_count_latest_occurrence(
+    conn: Any, definition_id: int
+) -> tuple[datetime | None, dict[Status, int]]:
+    """The newest occurrence that has runs, and its runs counted by status."""
+    rows = conn.execute(
+        queries.DEFINITION_RUNS_COUNT_LATEST_OCCURRENCE, {"id": definition_id}
+    ).fetchall()
+    return (rows[0][0] if rows else None), {Status(status): n for _, status, n in rows}
 
 
 def definition_runs_list_recent(
@@ -820,6 +837,63 @@ def runs_materialize_tenants(
     # The tenant query is the operator's own SQL: `%` in it must not read as a placeholder.
     sql = template.replace("{tenants_sql}", tenants_sql.replace("%", "%%"))
     return conn.execute(sql, params).rowcount
+
+
+SKIPS_KEPT = 1000  # recorded skips kept per definition, the newest
+
+# Room per schedule and tenant for unfinished runs under each overlap policy.
+_OVERLAP_CAPACITY = {"skip": 1, "queue": 2}
+_OVERLAP_REASON = {
+    "skip": "overlap skip: the previous run had not finished",
+    "queue": "overlap queue: a run was already waiting behind the unfinished one",
+}
+
+
+def runs_materialize_exclusive(
+    conn: Any, advance: Advance, *, tenants_sql: str | None, now: datetime
+) -> tuple[int, int]:
+    """Create the runs of a definition under overlap policy skip or queue; record the rest.
+
+    Global when `tenants_sql` is None, else one key per tenant. Returns (created, skipped).
+    Call while holding the definition's row lock (as materializing does).
+    """
+    policy = advance.definition.overlap
+    if tenants_sql is None:
+        keys = queries.RUNS_MATERIALIZE_EXCLUSIVE_GLOBAL_KEYS
+    else:
+        # The tenant query is the operator's own SQL: `%` in it must not read as a placeholder.
+        keys = queries.RUNS_MATERIALIZE_EXCLUSIVE_TENANT_KEYS.replace(
+            "{tenants_sql}", tenants_sql.replace("%", "%%")
+        )
+    params = {
+        "id": advance.definition.id,
+        "scheduled_fors": list(advance.scheduled_fors),
+        "capacity": _OVERLAP_CAPACITY[policy],
+        "reason": _OVERLAP_REASON[policy],
+        "keep": SKIPS_KEPT,
+        "now": now,
+    }
+    sql = queries.RUNS_MATERIALIZE_EXCLUSIVE.replace("{keys_sql}", keys)
+    created, skipped, _, _ = conn.execute(sql, params).fetchone()
+    return int(created), int(skipped)
+
+
+def definitions_list_ping_targets(conn: Any) -> dict[int, PingTarget]:
+    cursor = conn.cursor(row_factory=class_row(PingTarget))
+    return {t.definition_id: t for t in cursor.execute(queries.DEFINITIONS_LIST_PING_TARGETS)}
+
+
+def definitions_list_health(conn: Any, *, now: datetime | None = None) -> list[ScheduleHealthRow]:
+    cursor = conn.cursor(row_factory=class_row(ScheduleHealthRow))
+    return cursor.execute(queries.DEFINITIONS_LIST_HEALTH, {"now": now}).fetchall()
+
+
+def definition_skips_list_recent(
+    conn: Any, definition_id: int, *, limit: int
+) -> list[ScheduleSkip]:
+    cursor = conn.cursor(row_factory=class_row(ScheduleSkip))
+    params = {"id": definition_id, "limit": limit}
+    return cursor.execute(queries.DEFINITION_SKIPS_LIST_RECENT, params).fetchall()
 
 
 def definitions_lock_for_sync(conn: Any, *, wait: bool = True) -> bool:

@@ -89,7 +89,27 @@ class BusyTick:
             # otherwise pays for every few thousand runs.
             gc.freeze()
         options = self.options
+        self._start_pings()
         leases = LeaseKeeper(self.handlers, lease=options.lease, now=options.now, log=self.log)
+        try:
+            self._drain(leases, deadline)
+        finally:
+            if self.tally.pinger is not None:
+                self.tally.pinger.close()
+
+    def _start_pings(self) -> None:
+        """Which schedules check in, asked once; with none, the tick builds no pinger."""
+        try:
+            targets = self.connection.run("pings", store.definitions_list_ping_targets)
+        except (StatementFailed, ReconnectFailed):
+            return  # the drain meets the same database next and handles it; pings never stop it
+        if targets:
+            from cronjob.tick.pings import Pinger
+
+            self.tally.pinger = Pinger(targets, self.log)
+
+    def _drain(self, leases: LeaseKeeper, deadline: float) -> None:
+        options = self.options
         # Async handlers' runs wait on the event loop, not for a thread: room for them too.
         places = options.concurrency + (
             options.async_concurrency if any(s.is_async for s in self.handlers.values()) else 0

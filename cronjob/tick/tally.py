@@ -13,12 +13,15 @@ batch's "run finished" lines are written together, one `write` for the lot.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cronjob.errors import ConnectionLost
 from cronjob.log import log_many
 from cronjob.models import ClaimedRun, Decision, Errored, Status
 from cronjob.report import SUMMARY_IDS, TickReport
+
+if TYPE_CHECKING:
+    from cronjob.tick.pings import Pinger
 
 Line = tuple[str, str, dict[str, Any]]  # level, event, fields
 
@@ -29,21 +32,28 @@ class Tally:
     def __init__(self, report: TickReport, log: Any) -> None:
         self.report = report
         self.log = log
+        # Told each outcome once it is committed, when some schedule checks in (pings.py).
+        self.pinger: Pinger | None = None
 
     def finalized(self, decisions: Sequence[Decision], kept: set[int]) -> None:
         """Decisions were written; the runs not in `kept` had lost their lease."""
         lines: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        pinger = self.pinger
         for decision in decisions:
             status = decision.status if decision.run.id in kept else None
             level, event, fields = self._count(status, decision.run, decision.duration,
                                                decision.error)  # fmt: skip
             lines.setdefault((level, event), []).append(fields)
+            if pinger is not None and status is not None:
+                pinger.committed(decision.run, status)
         for (level, event), records in lines.items():
             log_many(self.log, level, event, records)
 
     def committed_by_handler(self, run: ClaimedRun, duration: float, kept: bool) -> None:
         """The handler's `ctx.db` commit recorded the success (or matched no row: lost)."""
         self._write(self._count(Status.SUCCEEDED if kept else None, run, duration))
+        if kept and self.pinger is not None:
+            self.pinger.committed(run, Status.SUCCEEDED)
 
     def lost(self, run: ClaimedRun, ran: float, because: str) -> None:
         self._write(self._count(None, run, ran, because=because))
