@@ -17,11 +17,14 @@ import asyncio
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from concurrent.futures import Future
+from datetime import datetime
 from typing import Any
 
-from cronjob.models import Outcome
+from cronjob.models import Outcome, Succeeded
+from cronjob.tick.execute import commit_success_async, errored, execute_async
+from cronjob.tick.pool import Result
 
 BEAT = 0.25
 LAG_WARNING = 1.0  # seconds the loop may fall behind before the run holding it is named
@@ -35,12 +38,18 @@ class AsyncExecutor:
         limit: int,
         *,
         start: Callable[[Any], bool],
-        run: Callable[[Any], Awaitable[Outcome]],
-        finish: Callable[[Any, Outcome, float], Awaitable[None]],
+        done_with: Callable[[Any], bool],
+        deliver: Callable[[Any], None],
+        worker: str,
+        now: datetime | None,
     ) -> None:
+        # The pool's own state changes (QUEUED → STARTED, STARTED → DONE) and its
+        # results queue: the executor runs handlers, the pool keeps their state.
         self._start = start
-        self._run_handler = run
-        self._finish = finish
+        self._done_with = done_with
+        self._deliver = deliver
+        self._worker = worker
+        self._now = now
         self._loop = asyncio.new_event_loop()
         self._places = asyncio.Semaphore(limit)
         self._futures: dict[int, Future[None]] = {}
@@ -93,8 +102,25 @@ class AsyncExecutor:
             if not self._start(flight):
                 return  # handed back or lost before it got a place
             started = flight.started
-            outcome = await self._run_handler(flight)
+            outcome = await execute_async(flight.spec, flight.run, flight.ctx)
             await self._finish(flight, outcome, time.monotonic() - started)
+
+    async def _finish(self, flight: Any, outcome: Outcome, duration: float) -> None:
+        """What a worker thread does after `execute`, on the loop: commit, close, deliver."""
+        result, ctx = Result(flight, outcome, duration), flight.ctx
+        try:
+            if self._done_with(flight) and ctx.used_db and isinstance(outcome, Succeeded):
+                commit = commit_success_async(
+                    flight.run, ctx, duration, worker=self._worker, now=self._now
+                )
+                try:
+                    result.kept, result.finalized = await commit, True
+                except Exception as exc:
+                    # A failed attempt, fenced like any other (as in the pool's threads).
+                    result.outcome = errored(exc)
+        finally:
+            await ctx.aclose()
+        self._deliver(result)
 
 
 _EXECUTE_CODE = AsyncExecutor._execute.__code__

@@ -41,13 +41,7 @@ from typing import TYPE_CHECKING, Any
 from cronjob.context import AsyncJobContext, JobContext
 from cronjob.handlers import HandlerSpec
 from cronjob.models import ClaimedRun, Outcome, Succeeded
-from cronjob.tick.execute import (
-    commit_success,
-    commit_success_async,
-    errored,
-    execute,
-    execute_async,
-)
+from cronjob.tick.execute import commit_success, errored, execute
 
 if TYPE_CHECKING:
     from cronjob.tick.aio import AsyncExecutor
@@ -242,11 +236,9 @@ class Pool:
             from cronjob.tick.aio import AsyncExecutor
 
             self._async = AsyncExecutor(
-                self.async_concurrency,
-                start=self._start,
-                run=lambda f: execute_async(f.spec, f.run, f.ctx),
-                finish=self._finish_async,
-            )
+                self.async_concurrency, start=self._start, done_with=self._done_with,
+                deliver=self._done.put, worker=self._worker, now=self._now,
+            )  # fmt: skip
         return self._async
 
     def _take(self, flight: Flight) -> bool:
@@ -319,23 +311,6 @@ class Pool:
                 return False
             flight.state = FlightState.DONE
             return True
-
-    async def _finish_async(self, flight: Flight, outcome: Outcome, duration: float) -> None:
-        """An async handler returned: what a worker thread does after `execute`, on the loop."""
-        result, ctx = Result(flight, outcome, duration), flight.ctx
-        assert isinstance(ctx, AsyncJobContext)
-        try:
-            if self._done_with(flight) and ctx.used_db and isinstance(outcome, Succeeded):
-                commit = commit_success_async(
-                    flight.run, ctx, duration, worker=self._worker, now=self._now
-                )
-                try:
-                    result.kept, result.finalized = await commit, True
-                except Exception as exc:
-                    result.outcome = errored(exc)  # as below
-        finally:
-            await ctx.aclose()
-        self._done.put(result)
 
     def _finish_in_handler_transaction(self, result: Result) -> None:
         """Record success in the handler's own transaction, or leave its writes to roll back.
