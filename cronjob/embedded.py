@@ -10,14 +10,18 @@ when its path is short enough for a socket, else a directory jobrunner creates
 it exists already. jobrunner runs the server binaries of the `embedded` extra
 itself: it changes the mode of no directory it did not create and adds no OS
 user. PostgreSQL refuses to run as root, so as root the embedded server is
-refused, with a one-line error.
+refused, with a one-line error; only the demo runs as root, on a throwaway server
+(`throwaway_server`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from cronjob.errors import DatabaseUnavailable
 
@@ -169,7 +173,7 @@ def _start(pgdata: Path) -> str:
         os.close(lock)
 
 
-def _run(*command: str | Path, pgdata: Path) -> None:
+def _run(*command: str | Path, pgdata: Path, **as_account: Any) -> None:
     import subprocess
     import tempfile
 
@@ -183,6 +187,7 @@ def _run(*command: str | Path, pgdata: Path) -> None:
                 stderr=errors,
                 timeout=START_TIMEOUT + 30,
                 check=False,
+                **as_account,
             )
         except (OSError, subprocess.SubprocessError) as exc:
             raise DatabaseUnavailable(
@@ -198,3 +203,60 @@ def _run(*command: str | Path, pgdata: Path) -> None:
     raise DatabaseUnavailable(
         f"cannot start the embedded PostgreSQL server in {pgdata}: {detail}{with_log}"
     )
+
+
+# The account a root demo's throwaway server runs as: it exists on every system, owns
+# nothing, and jobrunner need not create an account of its own.
+THROWAWAY_ACCOUNT = "nobody"
+
+
+@contextlib.contextmanager
+def throwaway_server() -> Iterator[str]:
+    """As root, for the demo: a server of its own as the account nobody, gone when it ends.
+
+    Everything it uses sits in a private temporary directory jobrunner creates and then
+    gives to that account: a copy of the extra's binaries (root's home is usually closed
+    to other accounts), the data, and the 0700 socket; no TCP address. Only root and
+    that account can reach it, for the few seconds the demo runs, and it holds nothing
+    but the demo's runs. Yields its URL.
+    """
+    import pwd
+    import shutil
+    import tempfile
+
+    try:
+        account = pwd.getpwnam(THROWAWAY_ACCOUNT)
+    except KeyError:
+        raise DatabaseUnavailable(
+            "as root the demo runs its server as the account 'nobody', which this system "
+            "lacks: run the demo as a user that is not root"
+        ) from None
+    home = Path(tempfile.mkdtemp(prefix="jobrunner-demo-"))
+    as_account = {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
+    try:
+        # The binaries find their libraries relative to themselves: the package's layout
+        # is kept, the headers left out.
+        package = _binaries().parent.parent
+        copy = home / "site" / package.name / "pginstall"
+        for part in ("bin", "lib", "share"):
+            shutil.copytree(package / "pginstall" / part, copy / part, symlinks=True)
+        libs = package.parent / f"{package.name}.libs"
+        if libs.is_dir():
+            shutil.copytree(libs, home / "site" / libs.name, symlinks=True)
+        for path in (home, *home.rglob("*")):
+            os.chown(path, account.pw_uid, account.pw_gid, follow_symlinks=False)
+        bindir, pgdata = copy / "bin", home / "data"
+        _run(bindir / "initdb", "-D", pgdata, "-U", "postgres", "--auth=trust",
+             "--encoding=UTF8", "--no-instructions", "--no-sync", pgdata=pgdata,
+             **as_account)  # fmt: skip
+        options = f"{SOCKET_OPTIONS} -k {home} -c fsync=off"
+        _run(bindir / "pg_ctl", "-D", pgdata, "-l", pgdata / "server.log", "-o", options,
+             "-w", "-t", str(START_TIMEOUT), "start", pgdata=pgdata, **as_account)  # fmt: skip
+        try:
+            yield _uri(str(home), "postgres")
+        finally:
+            with contextlib.suppress(DatabaseUnavailable):
+                _run(bindir / "pg_ctl", "-D", pgdata, "-m", "immediate", "-w", "stop",
+                     pgdata=pgdata, **as_account)  # fmt: skip
+    finally:
+        shutil.rmtree(home, ignore_errors=True)

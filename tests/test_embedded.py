@@ -54,7 +54,7 @@ def test_as_root_the_embedded_server_is_refused_in_one_line_and_nothing_changes(
     watched = _ancestors(data, Path.home(), embedded._binaries())
     before, users = _modes(watched), Path("/etc/passwd").read_text()
     try:
-        for command in (["status"], ["demo"], ["list"]):
+        for command in (["status"], ["list"]):
             result = _jobrunner(*command, env=_bare_env(Path.home(), JOBRUNNER_DATA_DIR=str(data)),
                                 cwd=tmp_path)  # fmt: skip
             assert result.returncode == 1, result.stderr
@@ -63,6 +63,26 @@ def test_as_root_the_embedded_server_is_refused_in_one_line_and_nothing_changes(
         assert not data.exists()
         assert _modes(watched) == before
         assert Path("/etc/passwd").read_text() == users
+    finally:
+        shutil.rmtree(data.parent, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the demo's throwaway server is for root")
+def test_as_root_the_demo_runs_on_a_throwaway_server_and_leaves_nothing_behind(tmp_path):
+    data = Path(tempfile.mkdtemp(prefix="jr-root-")) / "jobrunner"
+    watched = _ancestors(data, Path.home(), embedded._binaries())
+    before, users = _modes(watched), Path("/etc/passwd").read_text()
+    leftovers = set(Path(tempfile.gettempdir()).glob("jobrunner-demo-*"))
+    try:
+        env = _bare_env(Path.home(), JOBRUNNER_DATA_DIR=str(data))
+        result = _jobrunner("demo", env=env, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert "demo.flaky   failed" in result.stdout
+        assert "throwaway server is gone" in result.stdout
+        assert not data.exists()  # not the embedded server's data directory
+        assert set(Path(tempfile.gettempdir()).glob("jobrunner-demo-*")) == leftovers
+        assert _modes(watched) == before
+        assert Path("/etc/passwd").read_text() == users  # no account added
     finally:
         shutil.rmtree(data.parent, ignore_errors=True)
 

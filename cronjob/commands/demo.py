@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import contextlib
+import os
 from datetime import UTC
 from typing import Any
 
@@ -30,12 +32,7 @@ def demo(write_configured: bool, database_url: str | None, handlers: str | None)
     tenant-scoped one a run per tenant. Only the demo's own schedules are
     materialized, and they are removed afterwards (their runs stay).
     """
-    from cronjob import store
-    from cronjob.api import enqueue
-    from cronjob.commands import load_handlers, open_database
-    from cronjob.demo import DEMO_TENANTS_SQL
-    from cronjob.handlers import registry
-    from cronjob.tick import TickOptions, run_tick
+    from cronjob.commands import load_handlers
 
     if database_url and not write_configured:
         raise BadInput(
@@ -44,9 +41,52 @@ def demo(write_configured: bool, database_url: str | None, handlers: str | None)
         )
     settings = Settings.build(database_url, handlers)
     load_handlers(settings)
-    if not write_configured:
-        _require_embedded_server()
-    database, conn = open_database(settings, embedded_only=not write_configured)
+    with contextlib.ExitStack() as stack:
+        database, conn, throwaway = _demo_database(stack, settings, write_configured)
+        _run_demo(database, conn, leave_nothing_due=write_configured)
+    if throwaway:
+        click.echo("\nThe demo's throwaway server is gone with its runs (it ran as root).")
+    else:
+        click.echo(
+            "\nNext: `jobrunner show ID` explains a run, `jobrunner retry ID` brings a dead one "
+            "back."
+        )
+
+
+def _demo_database(
+    stack: contextlib.ExitStack, settings: Settings, write_configured: bool
+) -> tuple[Any, Any, bool]:
+    """Where the demo runs, connected and migrated; True when it is a throwaway server.
+
+    As root the embedded server is refused (PostgreSQL will not run as root): the demo,
+    which keeps nothing, runs on a throwaway server of its own instead.
+    """
+    from cronjob.commands import Database, open_database
+
+    if write_configured:
+        return (*open_database(settings), False)
+    _require_embedded_server()
+    if os.geteuid() != 0:
+        return (*open_database(settings, embedded_only=True), False)
+    from cronjob import embedded, log, migrate
+
+    database = Database(stack.enter_context(embedded.throwaway_server()), "throwaway")
+    conn = stack.enter_context(database.connect())
+    migrate.apply(conn)
+    log.info(
+        "running as root: the demo runs on a throwaway server, as the account nobody, "
+        "removed when it ends"
+    )
+    return database, conn, True
+
+
+def _run_demo(database: Any, conn: Any, *, leave_nothing_due: bool) -> None:
+    from cronjob import store
+    from cronjob.api import enqueue
+    from cronjob.demo import DEMO_TENANTS_SQL
+    from cronjob.handlers import registry
+    from cronjob.tick import TickOptions, run_tick
+
     with conn:
         scheduled = _define_schedules(conn)
         ids = [
@@ -71,8 +111,6 @@ def demo(write_configured: bool, database_url: str | None, handlers: str | None)
         )  # fmt: skip
         ids += store.runs_list_ids_by_definition(conn, scheduled)
         _remove_schedules(conn)
-        # Nothing of the demo's stays due for ticks that have no demo handlers.
-        store.runs_cancel_many(conn, ids)
         click.echo(
             f"\nTick done: materialized {report.materialized} scheduled runs, "
             f"claimed {report.claimed}, succeeded {report.succeeded}, "
@@ -94,9 +132,11 @@ def demo(write_configured: bool, database_url: str | None, handlers: str | None)
                 f"{run.id:>6}  {run.job_type:<12} {run.status.value:<10} "
                 f"{run.attempts}/{run.max_attempts:<6}  {story or 'ran once, fine'}"
             )
-    click.echo(
-        "\nNext: `jobrunner show ID` explains a run, `jobrunner retry ID` brings a dead one back."
-    )
+        if leave_nothing_due:
+            # On a database of the app's own, nothing of the demo's stays due for ticks
+            # that have no demo handlers.
+            store.runs_cancel_many(conn, ids)
+            click.echo("\nThe demo's unfinished runs are cancelled: nothing of it stays due here.")
 
 
 DEMO_SCHEDULES = (
