@@ -26,7 +26,8 @@ from cronjob.settings import Settings
 def demo(write_configured: bool, database_url: str | None, handlers: str | None) -> None:
     """The quickstart: enqueue example jobs, define schedules, tick, and show what happened.
 
-    Runs on the embedded PostgreSQL server, never on a configured database unless
+    Runs on the embedded PostgreSQL server (as root, on a throwaway server run as
+    the account nobody, removed afterwards), never on a configured database unless
     --write-to-configured-database says so. One job succeeds, one fails and
     succeeds on its retry, two go dead; a global schedule makes one run and a
     tenant-scoped one a run per tenant. Only the demo's own schedules are
