@@ -159,3 +159,65 @@ def test_enqueue_async_joins_the_callers_transaction(db_url, conn):
     assert run_row(conn, kept).status == "queued"
     assert asyncio.run(enqueue_then(True, key="order:1")) == kept  # the same piece of work
     assert count(conn, "SELECT count(*) FROM job_runs") == 1
+
+
+# -- real tick processes --------------------------------------------------------
+
+
+def _start(db_url: str, exec_log: Any, *args: str) -> Any:
+    from tests.conftest import jobrunner_process
+
+    return jobrunner_process(
+        "tick", "--database-url", db_url, "--handlers", "tests.handlers.aio", "--json", *args,
+        env={"JOBRUNNER_TEST_EXEC_LOG": str(exec_log)},
+    )  # fmt: skip
+
+
+def _wait_for_line(path: Any, word: str, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not (path.exists() and word in path.read_text()):
+        assert time.monotonic() < deadline, f"no {word!r} in the execution log"
+        time.sleep(0.02)
+
+
+def test_a_tick_killed_after_an_async_handlers_write_leaves_neither_write_nor_success(
+    effects_db, conn, tmp_path
+):
+    import signal
+
+    exec_log = tmp_path / "executions.log"
+    run_id = enqueue(conn, "aio.writes_then_waits", {"key": "k"})
+    victim = _start(effects_db, exec_log)
+    _wait_for_line(exec_log, "wrote")
+
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(10)
+
+    assert count(conn, "SELECT count(*) FROM effect_rows") == 0
+    assert run_row(conn, run_id).status == "running"  # until its lease expires
+
+
+def test_sigterm_hands_back_running_coroutines_past_the_grace_attempt_not_counted(
+    db_url, conn, tmp_path
+):
+    import json
+    import signal
+
+    exec_log = tmp_path / "executions.log"
+    ids = [enqueue(conn, "aio.sleeps", {"seconds": 30}) for _ in range(3)]
+    tick_process = _start(db_url, exec_log, "--grace", "0.5s")
+    deadline = time.monotonic() + 20
+    while not exec_log.exists() or len(exec_log.read_text().splitlines()) < 3:
+        assert time.monotonic() < deadline, "the coroutines did not start"
+        time.sleep(0.02)
+
+    tick_process.send_signal(signal.SIGTERM)
+    out, err = tick_process.communicate(timeout=30)
+
+    assert tick_process.returncode == 0, err[-2000:]
+    summary = json.loads(out)
+    assert summary["stopped_by"] == "SIGTERM" and sorted(summary["handed_back_ids"]) == ids
+    for run_id in ids:
+        run = run_row(conn, run_id)
+        assert (run.status, run.attempts, run.locked_by) == ("queued", 0, None)
+    assert count(conn, "SELECT count(*) FROM job_attempts") == 0

@@ -4,22 +4,31 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
+
 from tests.conftest import count, jobrunner_process
 
 JOBS = 5000
 TICKS = 8
 
 
-def test_eight_concurrent_ticks_execute_each_of_5000_jobs_exactly_once(db_url, conn, tmp_path):
+@pytest.mark.parametrize(
+    ("job_type", "handlers"),
+    [("test.ok", "tests.handlers.basic"), ("aio.recorded", "tests.handlers.aio")],
+    ids=["plain", "async"],
+)
+def test_eight_concurrent_ticks_execute_each_of_5000_jobs_exactly_once(
+    db_url, conn, tmp_path, job_type, handlers
+):
     conn.execute(
         "INSERT INTO job_runs (job_type, payload)"
-        " SELECT 'test.ok', jsonb_build_object('i', i) FROM generate_series(1, %s) AS i",
-        [JOBS],
+        " SELECT %s, jsonb_build_object('i', i) FROM generate_series(1, %s) AS i",
+        [job_type, JOBS],
     )
     exec_log = tmp_path / "executions.log"
     ticks = [
         jobrunner_process(
-            "tick", "--database-url", db_url, "--handlers", "tests.handlers.basic",
+            "tick", "--database-url", db_url, "--handlers", handlers,
             "--concurrency", "4", "--batch-size", "50", "--max-runtime", "120s",
             env={"JOBRUNNER_TEST_EXEC_LOG": str(exec_log)},
         )

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from cronjob import Fail, Retry, enqueue_async, handler
+from tests import exec_log
 
 # What the handlers saw, for the tests to read (in-process ticks only).
 seen: dict[str, Any] = {}
@@ -87,3 +88,29 @@ async def effect(ctx: Any, payload: Any) -> None:
         raise RuntimeError("failed after writing")
     if payload.get("at_most_once"):
         assert await ctx.at_most_once(payload["at_most_once"])
+
+
+@handler("aio.recorded")
+async def recorded(ctx: Any, payload: Any) -> None:
+    """Notes each execution outside the database, for real tick processes."""
+    await asyncio.sleep(0)
+    exec_log.record(ctx)
+
+
+@handler("aio.sleeps")
+async def sleeps(ctx: Any, payload: Any) -> None:
+    exec_log.record(ctx)
+    await asyncio.sleep(payload["seconds"])
+    exec_log.record(ctx, "returned")
+
+
+@handler("aio.writes_then_waits", lease="30s")
+async def writes_then_waits(ctx: Any, payload: Any) -> None:
+    """Writes through ctx.db, then waits (a test kills the process meanwhile) before returning."""
+    db = await ctx.db
+    await db.execute(
+        "INSERT INTO effect_rows (key, run_id, attempt) VALUES (%s, %s, %s)",
+        (payload["key"], ctx.run_id, ctx.attempt),
+    )
+    exec_log.record(ctx, "wrote")
+    await asyncio.sleep(payload.get("seconds", 30))
