@@ -323,6 +323,56 @@ def memory_table(report: Report) -> tuple[Table, str]:
     return (headers, body), legend
 
 
+def _jobs_per_second(row: Row | None) -> float | None:
+    if row is None or not row.ok or not row.median:
+        return None
+    return row.extra["n"] / row.median
+
+
+def _async_vs(row: Row, rows: list[Row]) -> str:
+    """This case's jobs/s over each compared case's, e.g. `2.10x vs 4 threads`."""
+    mine = _jobs_per_second(row)
+    parts = []
+    for name in row.extra.get("compare", []):
+        base = next((r for r in rows if r.variant == name), None)
+        short = base.extra.get("short", name) if base else name
+        parts.append(f"{_ratio(mine, _jobs_per_second(base))} vs {short}")
+    return "; ".join(parts) or "-"
+
+
+def _async_target(row: Row) -> str:
+    target = row.extra.get("target_seconds")
+    if target is None:
+        return "-"
+    verdict = "-" if not row.ok else "pass" if row.median < target else "FAIL"
+    return f"under {target:g} s: {verdict}"
+
+
+def async_table(report: Report) -> tuple[Table, str]:
+    rows = _section(report.rows, "async", report.systems)
+    headers = ["handler, flags", "runs", "median s", "range s", "jobs/s", "ratio", "target"]
+    body = [
+        [
+            r.variant,
+            f"{r.extra['n']:,}" + (f" ({r.extra['note']})" if r.extra.get("note") else ""),
+            _median_or_status(r, 2),
+            _range(r, 2),
+            _num(_jobs_per_second(r)),
+            _async_vs(r, rows),
+            _async_target(r),
+        ]
+        for r in rows
+        if r.extra.get("n") is not None
+    ] + [[r.variant, "-", r.status, "-", "-", "-", "-"] for r in rows if "n" not in r.extra]
+    legend = (
+        "One `jobrunner tick --handlers bench.async_handlers` process per drain "
+        "(bench/suite/async_drains.py), timed from start to exit with every run succeeded; "
+        "runs enqueued untimed, then ANALYZE and CHECKPOINT. Ratio: this row's jobs/s over the "
+        "named row's (above 1.00x is faster)."
+    )
+    return (headers, body), legend
+
+
 TABLES = {
     "drain": ("Drain throughput", drain_table),
     "idle": ("Idle one-shot", idle_table),
@@ -331,6 +381,7 @@ TABLES = {
     "rss": ("Peak RSS while draining", rss_table),
     "schedules": ("Schedules", schedules_table),
     "memory": ("Peak memory of enqueue --jsonl and list", memory_table),
+    "async": ("Async handlers", async_table),
 }
 
 

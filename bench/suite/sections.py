@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from bench.suite import schedules
+from bench.suite import async_drains, schedules
 from bench.suite.pgcluster import Cluster
 from bench.suite.procs import Command, CommandFailed, run_checked
 from bench.suite.results import Row
@@ -28,7 +28,7 @@ from bench.suite.systems import Context, NotRun, System, Variant
 from bench.suite.systems.jobrunner import JobrunnerSystem, jsonl
 from bench.suite.timing import WARMUP, time_command
 
-SECTIONS = ("drain", "idle", "growth", "enqueue", "rss", "schedules", "memory")
+SECTIONS = ("drain", "idle", "growth", "enqueue", "rss", "schedules", "memory", "async")
 
 FLOOR_CODE = "import sys, psycopg; psycopg.connect(sys.argv[1]).execute('select 1')"
 FLOOR_HOW = "python -c 'import psycopg; psycopg.connect(URL).execute(\"select 1\")'"
@@ -483,11 +483,24 @@ class Bench:
                 row.samples.append(case.peak_mib)
         self.rows.extend(rows.values())
 
+    # -- async handlers ----------------------------------------------------------------
+    def async_(self) -> None:
+        """`async def` handlers against plain ones, each drained by one real tick."""
+        s = self.system("jobrunner")
+        if s is None:
+            why = self.skipped.get("jobrunner", "not selected")
+            self.rows.append(
+                Row("async", "jobrunner", "jobrunner", "-", "seconds", status=f"not run: {why}")
+            )
+            return
+        self.rows.extend(async_drains.measure(self, s, MEASUREMENT_ERRORS))
+
     def run(self, sections: list[str]) -> None:
         for section in SECTIONS:
             if section in sections:
                 log(f"== {section}")
-                getattr(self, section)()
+                # `async` is a keyword: its method is `async_`.
+                getattr(self, "async_" if section == "async" else section)()
 
 
 __all__ = ["SECTIONS", "Bench", "Options", "log"]
