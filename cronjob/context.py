@@ -174,16 +174,7 @@ class JobContext:
         from cronjob import store
 
         conn = self._db
-        if conn.closed:
-            raise HandlerTransactionError(
-                "the handler closed ctx.db (`with ctx.db:` commits and closes it), so its"
-                " writes could not commit together with the run's success"
-            )
-        if conn.info.transaction_status == TransactionStatus.INERROR:
-            raise HandlerTransactionError(
-                "ctx.db's transaction is aborted: a statement failed in it and the handler"
-                " carried on (wrap statements that may fail in `with ctx.db.transaction():`)"
-            )
+        _require_open_transaction(conn, TransactionStatus.INERROR)
         if store.handler_transaction_get_mark(conn) != self._token:
             raise HandlerTransactionError(
                 "the handler committed or rolled back ctx.db itself, so its writes could not"
@@ -210,6 +201,19 @@ class JobContext:
     def _require_lease(self) -> None:
         if self.cancelled.is_set():
             raise LeaseLost(f"run {self.run_id} was cancelled or lost its lease")
+
+
+def _require_open_transaction(conn: Any, aborted: Any) -> None:
+    if conn.closed:
+        raise HandlerTransactionError(
+            "the handler closed ctx.db (`with ctx.db:` commits and closes it), so its"
+            " writes could not commit together with the run's success"
+        )
+    if conn.info.transaction_status == aborted:
+        raise HandlerTransactionError(
+            "ctx.db's transaction is aborted: a statement failed in it and the handler"
+            " carried on (wrap statements that may fail in `with ctx.db.transaction():`)"
+        )
 
 
 def _check_key(key: Any, what: str) -> None:
@@ -282,16 +286,7 @@ class AsyncJobContext(JobContext):
         from cronjob import store
 
         conn = self._db
-        if conn.closed:
-            raise HandlerTransactionError(
-                "the handler closed ctx.db, so its writes could not commit together with"
-                " the run's success"
-            )
-        if conn.info.transaction_status == TransactionStatus.INERROR:
-            raise HandlerTransactionError(
-                "ctx.db's transaction is aborted: a statement failed in it and the handler"
-                " carried on (wrap statements that may fail in `async with db.transaction():`)"
-            )
+        _require_open_transaction(conn, TransactionStatus.INERROR)
         if await store.handler_transaction_get_mark_async(conn) != self._token:
             raise HandlerTransactionError(
                 "the handler committed or rolled back ctx.db itself, so its writes could not"

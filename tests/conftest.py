@@ -88,6 +88,19 @@ def empty_database_url(server_url: str, request: pytest.FixtureRequest) -> Itera
 
 
 @pytest.fixture
+def effects_db(db_url: str) -> str:
+    """The test database with a table for handlers' effects, emptied."""
+    with psycopg.connect(db_url, autocommit=True) as c:
+        # No unique constraint on purpose: a duplicate effect must be visible.
+        c.execute(
+            "CREATE TABLE IF NOT EXISTS effect_rows ("
+            " key text NOT NULL, run_id bigint NOT NULL, attempt int NOT NULL)"
+        )
+        c.execute("TRUNCATE effect_rows")
+    return db_url
+
+
+@pytest.fixture
 def db_url(database_url: str) -> str:
     """The session database with every jobrunner table emptied."""
     with psycopg.connect(database_url, autocommit=True) as conn:

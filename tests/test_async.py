@@ -24,17 +24,6 @@ def fresh_seen():
     aio.seen.clear()
 
 
-@pytest.fixture
-def effects_db(db_url: str) -> str:
-    with psycopg.connect(db_url, autocommit=True) as c:
-        c.execute(
-            "CREATE TABLE IF NOT EXISTS effect_rows ("
-            " key text NOT NULL, run_id bigint NOT NULL, attempt int NOT NULL)"
-        )
-        c.execute("TRUNCATE effect_rows")
-    return db_url
-
-
 def test_async_and_plain_handlers_run_in_one_tick(db_url, conn):
     async_ids = [enqueue(conn, "aio.ok", {"sleep": 0.01}) for _ in range(20)]
     plain_ids = [enqueue(conn, "test.ok") for _ in range(20)]

@@ -37,17 +37,6 @@ HOUR = timedelta(hours=1)
 
 
 @pytest.fixture
-def effects_db(db_url: str) -> str:
-    with psycopg.connect(db_url, autocommit=True) as c:
-        # No unique constraint on purpose: a duplicate effect must be visible.
-        c.execute(
-            "CREATE TABLE IF NOT EXISTS effect_rows ("
-            " key text NOT NULL, run_id bigint NOT NULL, attempt int NOT NULL)"
-        )
-    return db_url
-
-
-@pytest.fixture
 def files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Files:
     found = Files(tmp_path)
     monkeypatch.setenv("JOBRUNNER_TEST_EXEC_LOG", str(found.exec_log))

@@ -84,6 +84,13 @@ def exec_log(tmp_path: Path) -> ExecLog:
     return ExecLog(tmp_path / "executions.log")
 
 
+@pytest.fixture
+def exec_log_here(exec_log: ExecLog, monkeypatch: pytest.MonkeyPatch) -> ExecLog:
+    """Handlers run by library-level ticks in this process write to the same log."""
+    monkeypatch.setenv("JOBRUNNER_TEST_EXEC_LOG", str(exec_log.path))
+    return exec_log
+
+
 # -- tick processes ----------------------------------------------------------
 
 

@@ -78,13 +78,6 @@ def _assert_each_run_done_once(
     assert {int(worker.rsplit(":", 1)[1]) for _, worker in history} <= holders, context
 
 
-@pytest.fixture
-def exec_log_here(exec_log, monkeypatch):
-    """Handlers run by library-level ticks in this process write to the same log."""
-    monkeypatch.setenv("JOBRUNNER_TEST_EXEC_LOG", str(exec_log.path))
-    return exec_log
-
-
 def test_effects_commit_once_while_ticks_are_killed_and_stalled_past_their_leases(
     db_url, conn, start_tick, exec_log_here
 ):

@@ -9,21 +9,12 @@ import signal
 from collections import Counter, defaultdict
 from datetime import timedelta
 
-import pytest
-
 import tests.handlers.faults  # noqa: F401 - registers the fault handlers in this process too
 from cronjob import store
 from cronjob.api import enqueue, new_run
 from tests.conftest import count, run_cli
 from tests.faults.conftest import db_now, wait_for
 from tests.test_lifecycle import tick
-
-
-@pytest.fixture
-def exec_log_here(exec_log, monkeypatch):
-    """Handlers run by library-level ticks in this process write to the same log."""
-    monkeypatch.setenv("JOBRUNNER_TEST_EXEC_LOG", str(exec_log.path))
-    return exec_log
 
 
 def test_sigkill_mid_run_the_run_is_reclaimed_once_its_lease_expires(
