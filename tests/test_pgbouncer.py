@@ -179,6 +179,11 @@ def test_every_command_works_through_pgbouncer_in_transaction_mode(pooled_databa
             )
         ]
 
+    _operate_through_the_pooler(url, direct, dead, later)
+
+
+def _operate_through_the_pooler(url: str, direct: str, dead: list[int], later: int) -> None:
+    """retry, cancel, status, list, show, metrics, check and prune, all through PgBouncer."""
     assert jobrunner(url, "retry", str(dead[0])).stdout == f"retried {dead[0]}\n"
     assert jobrunner(url, "cancel", str(later)).stdout == f"cancelled {later}\n"
 

@@ -44,31 +44,8 @@ def _csv(value: str) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    names = [cls.name for cls in REGISTRY]
-    p = argparse.ArgumentParser(
-        prog="python bench/run.py",
-        description="Benchmark jobrunner against PgQueuer, Procrastinate, graphile-worker and "
-        "a raw-SQL ceiling on a throwaway PostgreSQL cluster.",
-    )
-    p.add_argument(
-        "--quick",
-        action="store_true",
-        help=f"small and fast: N={QUICK.n}, 1 repetition, "
-        f"{QUICK.history_rows:,} history rows, {QUICK.enqueue_n:,} enqueued",
-    )
-    p.add_argument(
-        "--only",
-        type=_csv,
-        default=list(SECTIONS),
-        help=f"comma-separated sections (default all): {','.join(SECTIONS)}",
-    )
-    p.add_argument(
-        "--systems",
-        type=_csv,
-        default=names,
-        help=f"comma-separated systems (default all): {','.join(names)}",
-    )
+def _size_options(p: argparse.ArgumentParser) -> None:
+    """How much each section measures; each defaults to the full run's size."""
     p.add_argument("--n", type=int, help=f"jobs per drain (default {FULL.n:,})")
     p.add_argument("--reps", type=int, help=f"repetitions, median reported (default {FULL.reps})")
     p.add_argument(
@@ -95,6 +72,34 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         type=int,
         help=f"1 MB runs that list reads in the memory section (default {FULL.memory_list_runs})",
     )
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    names = [cls.name for cls in REGISTRY]
+    p = argparse.ArgumentParser(
+        prog="python bench/run.py",
+        description="Benchmark jobrunner against PgQueuer, Procrastinate, graphile-worker and "
+        "a raw-SQL ceiling on a throwaway PostgreSQL cluster.",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"small and fast: N={QUICK.n}, 1 repetition, "
+        f"{QUICK.history_rows:,} history rows, {QUICK.enqueue_n:,} enqueued",
+    )
+    p.add_argument(
+        "--only",
+        type=_csv,
+        default=list(SECTIONS),
+        help=f"comma-separated sections (default all): {','.join(SECTIONS)}",
+    )
+    p.add_argument(
+        "--systems",
+        type=_csv,
+        default=names,
+        help=f"comma-separated systems (default all): {','.join(names)}",
+    )
+    _size_options(p)
     p.add_argument(
         "--no-cap",
         action="store_true",
