@@ -47,7 +47,37 @@ class LazyGroup(click.Group):
         if target is None:
             return None
         module, _, attr = target.partition(":")
-        return getattr(importlib.import_module(module), attr)
+        command = getattr(importlib.import_module(module), attr)
+        _give_log_level_option(command)
+        return command
+
+
+def _set_log_level(_ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        from cronjob import log
+
+        log.set_level(value)
+
+
+def _log_level_option() -> click.Option:
+    from cronjob.log import LEVELS
+
+    return click.Option(
+        ["--log-level"], type=click.Choice(LEVELS, case_sensitive=False),
+        envvar="JOBRUNNER_LOG_LEVEL", expose_value=False, is_eager=True,
+        callback=_set_log_level, metavar="LEVEL",
+        help="Least severe log lines written to stderr: debug, info (default), warning, "
+        "error [env: JOBRUNNER_LOG_LEVEL]. At warning a tick logs failed runs, not succeeded "
+        "ones.",
+    )  # fmt: skip
+
+
+def _give_log_level_option(command: click.Command) -> None:
+    """Every command, and each command of a group, respects --log-level: one definition."""
+    if not any(p.name == "log_level" for p in command.params):
+        command.params.append(_log_level_option())
+    for sub in getattr(command, "commands", {}).values():
+        _give_log_level_option(sub)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

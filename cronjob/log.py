@@ -91,9 +91,23 @@ def _printable_values(_logger: Any, _method: str, event_dict: dict[str, Any]) ->
     }
 
 
-def configure(level: str = "info", *, json: bool | None = None) -> None:
+LEVELS = ("debug", "info", "warning", "error")
+_level = "info"  # the least severe level written: --log-level / JOBRUNNER_LOG_LEVEL
+
+
+def set_level(level: str) -> None:
+    """Write only lines at `level` or more severe, from now on; structlog is not imported."""
+    global _level, _min_level
+    _level, _min_level = level, _level_number(level)
+    if _configured:
+        configure(level)
+
+
+def configure(level: str | None = None, *, json: bool | None = None) -> None:
     global _configured, _json_lines, _min_level
     import structlog
+
+    level = level or _level
 
     if json is None:
         json = not sys.stderr.isatty()

@@ -137,3 +137,40 @@ def test_every_line_a_tick_writes_is_json_even_what_the_driver_and_libpq_would_s
     [driver] = [e for e in events if e.get("logger") == "psycopg"]
     assert driver["level"] == "warning" and "the connection is lost" in driver["event"]
     assert names[-1] == "tick finished"
+
+
+def test_at_log_level_warning_a_tick_logs_its_failed_runs_and_nothing_else(db_url, conn):
+    from tests.conftest import jobrunner_process
+
+    conn.execute("INSERT INTO job_runs (job_type) VALUES ('test.ok'), ('test.ok'), ('test.fail')")
+    tick = jobrunner_process(
+        "tick", "--database-url", db_url, "--handlers", "tests.handlers.basic",
+        "--log-level", "warning", "--json",
+    )  # fmt: skip
+    out, err = tick.communicate(timeout=60)
+    assert tick.returncode == 0, err
+    assert json.loads(out)["succeeded"] == 2
+    [line] = [json.loads(text) for text in err.splitlines()]
+    assert (line["event"], line["outcome"], line["level"]) == ("run finished", "failed", "warning")
+
+
+def test_every_command_takes_the_log_level_from_the_environment(empty_database_url):
+    from tests.conftest import jobrunner_process
+
+    quiet = jobrunner_process(
+        "migrate", "--database-url", empty_database_url, env={"JOBRUNNER_LOG_LEVEL": "warning"}
+    )
+    _, err = quiet.communicate(timeout=60)
+    assert quiet.returncode == 0 and err == ""
+    told = jobrunner_process("migrate", "--database-url", empty_database_url)
+    _, err = told.communicate(timeout=60)
+    assert told.returncode == 0 and '"event": "' in err  # info: says what it did
+
+
+def test_an_unknown_log_level_is_one_line_and_exit_2():
+    from tests.conftest import run_cli
+
+    result = run_cli("status", "--log-level", "loud")
+    assert result.exit_code == 2
+    [line] = result.stderr.strip().splitlines()
+    assert "--log-level" in line and "'loud'" in line
