@@ -288,12 +288,9 @@ FROM job_attempts WHERE run_id = %(id)s ORDER BY attempt, id
 """
 
 # retry: due now, lock cleared; dead and cancelled runs get a fresh attempt budget.
-RUNS_RETRY_MANY = f"""
-WITH target AS (
-    SELECT id, status FROM job_runs WHERE id = ANY(%(ids)s) ORDER BY id FOR UPDATE
-),
-changed AS (
-    UPDATE job_runs r
+# What retry and cancel do to a run (`t` is its row as locked before the change), whether
+# it was named by id or picked by a selection: the same change either way.
+_RETRY_SET = f"""
     SET status = CASE WHEN t.status IN ('dead', 'cancelled') OR r.attempts = 0
                       THEN 'queued' ELSE 'failed' END,
         attempts = CASE WHEN t.status IN ('dead', 'cancelled') THEN 0 ELSE r.attempts END,
@@ -301,6 +298,19 @@ changed AS (
         finished_at = NULL,
         locked_by = NULL, locked_until = NULL, lease_token = NULL,
         updated_at = {_NOW}
+"""
+_CANCEL_SET = f"""
+    SET status = 'cancelled', finished_at = {_NOW},
+        locked_by = NULL, locked_until = NULL, lease_token = NULL,
+        updated_at = {_NOW}
+"""
+
+RUNS_RETRY_MANY = f"""
+WITH target AS (
+    SELECT id, status FROM job_runs WHERE id = ANY(%(ids)s) ORDER BY id FOR UPDATE
+),
+changed AS (
+    UPDATE job_runs r {_RETRY_SET}
     FROM target t
     WHERE r.id = t.id AND t.status <> 'succeeded'
     RETURNING r.id
@@ -314,10 +324,7 @@ WITH target AS (
     SELECT id, status FROM job_runs WHERE id = ANY(%(ids)s) ORDER BY id FOR UPDATE
 ),
 changed AS (
-    UPDATE job_runs r
-    SET status = 'cancelled', finished_at = {_NOW},
-        locked_by = NULL, locked_until = NULL, lease_token = NULL,
-        updated_at = {_NOW}
+    UPDATE job_runs r {_CANCEL_SET}
     FROM target t
     WHERE r.id = t.id AND t.status IN ('queued', 'failed', 'running')
     RETURNING r.id
@@ -577,14 +584,7 @@ FROM changed
 
 # As RUNS_RETRY_MANY, for a batch of a selection.
 RUNS_RETRY_SELECTED = _batch(f"""
-    UPDATE job_runs r
-    SET status = CASE WHEN t.status IN ('dead', 'cancelled') OR r.attempts = 0
-                      THEN 'queued' ELSE 'failed' END,
-        attempts = CASE WHEN t.status IN ('dead', 'cancelled') THEN 0 ELSE r.attempts END,
-        run_at = {_NOW},
-        finished_at = NULL,
-        locked_by = NULL, locked_until = NULL, lease_token = NULL,
-        updated_at = {_NOW}
+    UPDATE job_runs r {_RETRY_SET}
     FROM target t
     WHERE r.id = t.id
     RETURNING r.id, t.status
@@ -592,10 +592,7 @@ RUNS_RETRY_SELECTED = _batch(f"""
 
 # As RUNS_CANCEL_MANY: a running run's handler learns it at its next heartbeat.
 RUNS_CANCEL_SELECTED = _batch(f"""
-    UPDATE job_runs r
-    SET status = 'cancelled', finished_at = {_NOW},
-        locked_by = NULL, locked_until = NULL, lease_token = NULL,
-        updated_at = {_NOW}
+    UPDATE job_runs r {_CANCEL_SET}
     FROM target t
     WHERE r.id = t.id
     RETURNING r.id, t.status
