@@ -87,19 +87,4 @@ GROUP BY job_type, status;
 
 -- As every function jobrunner installs (see 0007): names resolve in its own schema,
 -- then pg_temp, last, whatever the search_path of the session that fires it.
-DO $$
-DECLARE
-    fn regprocedure;
-    home name;
-BEGIN
-    FOR fn, home IN
-        SELECT p.oid::regprocedure, n.nspname
-          FROM pg_proc p
-          JOIN pg_namespace n ON n.oid = p.pronamespace
-         WHERE p.proname LIKE 'jobrunner\_tally\_%'
-           AND n.nspname = current_schema()
-    LOOP
-        EXECUTE format('ALTER FUNCTION %s SET search_path = %I, pg_temp', fn, home);
-    END LOOP;
-END
-$$;
+SELECT jobrunner_pin_search_paths();

@@ -67,19 +67,4 @@ CREATE TRIGGER job_definitions_forget_health
 
 -- As every function jobrunner installs (see 0007): names resolve in its own schema,
 -- then pg_temp, last, whatever the search_path of the session that fires it.
-DO $$
-DECLARE
-    fn regprocedure;
-    home name;
-BEGIN
-    FOR fn, home IN
-        SELECT p.oid::regprocedure, n.nspname
-          FROM pg_proc p
-          JOIN pg_namespace n ON n.oid = p.pronamespace
-         WHERE p.proname IN ('jobrunner_note_schedule_outcome', 'jobrunner_forget_schedule_health')
-           AND n.nspname = current_schema()
-    LOOP
-        EXECUTE format('ALTER FUNCTION %s SET search_path = %I, pg_temp', fn, home);
-    END LOOP;
-END
-$$;
+SELECT jobrunner_pin_search_paths();
