@@ -50,6 +50,13 @@ def collect_all(pool: Pool, count: int, timeout: float = 10.0) -> list[Any]:
     return results
 
 
+def wait_until_started(pool: Pool, *run_ids: int) -> None:
+    deadline = time.monotonic() + 10
+    while any(pool.flights[i].state is not FlightState.STARTED for i in run_ids):
+        assert time.monotonic() < deadline, "the handlers did not start"
+        time.sleep(0.01)
+
+
 # -- the pool's in-flight states ------------------------------------------------
 
 
@@ -67,10 +74,7 @@ def test_a_queued_run_that_is_settled_never_starts():
     pool = pool_of(spec(func=lambda ctx, payload: (gate.wait(10), ran.append(ctx.run_id))),
                    concurrency=1)  # fmt: skip
     pool.add([claimed(1), claimed(2)])  # one worker: run 2 waits in the queue
-    deadline = time.monotonic() + 10
-    while pool.flights[1].state is not FlightState.STARTED:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_until_started(pool, 1)
     [given_up] = pool.settle_all({FlightState.QUEUED})
     assert given_up.run.id == 2 and given_up.ctx.cancelled.is_set()
     gate.set()
@@ -93,10 +97,7 @@ def test_a_result_that_comes_after_its_run_was_settled_is_discarded():
     gate = threading.Event()
     pool = pool_of(spec(func=lambda ctx, payload: gate.wait(10)))
     pool.add([claimed(1)])
-    deadline = time.monotonic() + 10
-    while pool.flights[1].state is not FlightState.STARTED:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_until_started(pool, 1)
     flight = pool.flights[1]
     assert pool.settle(flight) and flight.ctx.cancelled.is_set()
     gate.set()
@@ -109,15 +110,13 @@ def test_a_handler_told_to_stop_is_awaited_until_it_returns():
     gate = threading.Event()
     pool = pool_of(spec(func=lambda ctx, payload: gate.wait(10)))
     pool.add([claimed(1), claimed(2)])
-    deadline = time.monotonic() + 10
-    while any(f.state is not FlightState.STARTED for f in pool.flights.values()):
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_until_started(pool, *pool.flights)
     told = pool.flights[1]
     assert pool.settle(told, await_return=True)
     assert pool.settle(pool.flights[2])  # given up without waiting (a timeout, a hand-back)
     assert list(pool.stopping.values()) == [told]
     gate.set()
+    deadline = time.monotonic() + 10
     while pool.stopping:
         assert time.monotonic() < deadline, "the told handler's return was never seen"
         assert pool.collect(0.05) == []  # its late result is still discarded
@@ -129,10 +128,7 @@ def test_a_run_claimed_again_replaces_its_earlier_flight_which_is_told_to_stop()
     gate = threading.Event()
     pool = pool_of(spec(func=lambda ctx, payload: gate.wait(10)))
     pool.add([claimed(1)])
-    deadline = time.monotonic() + 10
-    while pool.flights[1].state is not FlightState.STARTED:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_until_started(pool, 1)
     earlier = pool.flights[1]
     [displaced] = pool.add([claimed(1)])
     assert displaced is earlier and earlier.ctx.cancelled.is_set()
@@ -153,10 +149,7 @@ def test_a_thread_whose_run_was_given_up_is_replaced_while_its_handler_runs_on()
 
     pool = pool_of(spec(func=handler), concurrency=1)
     pool.add([claimed(1), claimed(2)])
-    deadline = time.monotonic() + 10
-    while pool.flights[1].state is not FlightState.STARTED:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_until_started(pool, 1)
     assert pool.settle(pool.flights[1], await_return=True)
     [result] = collect_all(pool, 1)  # run 2 ran on a new thread meanwhile
     assert result.flight.run.id == 2
@@ -175,10 +168,7 @@ def test_a_handler_past_its_timeout_is_settled_and_another_thread_takes_its_plac
 
     pool = pool_of(spec(func=handler, timeout=0.05), concurrency=1)
     pool.add([claimed(1), claimed(2)])
-    deadline = time.monotonic() + 10
-    while pool.flights[1].state is not FlightState.STARTED:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_until_started(pool, 1)
     started = pool.flights[1].started
     assert started is not None
     assert pool.overdue(started + 0.01) == []  # not yet
