@@ -56,6 +56,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from cronjob.db import describe
 from cronjob.handlers import HandlerSpec
 from cronjob.report import TickReport
 from cronjob.settings import (
@@ -147,7 +148,7 @@ def _prune(conn: Any, report: TickReport, older_than: float) -> None:
     try:
         report.pruned = prune_runs(conn, older_than=older_than, max_batches=TICK_MAX_BATCHES).total
     except Exception as exc:
-        _log_failure("pruning after the tick failed", _describe(exc))
+        _log_failure("pruning after the tick failed", describe(exc))
 
 
 def _fold_tally(conn: Any) -> None:
@@ -156,7 +157,7 @@ def _fold_tally(conn: Any) -> None:
     try:
         store.run_tally_compact(conn)
     except Exception as exc:
-        _log_failure("folding the finished-run tally failed", _describe(exc))
+        _log_failure("folding the finished-run tally failed", describe(exc))
 
 
 def _write_metrics(conn: Any, path: Path) -> None:
@@ -170,7 +171,7 @@ def _write_metrics(conn: Any, path: Path) -> None:
             event, f"cannot write metrics to {path}: {exc.strerror or exc}", path=str(path)
         )
     except Exception as exc:
-        _log_failure(event, _describe(exc), path=str(path))
+        _log_failure(event, describe(exc), path=str(path))
 
 
 def _log_failure(event: str, error: str, **fields: Any) -> None:
@@ -178,12 +179,6 @@ def _log_failure(event: str, error: str, **fields: Any) -> None:
     from cronjob.log import get_logger
 
     get_logger().error(event, error=error, **fields)
-
-
-def _describe(exc: BaseException) -> str:
-    from cronjob.db import describe
-
-    return describe(exc)
 
 
 def _close_unless(conn: Any, original: Any) -> None:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from cronjob.db import database_errors, describe
 from cronjob.errors import JobrunnerError
 
 T = TypeVar("T")
@@ -111,7 +112,6 @@ class ConnectionKeeper:
     def _guarded(
         self, what: str, op: Callable[[Any], T], passing: tuple[type[Exception], ...]
     ) -> T:
-        from cronjob.db import database_errors
         from cronjob.errors import DatabaseInterrupted
 
         try:
@@ -138,10 +138,4 @@ class ConnectionKeeper:
                 self.conn = conn
             self._log.info("reconnected to the database")
             return
-        raise ReconnectFailed(_described(last) if last else "unknown error")
-
-
-def _described(exc: BaseException) -> str:
-    from cronjob.db import describe
-
-    return describe(exc)
+        raise ReconnectFailed(describe(last) if last else "unknown error")

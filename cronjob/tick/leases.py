@@ -28,6 +28,7 @@ from typing import Any
 from uuid import UUID
 
 from cronjob import store
+from cronjob.db import describe
 from cronjob.handlers import HandlerSpec
 from cronjob.tick.connection import ConnectionKeeper
 from cronjob.tick.pool import Flight
@@ -81,8 +82,6 @@ class LeaseKeeper:
         except locked as exc:
             # Only a handler that locks job_runs rows in its own ctx.db transaction
             # can hold one long; the leases have two thirds left: try next beat.
-            from cronjob.db import describe
-
             self._log.warning("heartbeat skipped: a run's row is locked", error=describe(exc))
             held = None
         self._last_beat = now
