@@ -35,6 +35,7 @@ COMMANDS = {
     "pause": "cronjob.commands.incident:pause",
     "resume": "cronjob.commands.incident:resume",
     "audit": "cronjob.commands.incident:audit",
+    "sync": "cronjob.commands.django:sync",
 }
 
 

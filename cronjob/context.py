@@ -132,6 +132,20 @@ class JobContext:
     def used_db(self) -> bool:
         return self._db is not None
 
+    def join_transaction(self, conn: Any) -> None:
+        """Make `conn`'s open transaction this run's `ctx.db`: success is recorded in it.
+
+        For a transaction the handler's framework opened (Django's, in cronjob.django),
+        before the handler runs. `conn` is psycopg-like, and its `commit()` and
+        `close()` end that transaction, committing or rolling it back.
+        """
+        from cronjob import store
+
+        if self._db is not None:
+            raise HandlerTransactionError("ctx.db was opened before the handler's transaction")
+        store.handler_transaction_mark(conn, self._token)
+        self._db = conn
+
     def once(self, key: str) -> bool:
         """True the first time `key` is seen; recorded in `ctx.db`, atomically with success.
 

@@ -111,11 +111,18 @@ def redact(text: str) -> str:
 
 
 def resolve_url(explicit: str | None) -> tuple[str, str]:
-    """The database URL and where it came from (a flag, a variable, or the embedded server)."""
+    """The database URL and where it came from: a flag, JOBRUNNER_DATABASE_URL, a Django
+    project's settings (with DJANGO_SETTINGS_MODULE set), DATABASE_URL, or the embedded
+    server."""
     if explicit:
         remember_password(explicit)
         return explicit, "--database-url"
     for name in URL_ENV_VARS:
+        if name == "DATABASE_URL" and os.environ.get("DJANGO_SETTINGS_MODULE"):
+            # A Django project's own database, where enqueue writes its runs.
+            from cronjob.django.connection import database_conninfo
+
+            return database_conninfo(), "Django settings"
         value = os.environ.get(name)
         if value:
             remember_password(value)

@@ -29,16 +29,16 @@ WITH input AS (
     FROM unnest(
         %(job_types)b::text[], %(payloads)b::text[], %(run_ats)b::timestamptz[],
         %(delays)b::float8[], %(keys)b::text[], %(max_attempts)b::int[],
-        %(priorities)b::int[], %(tenants)b::text[]
+        %(priorities)b::int[], %(tenants)b::text[], %(queues)b::text[]
     ) WITH ORDINALITY AS i(job_type, payload, run_at, delay, idempotency_key, max_attempts,
-                           priority, tenant_id, ord)
+                           priority, tenant_id, queue, ord)
 ),
 inserted AS (
     INSERT INTO job_runs (id, job_type, payload, run_at, idempotency_key, max_attempts,
-                          priority, tenant_id, created_at, updated_at)
+                          priority, tenant_id, queue, created_at, updated_at)
     SELECT new_id, job_type, payload::jsonb,
            coalesce(run_at, {_NOW} + make_interval(secs => coalesce(delay, 0))),
-           idempotency_key, max_attempts, coalesce(priority, 0), tenant_id, {_NOW}, {_NOW}
+           idempotency_key, max_attempts, coalesce(priority, 0), tenant_id, queue, {_NOW}, {_NOW}
     FROM input ORDER BY ord
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, idempotency_key, job_type, tenant_id
@@ -192,6 +192,7 @@ done AS (
         finished_at = CASE WHEN o.status IN ('succeeded', 'dead') THEN {_STATEMENT_NOW} END,
         last_error = coalesce(o.message, r.last_error),
         error_type = coalesce(o.error_type, r.error_type),
+        finished_by = CASE WHEN o.status IN ('succeeded', 'dead') THEN r.locked_by END,
         locked_by = NULL, locked_until = NULL, lease_token = NULL,
         updated_at = {_STATEMENT_NOW}
     FROM o
@@ -959,3 +960,38 @@ MIGRATIONS_LIST_APPLIED = "SELECT version FROM jobrunner_migrations"
 MIGRATION_APPLY_RECORD = (
     "INSERT INTO jobrunner_migrations (version, name) VALUES (%(version)s, %(name)s)"
 )
+
+
+# -- Django Tasks (cronjob.django) ------------------------------------------------
+
+# The task types with runs waiting, for a Django tick to import before it claims; with
+# `queues` NULL, of every queue. An index-only scan of job_runs_waiting_tasks.
+TASK_TYPES_WAITING = """
+SELECT DISTINCT job_type FROM job_runs
+WHERE queue IS NOT NULL AND status IN ('queued', 'failed')
+  AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+"""
+
+# What the task returned, written in the handler's own transaction (ctx.db), which then
+# records the success: fenced by the lease token like the success itself.
+TASK_RETURN_VALUE_SET = """
+UPDATE job_runs SET return_value = %(value)s::jsonb
+WHERE id = %(id)s AND lease_token = %(token)s AND status = 'running'
+"""
+
+# One task run as Django's TaskResult shows it, with its failed attempts in order.
+TASK_RESULT_GET = """
+SELECT r.id, r.job_type, r.payload::text AS payload, r.status, r.priority, r.queue,
+       r.run_at, r.created_at, r.started_at, r.finished_at, r.locked_by, r.finished_by,
+       r.return_value::text AS return_value,
+       coalesce(a.attempts, '[]') AS attempts
+FROM job_runs r
+LEFT JOIN LATERAL (
+    SELECT json_agg(json_build_object(
+               'worker', worker, 'error_type', error_type, 'message', message,
+               'traceback', traceback, 'started_at', started_at)
+           ORDER BY attempt, id) AS attempts
+    FROM job_attempts WHERE run_id = r.id
+) a ON true
+WHERE r.id = %(id)s
+"""

@@ -18,6 +18,11 @@ from psycopg import conninfo
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# The Django suite needs Django >= 6 (Python >= 3.12): tests/test_django.py runs it in a
+# venv of its own, which sets this.
+if not os.environ.get("JOBRUNNER_DJANGO_SUITE"):
+    collect_ignore = ["django_project", "django_suite"]
+
 
 @contextmanager
 def _test_server() -> Iterator[str]:
@@ -125,7 +130,7 @@ def conn(db_url: str) -> Iterator[psycopg.Connection[Any]]:
 @pytest.fixture(autouse=True)
 def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("JOBRUNNER_DATABASE_URL", "DATABASE_URL", "JOBRUNNER_HANDLERS",
-                 "JOBRUNNER_TENANTS_SQL"):  # fmt: skip
+                 "JOBRUNNER_TENANTS_SQL", "DJANGO_SETTINGS_MODULE"):  # fmt: skip
         monkeypatch.delenv(name, raising=False)
 
 

@@ -382,6 +382,23 @@ def sync(
         source = "-"
     text = read_text(file, definitions.MAX_FILE_BYTES, source=source)
     specs = definitions.load_file(text, source=source)
+    apply_sync(specs, database_url, prune, dry_run, lock_wait, actor, reason)
+
+
+def apply_sync(
+    specs: list[Any],
+    database_url: str | None,
+    prune: bool,
+    dry_run: bool,
+    lock_wait: float,
+    actor: str | None,
+    reason: str | None,
+    *,
+    source: str = "the file",
+) -> None:
+    """Sync the definitions with `specs`, audit it, and print the plan line by line."""
+    from cronjob import definitions
+
     conn = open_connection(database_url)
     with conn, conn.transaction():
         items = definitions.sync(conn, specs, prune=prune, dry_run=dry_run, lock_wait=lock_wait)
@@ -394,7 +411,7 @@ def sync(
         if item.changes:
             detail = f"  ({', '.join(item.changes)})"
         elif item.action == "keep":
-            detail = "  (not in the file; --prune removes it)"
+            detail = f"  (not in {source}; --prune removes it)"
         click.echo(printable(f"{item.action:<10}{item.name}{detail}"))
     add, change, unchanged, remove = (
         sum(i.action == action for i in items)

@@ -87,6 +87,11 @@ def _duration(what: str, minimum: float = 0.0):
 )
 @click.option("--types", metavar="T1,T2", help="Only claim these job types.")
 @click.option(
+    "--queues",
+    metavar="Q1,Q2",
+    help="Django tasks: only run those waiting in these queues (a Task's queue_name).",
+)
+@click.option(
     "--tenants-sql",
     envvar="JOBRUNNER_TENANTS_SQL",
     metavar="SQL",
@@ -117,6 +122,7 @@ def tick(
     lease: float | None,
     grace: float,
     types: str | None,
+    queues: str | None,
     tenants_sql: str | None,
     prune_older_than: float | None,
     metrics_textfile: str | None,
@@ -141,8 +147,10 @@ def tick(
 
         metrics_path = textfile_path(metrics_textfile)
     settings = Settings.build(database_url, handlers, tenants_sql)
+    django = _django_project(queues)
     load_handlers(settings)
-    specs = require_types([t.strip() for t in types.split(",") if t.strip()] if types else None)
+    # Checked before connecting; a Django tick first learns which tasks have runs waiting.
+    specs = None if django else require_types(_names(types) or None)
     options = TickOptions(
         concurrency=concurrency, async_concurrency=async_concurrency, batch_size=batch_size,
         max_runtime=max_runtime, grace=grace, lease=lease, tenants_sql=settings.tenants_sql,
@@ -150,6 +158,11 @@ def tick(
     )  # fmt: skip
     database, conn = open_database(settings)
     try:
+        if specs is None:
+            from cronjob.django.runner import register_tasks
+
+            register_tasks(conn, _names(queues) or None)
+            specs = require_types(_names(types) or None)
         report = run_tick(
             conn, specs, connect=database.connect, connect_async=database.connect_async,
             options=options,
@@ -170,3 +183,23 @@ def tick(
         from cronjob.materialize import describe_problems
 
         raise ScheduleProblems(describe_problems(report.problems))
+
+
+def _names(text: str | None) -> list[str]:
+    return [name.strip() for name in (text or "").split(",") if name.strip()]
+
+
+def _django_project(queues: str | None) -> bool:
+    """Set Django up when this is a Django project's tick (DJANGO_SETTINGS_MODULE set)."""
+    import os
+
+    if not os.environ.get("DJANGO_SETTINGS_MODULE"):
+        if queues:
+            from cronjob.errors import BadInput
+
+            raise BadInput("--queues selects Django tasks: set DJANGO_SETTINGS_MODULE")
+        return False
+    from cronjob.django.connection import setup
+
+    setup()
+    return True

@@ -60,6 +60,7 @@ class NewRun:
     max_attempts: int | None = None
     priority: int | None = None
     tenant_id: str | None = None
+    queue: str | None = None  # a Django task's queue_name; None for every other run
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,7 @@ def _insert_params(runs: Sequence[NewRun], now: datetime | None) -> dict[str, An
         "max_attempts": [r.max_attempts for r in runs],
         "priorities": [r.priority for r in runs],
         "tenants": [r.tenant_id for r in runs],
+        "queues": [r.queue for r in runs],
         "now": now,
     }
 
@@ -962,3 +964,33 @@ async def effect_insert_at_most_once_async(
         await conn.execute(queries.EFFECT_INSERT_AT_MOST_ONCE, params)
     ).fetchone()
     return bool(held), bool(recorded)
+
+
+# -- Django Tasks (cronjob.django) ------------------------------------------------
+
+
+def task_types_waiting(conn: Any, queues: Sequence[str] | None) -> list[str]:
+    """The task types with runs waiting, in `queues` (any queue if None)."""
+    rows = conn.execute(queries.TASK_TYPES_WAITING, {"queues": queues}).fetchall()
+    return [row[0] for row in rows]
+
+
+def task_return_value_set(conn: Any, run: ClaimedRun, value_json: str) -> bool:
+    """Write what the task returned in the handler's transaction; False if the lease is gone."""
+    params = {"value": value_json, "id": run.id, "token": run.lease_token}
+    return conn.execute(queries.TASK_RETURN_VALUE_SET, params).rowcount == 1
+
+
+async def task_return_value_set_async(conn: Any, run: ClaimedRun, value_json: str) -> bool:
+    params = {"value": value_json, "id": run.id, "token": run.lease_token}
+    cursor = await conn.execute(queries.TASK_RETURN_VALUE_SET, params)
+    return cursor.rowcount == 1
+
+
+def task_result_get(conn: Any, run_id: int) -> dict[str, Any] | None:
+    """One task run with its failed attempts (a list of dicts), or None."""
+    return (
+        conn.cursor(row_factory=dict_row)
+        .execute(queries.TASK_RESULT_GET, {"id": run_id})
+        .fetchone()
+    )

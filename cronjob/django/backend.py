@@ -1,0 +1,146 @@
+"""The Django Tasks backend: `Task.enqueue()` writes a run in the caller's transaction."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from django.tasks import Task, TaskResult
+from django.tasks.backends.base import BaseTaskBackend
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+from django.tasks.signals import task_enqueued
+
+from cronjob.errors import BadInput
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobrunnerTask(Task):
+    """A Django Task with jobrunner's per-task options, given to `@task(...)`.
+
+    `max_attempts`, `backoff` (a duration, or a (base, cap) pair), `lease` and `timeout`
+    default to jobrunner's; `atomic=True` runs the task inside a transaction on Django's
+    connection in which the run's success is recorded too: its ORM writes and
+    "succeeded" commit together or not at all.
+    """
+
+    max_attempts: int | None = None
+    backoff: Any = None
+    lease: Any = None
+    timeout: Any = None
+    atomic: bool = False
+
+
+def task(
+    function: Any = None,
+    *,
+    priority: int = 0,
+    queue_name: str = "default",
+    backend: str = "default",
+    takes_context: bool = False,
+    max_attempts: int | None = None,
+    backoff: Any = None,
+    lease: Any = None,
+    timeout: Any = None,
+    atomic: bool = False,
+) -> Any:
+    """Django's `@task`, with jobrunner's per-task options (see JobrunnerTask).
+
+    On Django 6.1 and later `django.tasks.task` takes the same options; this one works
+    from 6.0 on.
+    """
+
+    def wrapper(func: Any) -> JobrunnerTask:
+        return JobrunnerTask(
+            func=func, priority=priority, queue_name=queue_name, backend=backend,
+            takes_context=takes_context, run_after=None, max_attempts=max_attempts, backoff=backoff,
+            lease=lease, timeout=timeout, atomic=atomic,
+        )  # fmt: skip
+
+    return wrapper(function) if function is not None else wrapper
+
+
+class JobrunnerBackend(BaseTaskBackend):
+    """Django Tasks on jobrunner: the run is a row in job_runs, run by `jobrunner tick`.
+
+    OPTIONS: "DATABASE" (the alias whose connection enqueue writes through, default
+    "default"; jobrunner's tables must be in that database) and "SCHEDULES" (periodic
+    tasks, applied by `manage.py jobrunner sync`).
+    """
+
+    task_class = JobrunnerTask
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        self.database = str(self.options.get("DATABASE", "default"))
+
+    def validate_task(self, task: Task) -> None:
+        super().validate_task(task)
+        from cronjob.django.runner import handler_options
+
+        try:
+            handler_options(task)
+        except (BadInput, ValueError) as exc:
+            raise InvalidTask(f"{task.module_path}: {exc}") from None
+
+    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+        """Write the run through Django's connection, in whatever transaction it is in."""
+        from cronjob.api import insert_runs
+        from cronjob.django.connection import django_connection
+
+        self.validate_task(task)
+        run = _new_run(task, args, kwargs)
+        conn = django_connection(self.database)
+        run_id = insert_runs(conn, [run])[0]
+        result = self._result(conn, run_id)
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    def get_result(self, result_id: Any) -> TaskResult:
+        from cronjob.django.connection import django_connection
+
+        run_id = _run_id(result_id)
+        return self._result(django_connection(self.database), run_id)
+
+    def _result(self, conn: Any, run_id: int) -> TaskResult:
+        from cronjob import store
+        from cronjob.django.results import task_result
+
+        row = store.task_result_get(conn, run_id)
+        if row is None:
+            raise TaskResultDoesNotExist(f"no task result {run_id}")
+        return task_result(row, self.alias)
+
+
+def _new_run(task: Task, args: Any, kwargs: Any) -> Any:
+    from django.conf import settings
+    from django.utils import timezone
+
+    from cronjob.api import new_run
+    from cronjob.django.runner import handler_options
+
+    run_after = task.run_after
+    if run_after is not None and not settings.USE_TZ and timezone.is_naive(run_after):
+        run_after = timezone.make_aware(run_after)
+    run = new_run(
+        task.module_path,
+        {"args": list(args), "kwargs": dict(kwargs)},
+        run_at=run_after,
+        # Django runs larger priorities first; jobrunner claims smaller numbers first.
+        priority=-task.priority,
+        max_attempts=handler_options(task).get("max_attempts"),
+    )
+    return dataclasses.replace(run, queue=task.queue_name)
+
+
+def _run_id(result_id: Any) -> int:
+    from cronjob.inputs import MAX_ID
+
+    text = str(result_id)
+    if not (text.isascii() and text.isdigit() and len(text) <= 19 and 0 < int(text) <= MAX_ID):
+        raise TaskResultDoesNotExist(f"no task result {text[:40]!r}: ids are run ids")
+    return int(text)

@@ -1,0 +1,65 @@
+"""Django's database connection, as jobrunner's statements need it."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from cronjob.store.binding import ServerBinding
+
+BACKEND_PATH = "cronjob.django.JobrunnerBackend"
+
+
+def django_in_use() -> bool:
+    """A Django project's command: DJANGO_SETTINGS_MODULE names its settings."""
+    return bool(os.environ.get("DJANGO_SETTINGS_MODULE"))
+
+
+def setup() -> None:
+    """django.setup(), once: apps loaded, so tasks and models import."""
+    import django
+    from django.apps import apps
+
+    if not apps.ready:
+        django.setup()
+
+
+def backend_options() -> dict[str, Any]:
+    """OPTIONS of the first TASKS backend that is jobrunner's ({} if none is)."""
+    from django.conf import settings
+
+    for params in getattr(settings, "TASKS", {}).values():
+        if params.get("BACKEND") == BACKEND_PATH:
+            return dict(params.get("OPTIONS") or {})
+    return {}
+
+
+def database_alias() -> str:
+    return str(backend_options().get("DATABASE", "default"))
+
+
+def database_conninfo() -> str:
+    """A libpq connection string for the database the Tasks backend writes to."""
+    from django.db import connections
+    from psycopg.conninfo import make_conninfo
+
+    from cronjob.db import remember_password
+
+    params = connections[database_alias()].get_connection_params()
+    fields = {
+        key: value
+        for key, value in params.items()
+        if isinstance(value, str | int) and not isinstance(value, bool)
+    }
+    conninfo = make_conninfo("", **fields)
+    remember_password(conninfo)
+    return conninfo
+
+
+def django_connection(alias: str | None = None) -> ServerBinding:
+    """This thread's Django connection for `alias`, in whatever transaction it is in."""
+    from django.db import connections
+
+    connection = connections[alias or database_alias()]
+    connection.ensure_connection()
+    return ServerBinding(connection.connection)

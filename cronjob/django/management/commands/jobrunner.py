@@ -1,0 +1,32 @@
+"""`manage.py jobrunner ...`: every jobrunner command, with Django set up."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+
+class Command(BaseCommand):
+    help = (
+        "Run a jobrunner command (tick, sync, status, list, show, retry, ...) with this "
+        "project's settings: `manage.py jobrunner --help` lists them."
+    )
+
+    def run_from_argv(self, argv: list[str]) -> None:
+        # jobrunner parses its own arguments, --help included.
+        from cronjob.cli import main
+
+        main(argv[2:])
+
+    def print_help(self, prog_name: str, subcommand: str) -> None:
+        from cronjob.cli import main
+
+        with contextlib.suppress(SystemExit):  # main() always exits
+            main(["--help"])
+
+    def handle(self, *args: Any, **options: Any) -> None:  # call_command("jobrunner")
+        from cronjob.cli import main
+
+        main(list(args))

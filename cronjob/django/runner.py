@@ -1,0 +1,238 @@
+"""Running Django tasks in a tick, and handlers whose ORM writes commit with their success.
+
+A Django tick imports the tasks that have runs waiting, by the import path each run
+carries as its job type, and those named by the schedules in settings: no --handlers
+needed. Each becomes a handler; `atomic` runs one inside a transaction on Django's
+connection, in which the tick then records the run's success.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from cronjob.context import HandlerTransactionError, JobContext, LeaseLost
+from cronjob.django.connection import ServerBinding, backend_options, database_alias
+from cronjob.handlers import Fail, HandlerSpec, is_coroutine_function, registry
+
+
+def handler_options(task: Any) -> dict[str, Any]:
+    """The task's own retry options, checked, as @handler takes them (unset ones left out)."""
+    from cronjob.handlers import Backoff
+    from cronjob.inputs import parse_duration, parse_positive_int
+
+    options: dict[str, Any] = {}
+    if getattr(task, "max_attempts", None) is not None:
+        options["max_attempts"] = parse_positive_int(
+            task.max_attempts, what="max_attempts", maximum=1000
+        )
+    if getattr(task, "backoff", None) is not None:
+        options["backoff"] = Backoff.of(task.backoff)
+    if getattr(task, "lease", None) is not None:
+        lease = parse_duration(task.lease, what="lease")
+        if lease < 1:
+            raise ValueError("lease must be at least 1s")
+        options["lease"] = lease
+    if getattr(task, "timeout", None) is not None:
+        options["timeout"] = parse_duration(task.timeout, what="timeout")
+    if getattr(task, "atomic", False) and is_coroutine_function(task.func):
+        raise ValueError("atomic=True needs a plain def task: Django's ORM transactions are sync")
+    return options
+
+
+def register_tasks(conn: Any, queues: Sequence[str] | None) -> list[str]:
+    """Make handlers of the Django tasks this tick may claim; returns the job types added.
+
+    Those with runs waiting (in `queues`, if given) and those the settings schedule. A
+    path that does not import as a task of this backend is logged and left waiting.
+    """
+    from cronjob import log, store
+
+    added = []
+    scheduled = [spec.job_type for spec in schedule_specs()]
+    for job_type in dict.fromkeys([*store.task_types_waiting(conn, queues), *scheduled]):
+        if job_type in registry():
+            continue
+        try:
+            task = _importable_task(job_type)
+        except ValueError as exc:
+            log.get_logger().warning("task not run", job_type=job_type[:200], reason=str(exc))
+            continue
+        if queues is not None and job_type in scheduled and task.queue_name not in queues:
+            continue
+        registry()[job_type] = task_handler(task)
+        added.append(job_type)
+    return added
+
+
+def _importable_task(job_type: str) -> Any:
+    from django.tasks import Task
+    from django.utils.module_loading import import_string
+
+    from cronjob.django.backend import JobrunnerBackend
+
+    try:
+        task = import_string(job_type)
+    except Exception as exc:
+        raise ValueError(f"cannot import it: {type(exc).__name__}: {str(exc)[:300]}") from None
+    if not isinstance(task, Task):
+        raise ValueError("it is not a Django task (a function decorated with @task)")
+    if not isinstance(task.get_backend(), JobrunnerBackend):
+        raise ValueError(f"its backend {task.backend!r} is not jobrunner's")
+    return task
+
+
+def task_handler(task: Any) -> HandlerSpec:
+    """A handler running `task` with the run's args and kwargs, storing what it returns."""
+    options = handler_options(task)
+    if is_coroutine_function(task.func):
+
+        async def run_async(ctx: Any, payload: Any) -> None:
+            args, kwargs = _arguments(payload)
+            value = await task.func(*_context(task, ctx), *args, **kwargs)
+            await _store_return_value_async(task, ctx, value)
+
+        func: Callable[..., Any] = run_async
+    else:
+
+        def run(ctx: JobContext, payload: Any) -> None:
+            if getattr(task, "atomic", False):
+                ctx.join_transaction(DjangoTransaction(database_alias()))
+            args, kwargs = _arguments(payload)
+            value = task.func(*_context(task, ctx), *args, **kwargs)
+            _store_return_value(task, ctx, value)
+
+        func = run
+    spec = HandlerSpec(task.module_path, func)
+    return HandlerSpec(
+        task.module_path,
+        func,
+        options.get("max_attempts", spec.max_attempts),
+        options.get("backoff", spec.backoff),
+        options.get("lease", spec.lease),
+        options.get("timeout"),
+    )
+
+
+def _arguments(payload: Any) -> tuple[list[Any], dict[str, Any]]:
+    args = payload.get("args") if isinstance(payload, dict) else None
+    kwargs = payload.get("kwargs") if isinstance(payload, dict) else None
+    if not isinstance(args, list) or not isinstance(kwargs, dict):
+        raise Fail('payload is not a Django task\'s {"args": [...], "kwargs": {...}}')
+    return args, kwargs
+
+
+def _context(task: Any, ctx: JobContext) -> tuple[Any, ...]:
+    if not task.takes_context:
+        return ()
+    from django.tasks import TaskContext
+
+    from cronjob.django.connection import django_connection
+    from cronjob.django.results import task_result
+    from cronjob.store import task_result_get
+
+    row = task_result_get(django_connection(), ctx.run_id)
+    return (TaskContext(task_result=task_result(row, task.backend)),)
+
+
+def _return_json(task: Any, value: Any) -> str | None:
+    from django.utils.json import normalize_json
+
+    from cronjob.errors import BadInput
+    from cronjob.inputs import encode_payload
+
+    if value is None:
+        return None
+    try:
+        return encode_payload(normalize_json(value), source=f"return value of {task.name}")
+    except (BadInput, TypeError, ValueError) as exc:
+        # The same value comes back on every retry: give up at once, saying why.
+        raise Fail(str(exc)) from None
+
+
+def _store_return_value(task: Any, ctx: JobContext, value: Any) -> None:
+    from cronjob import store
+
+    text = _return_json(task, value)
+    if text is not None and not store.task_return_value_set(ctx.db, ctx._run, text):
+        raise LeaseLost(f"run {ctx.run_id} no longer holds its lease")
+
+
+async def _store_return_value_async(task: Any, ctx: Any, value: Any) -> None:
+    from cronjob import store
+
+    text = _return_json(task, value)
+    if text is not None and not await store.task_return_value_set_async(
+        await ctx.db, ctx._run, text
+    ):
+        raise LeaseLost(f"run {ctx.run_id} no longer holds its lease")
+
+
+class DjangoTransaction(ServerBinding):
+    """A `transaction.atomic()` block on Django's connection, as a handler's `ctx.db`.
+
+    Opened in the worker thread before the handler runs, so its ORM writes go into it;
+    `commit()` (after the tick recorded success in it) leaves the block, committing;
+    `close()` leaves it rolling back, if it is still open.
+    """
+
+    def __init__(self, alias: str) -> None:
+        from django.db import connections, transaction
+
+        self._django = connections[alias]
+        if self._django.in_atomic_block:
+            raise HandlerTransactionError("Django's connection is already in a transaction")
+        self._atomic: Any = transaction.atomic(using=alias)
+        self._atomic.__enter__()
+        super().__init__(self._django.connection)
+
+    def commit(self) -> None:
+        if self._django.needs_rollback:
+            raise HandlerTransactionError(
+                "the handler marked Django's transaction for rollback, so its success could"
+                " not commit with it"
+            )
+        atomic, self._atomic = self._atomic, None
+        if atomic is not None:
+            atomic.__exit__(None, None, None)
+
+    def close(self) -> None:
+        atomic, self._atomic = self._atomic, None
+        if atomic is not None:
+            error = HandlerTransactionError("rolled back")
+            atomic.__exit__(type(error), error, None)
+
+
+def atomic(func: Callable[..., Any] | None = None, *, using: str | None = None) -> Any:
+    """Run a jobrunner handler inside a transaction on Django's connection.
+
+        @handler("import_orders")
+        @atomic
+        def import_orders(ctx, payload):
+            Order.objects.create(...)
+
+    The tick records the run's success in that same transaction, fenced by the lease:
+    the ORM writes and "succeeded" commit together or not at all. `ctx.db` is that
+    transaction too, and `ctx.once(key)` records its key in it.
+    """
+
+    def wrap(handler: Callable[..., Any]) -> Callable[..., Any]:
+        if is_coroutine_function(handler):
+            raise TypeError("atomic needs a plain def handler: Django's ORM transactions are sync")
+
+        @functools.wraps(handler)
+        def run(ctx: JobContext, payload: Any) -> Any:
+            ctx.join_transaction(DjangoTransaction(using or database_alias()))
+            return handler(ctx, payload)
+
+        return run
+
+    return wrap(func) if func is not None else wrap
+
+
+def schedule_specs() -> list[Any]:
+    """The periodic tasks in settings (OPTIONS "SCHEDULES"), as definitions; BadInput if bad."""
+    from cronjob.django.schedules import specs_from_settings
+
+    return specs_from_settings(backend_options().get("SCHEDULES") or {})

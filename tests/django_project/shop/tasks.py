@@ -1,0 +1,71 @@
+"""The test project's tasks: one for each thing the Django tests show."""
+
+import time
+from pathlib import Path
+
+from django.tasks import task
+
+from cronjob import handler
+from cronjob.django import atomic
+from cronjob.django import task as jobrunner_task
+from shop.models import Entry, Order
+
+
+@task()
+def add(a, b):
+    return a + b
+
+
+@task()
+async def add_async(a, b):
+    return a + b
+
+
+@jobrunner_task(max_attempts=2, backoff="1s")
+def explode(message):
+    raise ValueError(message)
+
+
+@task()
+def record(label):
+    Entry.objects.create(label=label)
+
+
+@task(takes_context=True)
+def attempt_number(context):
+    return context.attempt
+
+
+@task()
+def huge():
+    return "x" * 2_000_000
+
+
+@jobrunner_task(atomic=True, max_attempts=3)
+def place_order(ref, fail=False):
+    Order.objects.create(ref=ref)
+    if fail:
+        raise RuntimeError("payment declined")
+    return ref
+
+
+@jobrunner_task(atomic=True, takes_context=True, lease="5s")
+def place_order_slowly(context, ref, marker):
+    Order.objects.create(ref=ref)
+    if context.attempt == 1:
+        Path(marker).write_text("written, not committed")
+        time.sleep(600)  # killed here by the test
+    return ref
+
+
+@task()
+def tally(label):
+    Entry.objects.create(label=label)
+
+
+@handler("shop.import_order")
+@atomic
+def import_order(ctx, payload):
+    Order.objects.create(ref=payload["ref"])
+    if ctx.once(f"import:{payload['ref']}") and payload.get("fail"):
+        raise RuntimeError("import failed")

@@ -1,0 +1,303 @@
+"""jobrunner as a Django project's Tasks backend, against the real test project."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from django.db import transaction
+from django.tasks import TaskResultStatus
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+
+from tests.django_suite.conftest import PROJECT, project_env
+
+HOUR = timedelta(hours=1)
+
+
+def tick(db_url: str, *, now: datetime | None = None, queues: list[str] | None = None) -> Any:
+    """One tick in this process, as `manage.py jobrunner tick` runs it, at `now`."""
+    from cronjob.db import connect, connect_async
+    from cronjob.django.runner import register_tasks
+    from cronjob.handlers import registry
+    from cronjob.tick import TickOptions, run_tick
+
+    conn = connect(db_url)
+    try:
+        register_tasks(conn, queues)
+        return run_tick(
+            conn,
+            dict(registry()),
+            connect=lambda autocommit=True: connect(db_url, autocommit=autocommit),
+            connect_async=lambda autocommit=True: connect_async(db_url, autocommit=autocommit),
+            options=TickOptions(now=now, owns_process=False, concurrency=1),
+        )
+    finally:
+        conn.close()
+
+
+def db_now(db_url: str) -> datetime:
+    with psycopg.connect(db_url) as conn:
+        return conn.execute("SELECT now()").fetchone()[0]
+
+
+def rows(db_url: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    with psycopg.connect(db_url) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+def manage(db_url: str, *args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "manage.py", "jobrunner", *args],
+        cwd=PROJECT, env=project_env(db_url), capture_output=True, text=True, timeout=120,
+        **kwargs,
+    )  # fmt: skip
+
+
+def test_enqueue_joins_the_callers_transaction(project: str) -> None:
+    from shop.tasks import add
+
+    with pytest.raises(RuntimeError), transaction.atomic():
+        add.enqueue(1, 2)
+        raise RuntimeError("the view failed")
+    assert rows(project, "SELECT count(*) FROM job_runs") == [(0,)]
+    with transaction.atomic():
+        result = add.enqueue(1, 2)
+    assert rows(project, "SELECT id, job_type, queue FROM job_runs") == [
+        (int(result.id), "shop.tasks.add", "default")
+    ]
+    assert result.status == TaskResultStatus.READY
+    assert result.args == [1, 2] and result.enqueued_at is not None
+
+
+def test_a_task_runs_in_a_tick_and_its_return_value_reads_back(project: str) -> None:
+    from shop.tasks import add, add_async, attempt_number
+
+    result = add.enqueue(2, 3)
+    other = add_async.enqueue(4, 5)
+    counted = attempt_number.enqueue()
+    tick(project)
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == 5
+    assert result.started_at is not None and result.finished_at >= result.started_at
+    assert len(result.worker_ids) == 1 and result.worker_ids[0]
+    assert add_async.get_result(other.id).return_value == 9
+    assert attempt_number.get_result(counted.id).return_value == 1
+
+
+def test_manage_py_jobrunner_tick_runs_tasks_without_handlers(project: str) -> None:
+    from shop.tasks import add
+
+    result = add.enqueue(20, 22)
+    done = manage(project, "tick", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1])["succeeded"] == 1
+    assert add.get_result(result.id).return_value == 42
+
+
+def test_plain_jobrunner_tick_sets_django_up_from_its_settings_module(project: str) -> None:
+    from shop.tasks import add
+
+    result = add.enqueue(1, 1)
+    jobrunner = Path(sys.executable).parent / "jobrunner"
+    done = subprocess.run(
+        [str(jobrunner), "tick"], env=project_env(project), capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert add.get_result(result.id).return_value == 2
+
+
+def test_a_failing_tasks_errors_come_from_its_attempts(project: str) -> None:
+    from shop.tasks import explode
+
+    result = explode.enqueue("boom")
+    tick(project)
+    result.refresh()
+    assert result.status == TaskResultStatus.READY  # waiting for its retry
+    tick(project, now=db_now(project) + HOUR)
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    assert [e.exception_class_path for e in result.errors] == ["builtins.ValueError"] * 2
+    assert result.errors[0].exception_class is ValueError
+    assert "boom" in result.errors[-1].traceback
+    assert len(result.worker_ids) == 2
+    with pytest.raises(ValueError, match="failed"):
+        result.return_value  # noqa: B018
+
+
+def test_a_deferred_task_waits_for_its_time(project: str) -> None:
+    from shop.tasks import add
+
+    later = db_now(project) + HOUR
+    result = add.using(run_after=later).enqueue(1, 2)
+    tick(project)
+    assert add.get_result(result.id).status == TaskResultStatus.READY
+    tick(project, now=later + timedelta(seconds=1))
+    assert add.get_result(result.id).return_value == 3
+
+
+def test_larger_django_priorities_run_first(project: str) -> None:
+    from shop.models import Entry
+    from shop.tasks import record
+
+    record.using(priority=-10).enqueue("low")
+    record.enqueue("middle")
+    record.using(priority=50).enqueue("high")
+    tick(project)
+    assert list(Entry.objects.order_by("id").values_list("label", flat=True)) == [
+        "high", "middle", "low",
+    ]  # fmt: skip
+
+
+def test_queues_select_what_a_tick_runs(project: str) -> None:
+    from shop.tasks import add
+
+    default = add.enqueue(1, 1)
+    report = add.using(queue_name="reports").enqueue(2, 2)
+    with pytest.raises(InvalidTask):
+        add.using(queue_name="nowhere").enqueue(3, 3)
+    done = manage(project, "tick", "--queues", "reports")
+    assert done.returncode == 0, done.stderr
+    assert add.get_result(report.id).status == TaskResultStatus.SUCCESSFUL
+    # The same task in another queue is left for a tick of that queue.
+    assert add.get_result(default.id).status in (
+        TaskResultStatus.READY, TaskResultStatus.SUCCESSFUL,
+    )  # fmt: skip
+
+
+def test_orm_writes_commit_with_success_and_roll_back_with_failure(project: str) -> None:
+    from shop.models import Order
+    from shop.tasks import place_order
+
+    good = place_order.enqueue("A-1")
+    bad = place_order.enqueue("B-1", fail=True)
+    tick(project)
+    assert list(Order.objects.values_list("ref", flat=True)) == ["A-1"]
+    assert place_order.get_result(good.id).return_value == "A-1"
+    failed = place_order.get_result(bad.id)
+    assert failed.status == TaskResultStatus.READY
+    assert failed.errors[0].exception_class_path == "builtins.RuntimeError"
+
+
+def test_an_atomic_handler_commits_its_orm_writes_with_its_success(project: str) -> None:
+    from shop.models import Order
+
+    from cronjob.api import enqueue
+
+    with psycopg.connect(project, autocommit=True) as conn:
+        enqueue(conn, "shop.import_order", {"ref": "ok"})
+        failing = enqueue(conn, "shop.import_order", {"ref": "bad", "fail": True})
+    tick(project)
+    assert list(Order.objects.values_list("ref", flat=True)) == ["ok"]
+    assert rows(project, "SELECT status FROM job_runs WHERE id = %s", failing) == [("failed",)]
+    assert rows(project, "SELECT key FROM job_effects") == [("import:ok",)]
+
+
+def test_kill_9_between_the_orm_write_and_commit_leaves_neither(
+    project: str, tmp_path: Path
+) -> None:
+    from shop.models import Order
+    from shop.tasks import place_order_slowly
+
+    marker = tmp_path / "written"
+    result = place_order_slowly.enqueue("K-1", str(marker))
+    process = subprocess.Popen(
+        [sys.executable, "manage.py", "jobrunner", "tick"], cwd=PROJECT,
+        env=project_env(project), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            assert process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    assert Order.objects.count() == 0
+    assert place_order_slowly.get_result(result.id).status == TaskResultStatus.RUNNING
+    # Past the lease, the run is rescued and its second attempt commits both, once.
+    tick(project, now=db_now(project) + timedelta(minutes=1))
+    tick(project, now=db_now(project) + HOUR)
+    assert list(Order.objects.values_list("ref", flat=True)) == ["K-1"]
+    final = place_order_slowly.get_result(result.id)
+    assert final.status == TaskResultStatus.SUCCESSFUL and final.return_value == "K-1"
+
+
+def test_a_schedule_from_settings_materializes_once_under_concurrent_ticks(
+    project: str,
+) -> None:
+    from shop.models import Entry
+
+    synced = manage(project, "sync")
+    assert synced.returncode == 0, synced.stderr
+    assert "add       new-year-tally" in synced.stdout
+    # As if synced two years ago: two new years are due.
+    with psycopg.connect(project, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE job_definitions SET materialized_through = now() - interval '2 years',"
+            " next_fire_at = date_trunc('year', now() - interval '1 year')"
+        )
+    command = [sys.executable, "manage.py", "jobrunner", "tick"]
+    ticks = [
+        subprocess.Popen(
+            command,
+            cwd=PROJECT,
+            env=project_env(project),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    for process in ticks:
+        _, stderr = process.communicate(timeout=120)
+        assert process.returncode == 0, stderr
+    occurrences = rows(
+        project, "SELECT scheduled_for, count(*) FROM job_runs GROUP BY 1 ORDER BY 1"
+    )
+    assert len(occurrences) == 2 and all(n == 1 for _, n in occurrences)
+    assert list(Entry.objects.values_list("label", flat=True)) == ["new year", "new year"]
+    again = manage(project, "sync")
+    assert "unchanged new-year-tally" in again.stdout
+
+
+def test_bad_inputs_are_refused(project: str) -> None:
+    from shop.tasks import add, add_async, huge
+
+    from cronjob.django import task as jobrunner_task
+
+    with pytest.raises(TaskResultDoesNotExist):
+        add.get_result("12abc")
+    with pytest.raises(TaskResultDoesNotExist):
+        add.get_result("9" * 400)
+    with pytest.raises(InvalidTask, match="max_attempts"):
+        jobrunner_task(max_attempts=0)(add.func)
+    with pytest.raises(InvalidTask, match="atomic"):
+        jobrunner_task(atomic=True)(add_async.func)
+    too_big = huge.enqueue()
+    tick(project)
+    result = huge.get_result(too_big.id)
+    assert result.status == TaskResultStatus.FAILED  # dead at once: retrying cannot help
+    assert "too large" in result.errors[0].traceback
+
+
+def test_the_database_comes_from_django_settings_and_its_password_stays_hidden(
+    project: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cronjob.db import redact, resolve_url
+
+    url, source = resolve_url(None)
+    assert source == "Django settings"
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT to_regclass('job_runs') IS NOT NULL").fetchone() == (True,)
+    monkeypatch.setenv("JOBRUNNER_DJANGO_TEST_DB", "")  # unused once set up
+    assert "password=***" in redact("host=db password=s3cret dbname=app")

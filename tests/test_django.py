@@ -1,0 +1,78 @@
+"""The Django suite (tests/django_suite), on the oldest Django jobrunner supports and the newest.
+
+Django 6 needs Python 3.12 or newer: each version gets a venv of its own under .venvs/,
+made once with the first Python >= 3.12 found, with jobrunner installed from this checkout
+by its `django` extra, and runs the suite against this session's PostgreSQL server.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+# The oldest supported release series, and the newest release.
+DJANGO_VERSIONS = {"oldest": "django~=6.0.0", "newest": "django>=6.0"}
+
+
+def _python_312_or_newer() -> str | None:
+    if sys.version_info >= (3, 12):
+        return sys.executable
+    names = ["python3.14", "python3.13", "python3.12"]
+    found = [shutil.which(name) for name in names]
+    # pyenv's interpreters, when its shims are not on PATH.
+    found += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[2-9]*/bin/python3")))
+    for python in filter(None, found):
+        probe = subprocess.run(
+            [python, "-c", "import sys, venv; print(sys.version_info >= (3, 12))"],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        if probe.stdout.strip() == "True":
+            return python
+    return None
+
+
+def _venv(which: str, requirement: str) -> Path:
+    python = _python_312_or_newer()
+    if python is None:
+        pytest.skip("Django >= 6 needs Python >= 3.12, and none is installed")
+    venv = ROOT / ".venvs" / f"django-{which}"
+    stamp = venv / "installed.txt"
+    wanted = f"{python}\n{requirement}\n{(ROOT / 'pyproject.toml').read_text()}"
+    if not (stamp.exists() and stamp.read_text() == wanted):
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([python, "-m", "venv", str(venv)], check=True)
+        subprocess.run(
+            [str(venv / "bin" / "pip"), "install", "-q", "-e", f"{ROOT}[django,test]",
+             requirement],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        stamp.write_text(wanted)
+    return venv
+
+
+@pytest.mark.parametrize("which", sorted(DJANGO_VERSIONS))
+def test_the_django_suite_passes(which: str, server_url: str) -> None:
+    venv = _venv(which, DJANGO_VERSIONS[which])
+    version = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import django; print(django.__version__)"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    assert version.startswith("6.") or int(version.split(".")[0]) > 6
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JOBRUNNER_", "DJANGO_"))}
+    env.update(JOBRUNNER_DJANGO_SUITE="1", JOBRUNNER_TEST_DATABASE_URL=server_url)
+    done = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         "tests/django_suite"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    summary = done.stdout.strip().splitlines()[-1:] or ["(no output)"]
+    assert done.returncode == 0, f"Django {version}: {done.stdout[-4000:]}\n{done.stderr[-2000:]}"
+    assert "passed" in summary[0] and "skipped" not in summary[0], summary[0]
