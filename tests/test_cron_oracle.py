@@ -160,3 +160,19 @@ def test_wrap_around_range_is_refused_by_both(expr):
         validate_expression(expr)
     with pytest.raises(cronsim.CronSimError):
         cronsim.CronSim(expr.upper(), datetime(2026, 1, 1))
+
+
+# croniter expands the fields; these are spellings it reads otherwise than cron (an equal range
+# as the whole cycle, ``a/n`` in day-of-week stopping at Saturday).
+@pytest.mark.parametrize("expr", ["5-5 * * * *", "0 0 * jan-jan *", "0 0 * * 1/2", "0 0 * * 7-7"])
+def test_spellings_croniter_reads_otherwise_fire_as_cron_fires_them(expr):
+    croniter = pytest.importorskip("croniter").croniter
+    start = datetime(2026, 3, 1, tzinfo=UTC)
+    expected = _oracle(expr.upper(), "UTC", start, 12)
+    assert next_after(expr, "UTC", start, 12) == expected
+    try:
+        alone = croniter(expr, start)
+        croniter_reading = [alone.get_next(datetime) for _ in range(12)]
+    except ValueError:  # croniter's errors are ValueErrors
+        croniter_reading = None
+    assert croniter_reading != expected
