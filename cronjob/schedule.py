@@ -424,13 +424,14 @@ def _field_values(index: int, text: str) -> frozenset[int]:
     field = _FIELDS[index]
     items = ",".join(_cron_item(field, item, text) for item in text.split(","))
     # Imported here: an idle tick compiles no expression.
-    from croniter import CroniterError, croniter
+    from croniter import croniter
 
     # The field among stars, so that whatever croniter says is about this field alone.
     alone = " ".join(items if other == index else "*" for other in range(len(_FIELDS)))
     try:
         expanded, nth_weekdays = croniter.expand(alone)
-    except CroniterError:
+    # Every croniter error is a ValueError; older releases let some through unwrapped.
+    except ValueError:
         raise _FieldError(f"{field.name} field {_quoted(text)} is not valid") from None
     values = expanded[index]
     if values == ["*"]:
