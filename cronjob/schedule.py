@@ -11,15 +11,21 @@ to the field's end), and, for month and day-of-week, English three-letter names;
 is Sunday. Non-standard extensions (seconds, years, ``L``, ``W``, ``#``, ``?``, ``H``, ``R``)
 are refused: they are not portable and ``R`` would not even be deterministic.
 
+croniter turns each field into the set of values it allows. It reads more than cron does, so
+a small gate in front of it (`_cron_item`) refuses what cron refuses, naming the field, and
+hands croniter each field spelled so that both read it alike.
+
 Day-of-month and day-of-week combine as Vixie cron combines them: when either field starts
 with ``*`` (a bare ``*`` or a step such as ``*/2``) a day must match *both*, so
 ``0 16 */2 * sat`` fires on odd-dated Saturdays only; otherwise a day matches if *either*
 matches, so ``0 0 13 * 5`` fires on every 13th and on every Friday. Wrap-around ranges
 (``fri-mon``) are refused as cron refuses them; the message suggests the spelling cron accepts.
 
-Matching wall-clock times are found from each field's set of values: the minutes croniter finds
-for the same expression, at a small fraction of its cost per step. croniter itself walks only
-near the ends of the calendar, where its search horizon decides when a stream stops.
+Matching wall-clock times are found by walking those sets here: the minutes croniter's own
+iterator finds for the same expression, at a small fraction of its cost per step. The walk
+applies cron's day-field rule (croniter's differs for stepped stars such as ``*/2``) and the
+daylight-saving policy below, which croniter does not have. croniter walks only near the ends
+of the calendar, where its search horizon decides when a stream stops.
 
 Daylight-saving time follows Vixie cron. Cron fields are matched against the wall clock of the
 schedule's timezone, and each matching wall time becomes real instants as follows:
@@ -309,12 +315,21 @@ class _FieldError(ValueError):
     """A problem with one field, told without the expression it is part of."""
 
 
+# Quartz- and Jenkins-style tokens that croniter reads and cron does not: last day ``L``,
+# nearest weekday ``15W``, last weekday ``L5``, nth weekday ``5#3``, ``?``, hashed ``H`` and
+# random ``R``.
+_EXTENSION = re.compile(
+    r"[0-9]*l[0-9]*|lw|[0-9]+w|w[0-9]+|[0-9a-z]*#[0-9]*|\?|h(\(.*)?|r", re.IGNORECASE
+)
+
+
 def _field_value(field: _Field, token: str) -> int:
     if token.lower() in field.names:
         return field.names[token.lower()]
     if not _NUMBER.fullmatch(token):
         kind = "a number or name" if field.names else "a number"
-        raise _FieldError(f"{field.name} value {_quoted(token)} is not {kind}")
+        why = "; cron has no L, W, #, ?, H or R" if _EXTENSION.fullmatch(token) else ""
+        raise _FieldError(f"{field.name} value {_quoted(token)} is not {kind}{why}")
     value = _small_number(token)
     if not field.low <= value <= field.high:
         shown = value if value <= _LARGEST_FIELD_NUMBER else _quoted(token)
@@ -365,42 +380,66 @@ def _spelled(first: int, last: int) -> str:
     return f"{first},{last}" if last == first + 1 else f"{first}-{last}"
 
 
+def _cron_item(field: _Field, item: str, text: str) -> str:
+    """One item of a field checked against cron's grammar, in the spelling handed to croniter.
+
+    The gate in front of croniter: it refuses what croniter accepts and cron does not
+    (extensions, wrap-around ranges), names the field in every refusal, and spells what it
+    lets through with numbers and ranges only. Three of cron's spellings mean something else
+    to croniter, or nothing, so they are rewritten to ones both read alike: an equal range
+    ``a-a`` (croniter: the whole cycle; cron: ``a``), ``a/n`` in day-of-week (croniter stops
+    at 6; cron runs on to 7, Sunday again) and a star in a list (refused by croniter).
+    """
+    if not item:
+        raise _FieldError(f"empty item in {field.name} field {_quoted(text)}")
+    span, slash, step_text = item.partition("/")
+    step = ""
+    if slash:
+        if not _NUMBER.fullmatch(step_text) or _small_number(step_text) == 0:
+            raise _FieldError(f"{field.name} step {_quoted(step_text)} is not a positive number")
+        step = f"/{_small_number(step_text)}"
+    if span == "*":
+        # As a range: croniter refuses a star in a list (``*,5``), which cron reads as all.
+        first, last = field.low, field.high
+    elif "-" in span:
+        start_text, _, end_text = span.partition("-")
+        if not start_text or not end_text:
+            raise _FieldError(f"{field.name} range {_quoted(span)} lacks a bound")
+        first = _field_value(field, start_text)
+        last = _field_value(field, end_text)
+        if first > last:
+            raise _FieldError(_backwards(field, start_text, end_text, first, last, slash))
+    else:
+        first = _field_value(field, span)
+        # "a/n" runs from a to the end of the field, as in cronie and croniter.
+        last = field.high if slash else first
+    return str(first) if first == last else f"{first}-{last}{step}"
+
+
 # Cached apart from whole expressions: thousands of distinct schedules are mostly made of the
 # same few fields (``*``, ``0``, ``*/5``).
 @lru_cache(maxsize=1024)
 def _field_values(index: int, text: str) -> frozenset[int]:
-    """The values field number `index` allows when it is written as `text`."""
+    """The values field number `index` allows when it is written as `text`: croniter's expansion."""
     field = _FIELDS[index]
-    values: set[int] = set()
-    for item in text.split(","):
-        if not item:
-            raise _FieldError(f"empty item in {field.name} field {_quoted(text)}")
-        span, slash, step_text = item.partition("/")
-        step = 1
-        if slash:
-            if not _NUMBER.fullmatch(step_text) or _small_number(step_text) == 0:
-                raise _FieldError(
-                    f"{field.name} step {_quoted(step_text)} is not a positive number"
-                )
-            step = _small_number(step_text)
-        if span == "*":
-            first, last = field.low, field.high
-        elif "-" in span:
-            start_text, _, end_text = span.partition("-")
-            if not start_text or not end_text:
-                raise _FieldError(f"{field.name} range {_quoted(span)} lacks a bound")
-            first = _field_value(field, start_text)
-            last = _field_value(field, end_text)
-            if first > last:
-                raise _FieldError(_backwards(field, start_text, end_text, first, last, slash))
-        else:
-            first = _field_value(field, span)
-            # "a/n" runs from a to the end of the field, as in cronie and croniter.
-            last = field.high if slash else first
-        values.update(range(first, last + 1, step))
-    if index == _DOW_FIELD and 7 in values:
-        values.discard(7)
-        values.add(0)
+    items = ",".join(_cron_item(field, item, text) for item in text.split(","))
+    # Imported here: an idle tick compiles no expression.
+    from croniter import croniter
+
+    # The field among stars, so that whatever croniter says is about this field alone.
+    alone = " ".join(items if other == index else "*" for other in range(len(_FIELDS)))
+    try:
+        expanded, nth_weekdays = croniter.expand(alone)
+    # Every croniter error is a ValueError; older releases let some through unwrapped.
+    except ValueError:
+        raise _FieldError(f"{field.name} field {_quoted(text)} is not valid") from None
+    values = expanded[index]
+    if values == ["*"]:
+        # croniter writes a field that allows every value as "*" (and Sunday as 0 alone).
+        last = 6 if index == _DOW_FIELD else field.high
+        return frozenset(range(field.low, last + 1))
+    if nth_weekdays or not all(isinstance(value, int) for value in values):
+        raise _FieldError(f"{field.name} field {_quoted(text)} is not valid")
     return frozenset(values)
 
 

@@ -160,3 +160,62 @@ def test_wrap_around_range_is_refused_by_both(expr):
         validate_expression(expr)
     with pytest.raises(cronsim.CronSimError):
         cronsim.CronSim(expr.upper(), datetime(2026, 1, 1))
+
+
+# croniter expands the fields; these are spellings it reads otherwise than cron (an equal range
+# as the whole cycle, ``a/n`` in day-of-week stopping at Saturday).
+@pytest.mark.parametrize("expr", ["5-5 * * * *", "0 0 * jan-jan *", "0 0 * * 1/2", "0 0 * * 7-7"])
+def test_spellings_croniter_reads_otherwise_fire_as_cron_fires_them(expr):
+    croniter = pytest.importorskip("croniter").croniter
+    start = datetime(2026, 3, 1, tzinfo=UTC)
+    expected = _oracle(expr.upper(), "UTC", start, 12)
+    assert next_after(expr, "UTC", start, 12) == expected
+    try:
+        alone = croniter(expr, start)
+        croniter_reading = [alone.get_next(datetime) for _ in range(12)]
+    except ValueError:  # croniter's errors are ValueErrors
+        croniter_reading = None
+    assert croniter_reading != expected
+
+
+# Each field of an expression, alone: the values croniter's expansion (behind the gate that
+# hands it cron's spellings) allows, against the values cronsim's parser allows.
+FIELD_LIMITS = [(0, 59, []), (0, 23, []), (1, 31, []), (1, 12, ["jan", "jun", "Oct", "DEC"]),
+                (0, 7, ["sun", "mon", "Wed", "SAT"])]  # fmt: skip
+CRONSIM_SETS = ["minutes", "hours", "days", "months", "weekdays"]
+
+
+def _field_item(rng: random.Random, low: int, high: int, names: list[str]) -> str:
+    def value() -> str:
+        return rng.choice(names) if names and rng.random() < 0.3 else str(rng.randint(low, high))
+
+    step = f"/{rng.choice([1, 2, 3, 5, 7, 13, 40])}" if rng.random() < 0.5 else ""
+    shape = rng.random()
+    if shape < 0.25:
+        return "*" + step
+    if shape < 0.5:
+        return value() + step
+    first, last = sorted(rng.sample(range(low, high + 1), 2))
+    if rng.random() < 0.15:
+        # An equal range, which croniter alone reads as the whole cycle. Without a step: with
+        # one, cronsim reads it as ``a/n``, where Vixie cron's loop stops at ``a``.
+        return f"{first}-{first}"
+    return f"{first}-{last}{step}"
+
+
+def test_every_field_expands_to_the_values_cronsim_reads():
+    from cronjob.schedule import _field_values
+
+    rng = random.Random(5)
+    disagreements = []
+    for _ in range(3000):
+        index = rng.randrange(5)
+        low, high, names = FIELD_LIMITS[index]
+        text = ",".join(_field_item(rng, low, high, names) for _ in range(rng.choice([1, 1, 2, 3])))
+        expr = " ".join(text if other == index else "*" for other in range(5))
+        expected = getattr(cronsim.CronSim(expr.upper(), datetime(2026, 1, 1)), CRONSIM_SETS[index])
+        if index == 4:
+            expected = {day % 7 for day in expected}
+        if _field_values(index, text) != expected:
+            disagreements.append(expr)
+    assert disagreements == []

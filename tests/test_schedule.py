@@ -639,6 +639,67 @@ def test_start_and_step_runs_from_start_to_the_end_of_the_field():
     assert fire_times == utcs("2026-05-12T10:50", "2026-05-12T10:55", "2026-05-12T11:50")
 
 
+def test_a_star_inside_a_list_means_every_value_as_in_cron():
+    # croniter refuses some such lists; cron reads the star as the whole field.
+    assert validate_expression("*,40,30 * * * *") == "*,40,30 * * * *"
+    fire_times = next_after("*,40,30 * * * *", "UTC", utc("2026-05-12T10:00"), 2)
+    assert fire_times == utcs("2026-05-12T10:01", "2026-05-12T10:02")
+
+
+# croniter expands the fields, but reads extensions cron does not have. Each is refused before
+# croniter sees it, in one line naming the field.
+CRONITER_ONLY = {
+    "0 0 L * *": "day-of-month value 'L' is not a number; cron has no L, W, #, ?, H or R",
+    "0 0 W15 * *": "day-of-month value 'W15' is not a number; cron has no",
+    "0 0 15W * *": "day-of-month value '15W' is not a number; cron has no",
+    "0 0 * * 5#3": "day-of-week value '5#3' is not a number or name; cron has no",
+    "0 0 * * L5": "day-of-week value 'L5' is not a number or name; cron has no",
+    "H * * * *": "minute value 'H' is not a number; cron has no",
+    "H(0-29)/10 * * * *": "minute value 'H(0' is not a number; cron has no",
+    "R * * * *": "minute value 'R' is not a number; cron has no",
+    "0 0 ? * *": "day-of-month value '?' is not a number; cron has no",
+    "0 0 * * fri-mon": "day-of-week range 'fri-mon' wraps around; cron spells it 'fri-7,mon'",
+    "0 0 1 nov-mar *": "month range 'nov-mar' wraps around; cron spells it '11,12,1-3'",
+    "0 0 * * 5-1/2": "day-of-week range '5-1' goes backwards",
+    "0 0 * * mon-sun": "day-of-week range 'mon-sun' wraps around; cron spells it 'mon-7'",
+    "0 */5 * * * *": "got 6; seconds and years are not supported",
+    "0 0 12 * * * 2030": "got 7; seconds and years are not supported",
+}
+
+
+@pytest.mark.parametrize(("expr", "message"), CRONITER_ONLY.items(), ids=CRONITER_ONLY.keys())
+def test_what_croniter_reads_and_cron_does_not_is_refused_in_one_line(expr, message):
+    croniter = pytest.importorskip("croniter").croniter
+    assert croniter.is_valid(expr, hash_id="some-schedule")
+    with pytest.raises(ScheduleError) as caught:
+        validate_expression(expr)
+    assert str(caught.value).startswith(f"invalid cron expression {expr!r}: ")
+    assert message in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_field_croniter_refuses_after_the_gate_is_still_one_line_naming_the_field(monkeypatch):
+    from cronjob import schedule
+
+    croniter = pytest.importorskip("croniter")
+    expand = croniter.croniter.expand
+
+    def refuse_day_of_week(expression, *args, **kwargs):
+        if expression.split()[4] != "*":
+            raise croniter.CroniterBadCronError(f"[{expression}] is not acceptable\ndetails")
+        return expand(expression, *args, **kwargs)
+
+    monkeypatch.setattr(croniter.croniter, "expand", refuse_day_of_week)
+    # Both caches: the expression and its fields must be read afresh.
+    schedule._compile.cache_clear()
+    schedule._field_values.cache_clear()
+    with pytest.raises(ScheduleError) as caught:
+        validate_expression("0 0 * * 1-5")
+    assert str(caught.value) == (
+        "invalid cron expression '0 0 * * 1-5': day-of-week field '1-5' is not valid"
+    )
+
+
 # Timezones
 
 

@@ -79,6 +79,13 @@ def test_adding_an_existing_name_is_exit_1(db_url, conn):
 BAD_ADDS = {
     "never fires": (["--cron", "0 0 31 2 *"], "never fires"),
     "six fields": (["--cron", "0 0 0 * * *"], "seconds and years are not supported"),
+    # croniter reads these (Quartz and Jenkins extensions); cron does not.
+    "last day": (["--cron", "0 0 L * *"], "day-of-month value 'L' is not a number"),
+    "nearest weekday": (["--cron", "0 0 15W * *"], "day-of-month value '15W'"),
+    "nth weekday": (["--cron", "0 0 * * 5#3"], "day-of-week value '5#3'"),
+    "hashed": (["--cron", "H * * * *"], "minute value 'H'"),
+    "question mark": (["--cron", "0 0 ? * *"], "day-of-month value '?'"),
+    "wrap-around": (["--cron", "0 0 * * fri-mon"], "cron spells it 'fri-7,mon'"),
     "out of range": (["--cron", "61 * * * *"], "minute value 61 out of range"),
     "unknown alias": (["--cron", "@fortnightly"], "unknown cron alias"),
     "reboot": (["--cron", "@reboot"], "'@reboot'"),
@@ -458,6 +465,11 @@ def test_preview_without_from_starts_now_and_needs_no_database():
     ("args", "message"),
     [
         (["0 0 30 2 *"], "never fires"),
+        (["0 0 L * *"], "day-of-month value 'L'"),
+        (["0 0 * * 5#3"], "day-of-week value '5#3'"),
+        (["H * * * *"], "minute value 'H'"),
+        (["0 0 ? * *"], "day-of-month value '?'"),
+        (["0 0 12 * * *"], "seconds and years are not supported"),
         (["@daily", "--timezone", "Nowhere/Land"], "unknown timezone"),
         (["@daily", "--from", "yesterday"], "invalid --from"),
         (["@daily", "--count", "0"], "--count"),
