@@ -78,6 +78,29 @@ class JobrunnerBackend(BaseTaskBackend):
         super().__init__(alias, params)
         self.database = str(self.options.get("DATABASE", "default"))
 
+    def check(self, **kwargs: Any) -> list[Any]:
+        """System checks: the DATABASE alias exists and is PostgreSQL on psycopg 3."""
+        from django.core.checks import Error
+        from django.db import connections
+
+        problems = list(super().check(**kwargs))
+        where = f"TASKS[{self.alias!r}]"
+        if self.database not in connections:
+            hint = "Name an alias of settings.DATABASES in OPTIONS['DATABASE']."
+            message = f"{where}: DATABASE {self.database!r} is not in settings.DATABASES"
+            return [*problems, Error(message, hint=hint, id="jobrunner.E001")]
+        connection = connections[self.database]
+        if connection.vendor != "postgresql":
+            message = f"{where}: jobrunner needs PostgreSQL, not {connection.vendor}"
+            return [*problems, Error(message, id="jobrunner.E002")]
+        from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+        if not is_psycopg3:
+            message = f"{where}: jobrunner needs psycopg 3, and Django is using psycopg2"
+            hint = "pip uninstall psycopg2 (pg-jobrunner installs psycopg 3)."
+            return [*problems, Error(message, hint=hint, id="jobrunner.E003")]
+        return problems
+
     def validate_task(self, task: Task) -> None:
         super().validate_task(task)
         from cronjob.django.runner import handler_options

@@ -301,3 +301,41 @@ def test_the_database_comes_from_django_settings_and_its_password_stays_hidden(
         assert conn.execute("SELECT to_regclass('job_runs') IS NOT NULL").fetchone() == (True,)
     monkeypatch.setenv("JOBRUNNER_DJANGO_TEST_DB", "")  # unused once set up
     assert "password=***" in redact("host=db password=s3cret dbname=app")
+
+
+def test_system_checks_name_a_database_jobrunner_cannot_use(project: str) -> None:
+    from django.core.management import call_command
+    from django.tasks import default_task_backend
+    from django.test import override_settings
+
+    call_command("check")  # the project as configured passes
+    tasks = {
+        "default": {"BACKEND": "cronjob.django.JobrunnerBackend", "OPTIONS": {"DATABASE": "x"}}
+    }
+    with override_settings(TASKS=tasks):
+        problems = default_task_backend.check()
+    assert [p.id for p in problems] == ["jobrunner.E001"]
+    assert "'x' is not in settings.DATABASES" in problems[0].msg
+
+
+def test_a_tick_outside_a_django_project_imports_nothing_of_django(project: str) -> None:
+    from cronjob.api import enqueue
+
+    with psycopg.connect(project, autocommit=True) as conn:
+        enqueue(conn, "test.ok")
+    report = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: print(sorted(m for m in sys.modules\n"
+        "    if m.split('.')[0] == 'django' or m.startswith('cronjob.django'))))\n"
+        "from cronjob.cli import main\n"
+        "main(['tick', '--handlers', 'tests.handlers.basic', '--json'])\n"
+    )
+    env = {k: v for k, v in project_env(project).items() if k != "DJANGO_SETTINGS_MODULE"}
+    env.update(JOBRUNNER_DATABASE_URL=project, PYTHONPATH=str(PROJECT.parent.parent))
+    done = subprocess.run(
+        [sys.executable, "-c", report], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    summary, imported = done.stdout.splitlines()[-2:]
+    assert json.loads(summary)["succeeded"] == 1
+    assert imported == "[]"
