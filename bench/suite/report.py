@@ -574,7 +574,14 @@ def write_json(report: Report, path: Path) -> None:
                 "how_run": s.how_run,
                 "idle": s.idle_how,
                 "variants": [
-                    {"name": v.name, "settings": v.settings, "processes": v.processes}
+                    {
+                        "name": v.name,
+                        "settings": v.settings,
+                        "processes": v.processes,
+                        "log_level": v.log_level,
+                        "analyze": v.analyze,
+                        "extra": v.extra,
+                    }
                     for v in s.variants
                 ],
             }
