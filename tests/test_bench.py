@@ -239,3 +239,28 @@ def test_pgbench_drains_a_queue_with_the_ticks_statements(
         attempts = conn.execute("SELECT count(*) FROM job_attempts").fetchone()
     assert rows == [("succeeded", 1, 250)]
     assert attempts == (0,)
+
+
+def test_the_drain_table_divides_each_row_by_baselines_at_its_own_process_count():
+    from bench.suite import report
+
+    pgbench = drain("raw-sql", "pgbench two-commit", 25000, 1)
+    pgbench.settings = {"clients": 2, "batch": 100}
+    rows = [pgbench if r.variant == "pgbench two-commit" else r for r in ROWS]
+    rep = report.Report(
+        command="-", date="-", machine={}, server={}, options={"n": 20000},
+        sections=["drain"], systems=[], versions={}, skipped={}, rows=rows,
+    )  # fmt: skip
+
+    (headers, body), legend = report.drain_table(rep)
+    cells = {(line[0], line[1]): dict(zip(headers, line, strict=True)) for line in body}
+
+    best_x2 = cells["jobrunner", "best x2"]
+    assert best_x2["vs graphile-worker tuned (same procs)"] == "1.67x"  # 20,000 / 12,000
+    assert best_x2["vs best peer default (same procs)"] == "5.00x"  # / Procrastinate's 4,000
+    assert best_x2["vs pgbench two-commit ceiling"] == "0.80x"
+    assert cells["jobrunner", "default, cold tables *"]["procs"] == "1"
+    ceiling = cells["raw-sql", "pgbench two-commit"]
+    assert ceiling["procs"] == "2 clients"
+    assert ceiling["vs graphile-worker tuned (same procs)"] == "-"
+    assert "pgqueuer (1), procrastinate (2)" in legend

@@ -173,7 +173,7 @@ def drain_table(report: Report) -> tuple[Table, str]:
             [
                 r.label,
                 r.variant + (" *" if r.extra.get("extra") else ""),
-                str(r.extra.get("processes", "-")),
+                _procs(r, kinds),
                 _num(r.extra.get("n")),
                 _median_or_status(r),
                 _range(r),
@@ -198,6 +198,13 @@ def drain_table(report: Report) -> tuple[Table, str]:
         f"a baseline nor a target's figure: {extras or '-'}."
     )
     return (headers, body), legend
+
+
+def _procs(row: Row, kinds: dict[str, str]) -> str:
+    """Worker processes; for the ceiling, its clients (pgbench's are threads)."""
+    if kinds.get(row.system) == "ceiling" and "clients" in row.settings:
+        return f"{row.settings['clients']} clients"
+    return str(row.extra.get("processes", "-"))
 
 
 def _fraction(value: float | None) -> str:

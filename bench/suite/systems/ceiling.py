@@ -32,8 +32,8 @@ ONE_COMMIT = "pgbench one-commit"
 SCRIPTS = {TWO_COMMIT: pgbench_two_commit, ONE_COMMIT: pgbench_one_commit}
 
 
-def pgbench_path() -> str:
-    return shutil.which("pgbench", path=str(PG_BIN)) or "pgbench"
+def pgbench_path() -> str | None:
+    return shutil.which("pgbench", path=str(PG_BIN)) or shutil.which("pgbench")
 
 
 def schema_sql(repo_dir: Path) -> str:
@@ -85,14 +85,21 @@ class Ceiling(System):
             return "sql/0001_initial.sql not found next to bench/"
         if importlib.util.find_spec("cronjob") is None:
             return "the cronjob package (the tick's statements) is not importable"
+        if pgbench_path() is None:
+            return f"pgbench not found in {PG_BIN} nor on PATH"
         return None
 
     def versions(self) -> dict[str, str]:
         out = subprocess.run(
-            [pgbench_path(), "--version"], check=False, capture_output=True, text=True, timeout=30
+            [pgbench_path() or "pgbench", "--version"],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
-        return {"pgbench": out.stdout.split()[2] if len(out.stdout.split()) > 2 else "not found",
-                "psycopg": psycopg.__version__}  # fmt: skip
+        words = out.stdout.split()  # pgbench (PostgreSQL) 15.18 (Debian ...)
+        pgbench = words[2] if len(words) > 2 else "unknown"
+        return {"pgbench": pgbench, "psycopg": psycopg.__version__}
 
     def setup(self, dburl: str) -> None:
         with self.connect(dburl) as conn:
@@ -127,7 +134,7 @@ class Ceiling(System):
         defines = [f"--define={k}={v}" for k, v in pgbench_variables(BATCH).items()]
         return Command(
             [
-                pgbench_path(),
+                pgbench_path() or "pgbench",
                 "--no-vacuum",
                 "-M",
                 "extended",
