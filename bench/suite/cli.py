@@ -79,7 +79,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python bench/run.py",
         description="Benchmark jobrunner against PgQueuer, Procrastinate, graphile-worker and "
-        "a raw-SQL ceiling on a throwaway PostgreSQL cluster.",
+        "a pgbench ceiling running the tick's own statements, on a throwaway PostgreSQL "
+        "cluster.",
     )
     p.add_argument(
         "--quick",

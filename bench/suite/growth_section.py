@@ -35,7 +35,7 @@ class GrowthSection:
         history = self.opts.history_rows
         hist_label = f"{history:,} finished"
         # (system, the drain variant used on both tables)
-        for name, wanted in (("jobrunner", "default"), ("raw-sql", "psycopg")):
+        for name, wanted in (("jobrunner", "default"), ("raw-sql", "psycopg core")):
             s = self.system(name)
             if s is None:
                 why = self.skipped.get(name, "not selected")

@@ -13,13 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.suite import ratios
 from bench.suite.procs import GNU_TIME
 from bench.suite.results import Row, find
 from bench.suite.sections import IDLE_ROUND
-from bench.suite.systems import System, Variant
+from bench.suite.systems import REGISTRY, System, Variant
 from bench.suite.timing import WARMUP, hyperfine_version
 
 Table = tuple[list[str], list[list[str]]]
+KINDS = {cls.name: cls.kind for cls in REGISTRY}  # peer, ceiling or subject
 
 
 # -- facts about the run ---------------------------------------------------------------
@@ -145,52 +147,88 @@ def _median(row: Row | None) -> float | None:
 # -- tables ------------------------------------------------------------------------------
 def drain_table(report: Report) -> tuple[Table, str]:
     rows = _section(report.rows, "drain", report.systems)
-    kinds = {s.name: s.kind for s in report.systems}
-    graphile = _median(find(rows, "drain", "graphile-worker", "tuned"))
-    ceiling = _median(find(rows, "drain", "raw-sql", "psycopg"))
-    peer_defaults = [
-        r for r in rows if kinds.get(r.system) == "peer" and r.variant == "default" and r.ok
-    ]
-    best = max(peer_defaults, key=lambda r: r.median or 0.0, default=None)
-    best_value = _median(best)
+    kinds = KINDS
+    top = ratios.ceiling(rows)
     headers = [
         "system",
         "variant",
-        "settings",
         "procs",
         "N",
         "median jobs/s",
         "range",
         "reps",
-        "vs graphile-worker tuned",
-        "vs best peer default",
-        "vs raw-SQL ceiling",
+        "vs graphile-worker tuned (same procs)",
+        "vs best peer default (same procs)",
+        "vs pgbench two-commit ceiling",
     ]
     body = []
+    best_by_procs: dict[int, str] = {}
     for r in rows:
-        m = _median(r)
+        procs = ratios.worker_processes(r, kinds)
+        graphile = ratios.graphile_tuned(rows, procs) if procs else None
+        peer = ratios.best_peer_default(rows, kinds, procs) if procs else None
+        if procs and peer is not None:
+            best_by_procs[procs] = peer.label
         body.append(
             [
                 r.label,
-                r.variant,
-                _settings(r.settings) if r.ok else "-",
-                str(r.extra.get("processes", "-")),
+                r.variant + (" *" if r.extra.get("extra") else ""),
+                _procs(r, kinds),
                 _num(r.extra.get("n")),
                 _median_or_status(r),
                 _range(r),
                 str(len(r.samples)),
-                _ratio(m, graphile),
-                _ratio(m, best_value),
-                _ratio(m, ceiling),
+                _fraction(ratios.ratio(r, graphile)),
+                _fraction(ratios.ratio(r, peer)),
+                _fraction(ratios.ratio(r, top)),
             ]
         )
+    best = ", ".join(f"{label} ({procs})" for procs, label in sorted(best_by_procs.items()))
+    extras = "; ".join(
+        f"{r.label} {r.variant}: {r.extra['extra']}" for r in rows if r.extra.get("extra")
+    )
     legend = (
         f"N no-op jobs per drain (--n {report.options['n']:,}; variants too slow for that "
         "within the run's time budget drain fewer, shown in column N), enqueued before "
-        "timing; time = from starting the worker process(es) until the last one exits with "
-        "the queue empty (start-up and shutdown included). Ratios divide the median jobs/s: "
-        f"above 1.00x is faster than the baseline. Best peer default: "
-        f"{best.label if best else '-'}."
+        "timing, then VACUUM ANALYZE; time = from starting the worker process(es) until the "
+        "last one exits with the queue empty (start-up and shutdown included). Every "
+        "worker logs at warning. Ratios divide the median jobs/s by the baseline's, "
+        "measured with the same number of worker processes (procs): above 1.00x is faster. "
+        f"Best peer default by procs: {best or '-'}. Rows marked * are extra rows, never "
+        f"a baseline nor a target's figure: {extras or '-'}."
+    )
+    return (headers, body), legend
+
+
+def _procs(row: Row, kinds: dict[str, str]) -> str:
+    """Worker processes; for the ceiling, its clients (pgbench's are threads)."""
+    if kinds.get(row.system) == "ceiling" and "clients" in row.settings:
+        return f"{row.settings['clients']} clients"
+    return str(row.extra.get("processes", "-"))
+
+
+def _fraction(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def targets_table(report: Report) -> tuple[Table, str]:
+    kinds = KINDS
+    headers = ["target", "rows divided", "ratio", "needed", "verdict"]
+    body = [
+        [
+            t.goal,
+            t.figure,
+            _fraction(t.ratio),
+            f"{'under' if t.below else 'at least'} {t.need:.2f}x",
+            t.verdict,
+        ]
+        for t in ratios.targets(report.rows, kinds)
+    ]
+    legend = (
+        "Issue 17's targets, each a ratio of two medians from this run (the drain and idle "
+        "tables above). jobrunner's figure is its fastest drain row with the stated process "
+        "count (its best flags or its defaults, whichever drained faster), extra rows "
+        "excluded."
     )
     return (headers, body), legend
 
@@ -385,6 +423,29 @@ TABLES = {
 }
 
 
+METHOD = """\
+- Equal process counts: jobrunner, graphile-worker, PgQueuer and Procrastinate each
+  drain with 1 and with 2 worker processes on the one queue (variants named `x2`), and
+  each ratio divides by the baseline measured with the same number of processes.
+- Steady state: after the jobs are enqueued (not timed) and before the timed drain,
+  `VACUUM ANALYZE` runs on the system's database, as autovacuum would have done by the
+  time a queue runs steadily; every system alike. One extra row, jobrunner `default, cold
+  tables`, drains on never-analyzed tables. (A tick's claim still plans with bitmap and
+  sequential scans off, queries.RUNS_CLAIM_MANY_PLAN, whatever the statistics.)
+- One log level: every worker logs at warning. graphile-worker through its preset's
+  `logger` (it has no level setting), PgQueuer with `pgq run --log-level WARNING`,
+  Procrastinate with `procrastinate --log-level warning`, jobrunner with
+  `tick --log-level warning` (failed runs logged, succeeded ones not). One extra row,
+  jobrunner `default, log info`, runs at jobrunner's default level, info.
+- The ceiling is pgbench running the tick's own claim and finalize statements, read from
+  cronjob.queries at run time, 2 clients, batch 100, with the planner settings of the
+  tick's claim: `pgbench two-commit` (claim, commit; finalize, commit) is the baseline of
+  the ceiling ratio, `pgbench one-commit` (finalize the previous batch and claim the next
+  in one transaction, as a busy tick does) is shown beside it. The psycopg client running
+  the statements' core is an extra row, not the ceiling.
+- Extra rows are never a baseline nor a target's figure."""
+
+
 # -- renderers ---------------------------------------------------------------------------
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
@@ -412,17 +473,32 @@ def text_table(table: Table, max_width: int = 48) -> str:
     return "\n".join(out)
 
 
-def print_tables(report: Report) -> None:
+def _tables(report: Report) -> list[tuple[str, Table, str]]:
+    """(title, table, legend) of each section run, then the targets after the drain
+    and idle tables they are read from."""
+    out = []
     for key in report.sections:
         title, build = TABLES[key]
-        table, _ = build(report)
+        out.append((title, *build(report)))
+    if "drain" in report.sections or "idle" in report.sections:
+        out.append(("Targets", *targets_table(report)))
+    return out
+
+
+def print_tables(report: Report) -> None:
+    for title, table, _ in _tables(report):
         print(f"\n{title}\n{text_table(table)}")
     sys.stdout.flush()
 
 
 def _variant(v: Variant) -> str:
     plural = "es" if v.processes > 1 else ""
-    return f"{_settings(v.settings)} ({v.processes} process{plural})"
+    tables = "tables analyzed" if v.analyze else "tables never analyzed"
+    extra = f"; extra row: {v.extra}" if v.extra else ""
+    return (
+        f"{_settings(v.settings)} ({v.processes} process{plural}; log level {v.log_level}; "
+        f"{tables}{extra})"
+    )
 
 
 def _bullets(items: Iterable[tuple[str, str]]) -> str:
@@ -442,6 +518,10 @@ def write_markdown(report: Report, path: Path) -> None:
         f"- Command: `{report.command}`",
         f"- Date: {report.date}",
         f"- Options: {_settings(report.options)}",
+        "",
+        "## Method",
+        "",
+        METHOD,
         "",
         "## Machine",
         "",
@@ -479,9 +559,7 @@ def write_markdown(report: Report, path: Path) -> None:
             )
         )
         parts.append("")
-    for key in report.sections:
-        title, build = TABLES[key]
-        table, legend = build(report)
+    for title, table, legend in _tables(report):
         parts += [f"## {title}", "", legend, "", markdown_table(table), ""]
     path.write_text("\n".join(parts))
 
@@ -503,7 +581,14 @@ def write_json(report: Report, path: Path) -> None:
                 "how_run": s.how_run,
                 "idle": s.idle_how,
                 "variants": [
-                    {"name": v.name, "settings": v.settings, "processes": v.processes}
+                    {
+                        "name": v.name,
+                        "settings": v.settings,
+                        "processes": v.processes,
+                        "log_level": v.log_level,
+                        "analyze": v.analyze,
+                        "extra": v.extra,
+                    }
                     for v in s.variants
                 ],
             }

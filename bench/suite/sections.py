@@ -6,6 +6,8 @@ import statistics
 import sys
 from dataclasses import dataclass
 
+import psycopg
+
 from bench.suite.common import MEASUREMENT_ERRORS, dbname, first_line, log
 from bench.suite.growth_section import GrowthSection
 from bench.suite.pgcluster import Cluster
@@ -34,6 +36,13 @@ class Options:
     cap_scale: float = 1.0  # --quick shrinks the caps along with N
     memory_jsonl_mb: tuple[int, ...] = (10, 1000)  # --jsonl inputs whose peak RSS is measured
     memory_list_runs: int = 1000  # runs of 1 MB payloads that `list --limit` reads
+
+
+def steady_state(url: str) -> None:
+    """What autovacuum would have done to freshly loaded tables by the time a queue runs
+    steadily: visibility map set, planner statistics that know the queued rows."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
 
 
 class Bench(GrowthSection, SideSections):
@@ -123,6 +132,9 @@ class Bench(GrowthSection, SideSections):
                     extra={
                         "processes": v.processes,
                         "n": self.jobs_for(v),
+                        "log_level": v.log_level,
+                        "analyzed": v.analyze,
+                        "extra": v.extra,
                         "seconds": [],
                         "peak_rss_kb": [],
                     },
@@ -161,6 +173,8 @@ class Bench(GrowthSection, SideSections):
             queued = s.unfinished(url) - before
             if queued != n:
                 raise RuntimeError(f"enqueue left {queued} unfinished jobs, expected {n}")
+            if v.analyze:
+                steady_state(url)
             self.cluster.checkpoint()
             result = s.drain(url, v, self.drain_timeout(n))
             left = s.unfinished(url)

@@ -1,13 +1,22 @@
-"""The raw-SQL ceiling's claim and finish: a tick's statements reduced to their core.
+"""The ceiling's statements.
 
-The same dispatch filter and order, SKIP LOCKED batch, lease columns and token
-fence as cronjob.queries; without what a runner adds around them (per-type leases
-and attempt budgets, mixed outcomes, attempt history). If a tick's statements
-change shape, change these with them: the ceiling is only meaningful while it
-does the database work a tick does.
+The pgbench ceiling runs the tick's own claim and finalize, taken from
+cronjob.queries when the run starts (`pgbench_two_commit`, `pgbench_one_commit`):
+it can never drift from what a tick sends. Only the parameters become pgbench
+variables, and the claim's last SELECT hands back its ids as one array row so
+that pgbench's gset can keep them for the finalize.
+
+CLAIM and FINISH are the same statements reduced to their core, for the psycopg
+client row and the growth section's claim probes: the same dispatch filter and
+order, SKIP LOCKED batch, lease columns and token fence, without per-type leases
+and attempt budgets, mixed outcomes or attempt history. If a tick's statements
+change shape, change these with them.
 """
 
 from __future__ import annotations
+
+import re
+import uuid
 
 # A tick plans its claim with bitmap and sequential scans off (queries.RUNS_CLAIM_MANY_PLAN),
 # so a fresh, never analyzed table is still claimed by walking the dispatch index.
@@ -49,18 +58,81 @@ SELECT 'noop', '{}', 'succeeded', 1, now(), now(), now(), now(), NULL
 FROM generate_series(1, %s)"""
 
 
-def pgbench_script(limit: int, worker: str = "pgbench") -> str:
-    """The same claim and finish for `pgbench -M extended`: the claim is wrapped so
-    its ids and tokens come back as two arrays that \\gset can hold."""
-    claim = (
-        CLAIM.replace("%(types)s", "ARRAY['noop']")
-        .replace("%(limit)s", str(limit))
-        .replace("%(worker)s", f"'{worker}'")
+def _pgbench_params(sql: str) -> str:
+    """psycopg placeholders as pgbench variables; the tick's `now` is always NULL."""
+    sql = sql.replace("%(now)s", "NULL")
+    return re.sub(r"%\((\w+)\)[sb]", r":\1", sql)
+
+
+def tick_claim_for_pgbench() -> str:
+    """queries.RUNS_CLAIM_MANY whose final SELECT is wrapped to one row: the claimed ids,
+    how many, and the finalize's other arrays for a batch of successes (the parameters a
+    tick's finalize gets for it), all for pgbench's gset."""
+    from cronjob import queries
+
+    final = f"SELECT {queries.RUNS_CLAIM_MANY_COLUMNS}\nFROM claimed ORDER BY priority, run_at, id"
+    if final not in queries.RUNS_CLAIM_MANY:
+        raise RuntimeError("queries.RUNS_CLAIM_MANY no longer ends as the ceiling expects")
+    n = "count(*)::int"
+    wrapped = (
+        f"SELECT coalesce(array_agg(id), '{{}}') AS ids, {n} AS n,\n"
+        f"       array_fill(%(token)s::uuid, ARRAY[{n}]) AS tokens,\n"
+        f"       array_fill('succeeded'::text, ARRAY[{n}]) AS statuses,\n"
+        f"       array_fill(0::float8, ARRAY[{n}]) AS delays,\n"
+        f"       array_fill(NULL::text, ARRAY[{n}]) AS error_types,\n"
+        f"       array_fill(NULL::text, ARRAY[{n}]) AS messages,\n"
+        f"       array_fill(NULL::text, ARRAY[{n}]) AS tracebacks\n"
+        f"FROM ({final}) AS handed"
     )
-    finish = FINISH.replace("%(ids)s", ":ids").replace("%(tokens)s", ":tokens")
+    return _pgbench_params(queries.RUNS_CLAIM_MANY.replace(final, wrapped).strip())
+
+
+def tick_finalize_for_pgbench() -> str:
+    """queries.RUNS_FINALIZE_MANY as it stands, its parameters as pgbench variables."""
+    from cronjob import queries
+
+    return _pgbench_params(queries.RUNS_FINALIZE_MANY.strip())
+
+
+def pgbench_variables(limit: int) -> dict[str, str]:
+    """`-D` values: the claim's parameters (one no-op type, its lease and attempt budget)
+    and an empty previous batch. One lease token serves the run: ids tell the batches
+    apart, and the token only has to match between a claim and its finalize."""
+    empty = "{}"
+    return {
+        "job_types": "{noop}",
+        "leases": "{300}",
+        "max_attempts": "{1}",
+        "limit": str(limit),
+        "worker": "pgbench",
+        "token": str(uuid.uuid4()),
+        "n": "1",  # "keep going" until a claim finds nothing
+        **{k: empty for k in ("ids", "tokens", "statuses", "delays")},
+        **{k: empty for k in ("error_types", "messages", "tracebacks")},
+    }
+
+
+def pgbench_two_commit() -> str:
+    """What a tick sends when it claims and finalizes apart: the claim in a transaction
+    of its own, then the finalize of that batch in another. Each is one round trip, as
+    in the tick, whose claim goes in one pipeline. A client stops once a claim is empty."""
     return (
-        f"WITH u AS (\n{claim}\n)\n"
-        "SELECT coalesce(array_agg(id), '{}') AS ids,"
-        " coalesce(array_agg(lease_token), '{}') AS tokens FROM u \\gset\n"
-        f"{finish};\n"
+        f"\\if :n > 0\n{tick_claim_for_pgbench()} \\gset\n{tick_finalize_for_pgbench()};\n\\endif\n"
+    )
+
+
+def pgbench_one_commit() -> str:
+    """What a busy tick sends: finalize the previous batch and claim the next in one
+    transaction (store.runs_finalize_and_claim_many). The tick pipelines the whole
+    transaction into one round trip; pgbench cannot keep a result (gset) inside a
+    pipeline, so here it is three: BEGIN with the finalize, the claim, COMMIT."""
+    return (
+        "\\if :n > 0\n"
+        "\\startpipeline\n"
+        "BEGIN;\n"
+        f"{tick_finalize_for_pgbench()};\n"
+        "\\endpipeline\n"
+        f"{tick_claim_for_pgbench()} \\gset\n"
+        "COMMIT;\n"
+        "\\endif\n"
     )

@@ -8,6 +8,7 @@ The harness only ever calls these methods, in this order:
     versions()                     for RESULTS.md
     setup(dburl)                   schema into a fresh database (used as a template)
     enqueue(dburl, n)              n no-op jobs, not timed
+                                   (then VACUUM ANALYZE unless the variant is cold)
     drain(dburl, variant, timeout) timed: until every job is finished
     unfinished(dburl)              jobs not yet finished, to verify a drain
     idle_command(dburl)            one one-shot invocation that finds nothing to do
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +44,11 @@ class Context:
         return self.bench_dir / "peers"
 
 
+# Every worker logs at this level unless its variant says otherwise: the peers'
+# WARNING, and jobrunner's `--log-level warning`, its equivalent.
+LOG_LEVEL = "warning"
+
+
 @dataclass(frozen=True)
 class Variant:
     """One way of running a system's workers: a name, the settings a reader
@@ -50,10 +57,36 @@ class Variant:
     name: str
     settings: dict[str, Any] = field(default_factory=dict)
     processes: int = 1
+    log_level: str = LOG_LEVEL
+    # VACUUM ANALYZE after enqueueing, as autovacuum would have done by the time a
+    # queue is in its steady state. False: the drain starts on never-analyzed tables.
+    analyze: bool = True
+    # An extra row (cold tables, another log level, a reduced client), with the reason:
+    # shown, but never a baseline or a target's figure.
+    extra: str = ""
     # Drain at most this many jobs (None: --n). For variants slow enough that a
     # full --n drain would push a full run past its time budget; their jobs/s is
     # already flat at this size. Lifted by --no-cap.
     max_n: int | None = None
+
+
+PROCESS_COUNTS = (1, 2)
+
+
+def side_by_side(variants: tuple[Variant, ...]) -> tuple[Variant, ...]:
+    """Each variant with 1 and with 2 worker processes on the one queue ("tuned x2"):
+    the report compares systems at equal process counts."""
+    return tuple(
+        dataclasses.replace(v, name=v.name if procs == 1 else f"{v.name} x{procs}", processes=procs)
+        for v in variants
+        for procs in PROCESS_COUNTS
+    )
+
+
+def base_name(variant: str) -> str:
+    """The variant's name without its process count: "tuned x2" -> "tuned"."""
+    head, _, count = variant.rpartition(" x")
+    return head if head and count.isdigit() else variant
 
 
 @dataclass(frozen=True)

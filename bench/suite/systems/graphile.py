@@ -9,26 +9,42 @@ from pathlib import Path
 
 from bench.suite.envs import npm_prefix, npm_version
 from bench.suite.procs import Command, run_checked
-from bench.suite.systems.base import System, Variant
+from bench.suite.systems.base import System, Variant, base_name, side_by_side
 
 PACKAGES = ["graphile-worker@^0.17.3"]
 
 # Settings are graphile-worker preset options (`preset.worker`). "tuned" is the
 # configuration from its performance page (concurrency 24, pool 25, local queue
 # of 500, batched completion); "default" is its stock configuration.
-VARIANTS = (
-    Variant("default", {"concurrentJobs": 1, "maxPoolSize": 10}, max_n=10_000),
-    Variant(
-        "tuned",
-        {
-            "concurrentJobs": 24,
-            "maxPoolSize": 25,
-            "localQueue": {"size": 500},
-            "completeJobBatchDelay": 0,
-            "failJobBatchDelay": 0,
-        },
-    ),
+VARIANTS = side_by_side(
+    (
+        Variant("default", {"concurrentJobs": 1, "maxPoolSize": 10}, max_n=10_000),
+        Variant(
+            "tuned",
+            {
+                "concurrentJobs": 24,
+                "maxPoolSize": 25,
+                "localQueue": {"size": 500},
+                "completeJobBatchDelay": 0,
+                "failJobBatchDelay": 0,
+            },
+        ),
+    )
 )
+
+# graphile-worker has no log level setting: its console logger writes every level
+# but debug. The preset's `logger` passes on only the levels at or above the run's.
+LEVELS = ("error", "warning", "info", "debug")
+LOGGER_JS = """\
+const {{ Logger, consoleLogFactory }} = require("graphile-worker");
+const LEVELS = {levels};
+const logger = new Logger((scope) => {{
+  const log = consoleLogFactory(scope);
+  return (level, message, meta) => {{
+    if (LEVELS.indexOf(level) <= {most}) log(level, message, meta);
+  }};
+}});
+"""
 
 ADD_JOBS = """\
 SELECT count(*) FROM graphile_worker.add_jobs(ARRAY(
@@ -43,9 +59,12 @@ class GraphileWorkerSystem(System):
     variants = VARIANTS
     how_run = (
         "Node, async no-op task from a task directory; `graphile-worker --once --config <preset>` "
-        "(exits when no job is runnable); jobs added with one graphile_worker.add_jobs() call"
+        "(exits when no job is runnable); the preset's `logger` passes on warning and error "
+        "lines only (graphile-worker's default console logger writes info, one line per job); "
+        "x2: two such processes on the one queue; jobs added with one "
+        "graphile_worker.add_jobs() call"
     )
-    idle_how = "graphile-worker --once"
+    idle_how = "graphile-worker --once --config <default preset, logging at warning>"
 
     @property
     def prefix(self) -> Path:
@@ -65,10 +84,17 @@ class GraphileWorkerSystem(System):
                     **variant.settings,
                 }
             }
-            self._config(variant).write_text(f"module.exports = {json.dumps(preset, indent=2)};\n")
+            logger = LOGGER_JS.format(
+                levels=json.dumps(LEVELS), most=LEVELS.index(variant.log_level)
+            )
+            self._config(variant).write_text(
+                f"{logger}const preset = {json.dumps(preset, indent=2)};\n"
+                "preset.worker.logger = logger;\n"
+                "module.exports = preset;\n"
+            )
 
     def _config(self, variant: Variant) -> Path:
-        return self.prefix / f"{variant.name}.config.js"
+        return self.prefix / f"{base_name(variant.name)}-{variant.log_level}.config.js"
 
     def versions(self) -> dict[str, str]:
         node = subprocess.run(

@@ -12,10 +12,11 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from bench.suite.procs import Command, run_checked
 from bench.suite.statements import UNFINISHED
-from bench.suite.systems.base import System, Variant
+from bench.suite.systems.base import LOG_LEVEL, PROCESS_COUNTS, System, Variant, base_name
 
 HANDLERS = "bench.noop_handlers"
 MAX_RUNTIME = "600s"
@@ -26,16 +27,24 @@ FLAG_SETS: dict[str, list[str]] = {
     "default": [],
     "best": ["--concurrency", "1", "--batch-size", "1000"],
 }
-PROCESS_COUNTS = (1, 2)
+COLD = "default, cold tables"
+INFO = "default, log info"
 
-VARIANTS = tuple(
-    Variant(
+
+def _variant(name: str, procs: int = 1, **kwargs: Any) -> Variant:
+    flags = FLAG_SETS[name.split(",")[0]]
+    return Variant(
         name if procs == 1 else f"{name} x{procs}",
         {"flags": " ".join(flags) or "(none)", "processes": procs},
         procs,
+        **kwargs,
     )
-    for name, flags in FLAG_SETS.items()
-    for procs in PROCESS_COUNTS
+
+
+VARIANTS = (
+    *(_variant(name, procs) for name in FLAG_SETS for procs in PROCESS_COUNTS),
+    _variant(COLD, analyze=False, extra="tables never analyzed: no VACUUM ANALYZE after loading"),
+    _variant(INFO, log_level="info", extra="jobrunner's default log level, info"),
 )
 
 
@@ -55,10 +64,14 @@ class JobrunnerSystem(System):
     variants = VARIANTS
     how_run = (
         f"`jobrunner migrate`; `jobrunner enqueue --jsonl -`; "
-        f"`jobrunner tick --handlers {HANDLERS} --max-runtime {MAX_RUNTIME} <flags>` "
-        "(a tick exits when nothing is due); sync no-op handler"
+        f"`jobrunner tick --handlers {HANDLERS} --max-runtime {MAX_RUNTIME} <flags> "
+        f"--log-level {LOG_LEVEL}` (a tick exits when nothing is due); sync no-op handler; "
+        f"log level {LOG_LEVEL} (succeeded runs write no line), the extra row "
+        f"`{INFO}` at info (one line per run)"
     )
-    idle_how = f"jobrunner tick --handlers {HANDLERS} --max-runtime {MAX_RUNTIME}"
+    idle_how = (
+        f"jobrunner tick --handlers {HANDLERS} --max-runtime {MAX_RUNTIME} --log-level {LOG_LEVEL}"
+    )
 
     def unavailable(self) -> str | None:
         if importlib.util.find_spec("cronjob") is None:
@@ -102,11 +115,12 @@ class JobrunnerSystem(System):
         run_checked(cmd, 900, self.ctx.logdir, "jobrunner-enqueue")
 
     def drain_commands(self, dburl: str, variant: Variant) -> list[Command]:
-        flags = FLAG_SETS[variant.name.split(" x")[0]]
+        flags = [*FLAG_SETS[base_name(variant.name).split(",")[0]]]
+        flags += ["--log-level", variant.log_level]
         return [self.tick(dburl, flags) for _ in range(variant.processes)]
 
     def unfinished(self, dburl: str) -> int:
         return self.count(dburl, UNFINISHED)
 
     def idle_command(self, dburl: str) -> Command | None:
-        return self.tick(dburl, FLAG_SETS["default"])
+        return self.tick(dburl, [*FLAG_SETS["default"], "--log-level", LOG_LEVEL])

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from bench.suite.envs import pip_env, pip_version
 from bench.suite.procs import Command, run_checked
-from bench.suite.systems.base import System, Variant
+from bench.suite.systems.base import LOG_LEVEL, System, Variant, side_by_side
 
 # `pgq run` passes its --log-level default through as a plain string under newer
 # typer releases and crashes before it starts ('str' object has no attribute
@@ -15,9 +15,11 @@ REQUIREMENTS = ["pgqueuer[asyncpg]>=0.10,<2", "typer<0.20"]
 
 # Settings are `pgq run` flags. PgQueuer's default batch is 10; its docs
 # recommend raising the batch size for many short jobs.
-VARIANTS = (
-    Variant("default", {"--batch-size": 10}),
-    Variant("tuned", {"--batch-size": 100}),
+VARIANTS = side_by_side(
+    (
+        Variant("default", {"--batch-size": 10}),
+        Variant("tuned", {"--batch-size": 100}),
+    )
 )
 
 
@@ -27,9 +29,10 @@ class PgQueuerSystem(System):
     variants = VARIANTS
     how_run = (
         "asyncpg driver; async no-op entrypoint; `pgq run pgqueuer_app:main --mode drain` "
-        "(exits once the queue is empty); jobs enqueued with Queries.enqueue in batches of 5000"
+        "(exits once the queue is empty), `--log-level WARNING`; x2: two such processes on "
+        "the one queue; jobs enqueued with Queries.enqueue in batches of 5000"
     )
-    idle_how = "pgq run pgqueuer_app:main --mode drain"
+    idle_how = "pgq run pgqueuer_app:main --mode drain --log-level WARNING"
 
     @property
     def venv(self) -> Path:
@@ -60,6 +63,7 @@ class PgQueuerSystem(System):
 
     def drain_commands(self, dburl: str, variant: Variant) -> list[Command]:
         flags = [str(x) for k, v in variant.settings.items() for x in (k, v)]
+        flags += ["--log-level", variant.log_level.upper()]
         return [
             self._cmd(dburl, "pgq", "run", "pgqueuer_app:main", "--mode", "drain", *flags)
             for _ in range(variant.processes)
@@ -70,4 +74,7 @@ class PgQueuerSystem(System):
         return self.count(dburl, "SELECT count(*) FROM pgqueuer")
 
     def idle_command(self, dburl: str) -> Command | None:
-        return self._cmd(dburl, "pgq", "run", "pgqueuer_app:main", "--mode", "drain")
+        return self._cmd(
+            dburl, "pgq", "run", "pgqueuer_app:main", "--mode", "drain",
+            "--log-level", LOG_LEVEL.upper(),
+        )  # fmt: skip

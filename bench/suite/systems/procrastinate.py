@@ -6,16 +6,18 @@ from pathlib import Path
 
 from bench.suite.envs import pip_env, pip_version
 from bench.suite.procs import Command, run_checked
-from bench.suite.systems.base import System, Variant
+from bench.suite.systems.base import LOG_LEVEL, System, Variant, side_by_side
 
 REQUIREMENTS = ["procrastinate>=2,<4", "psycopg[binary,pool]"]
 
 # Settings are `procrastinate worker` flags. Its default concurrency is 1: one
 # job at a time, one fetch query per job. Tuned raises the number of jobs one
 # worker runs at once (each still fetched by its own query).
-VARIANTS = (
-    Variant("default", {"--concurrency": 1}, max_n=3_000),
-    Variant("tuned", {"--concurrency": 10}, max_n=3_000),
+VARIANTS = side_by_side(
+    (
+        Variant("default", {"--concurrency": 1}, max_n=3_000),
+        Variant("tuned", {"--concurrency": 10}, max_n=3_000),
+    )
 )
 
 
@@ -24,10 +26,13 @@ class ProcrastinateSystem(System):
     label = "Procrastinate"
     variants = VARIANTS
     how_run = (
-        "PsycopgConnector; async no-op task; `procrastinate worker --one-shot` (exits when no "
-        "job is left); jobs deferred with batch_defer_async in batches of 5000"
+        "PsycopgConnector; async no-op task; `procrastinate --log-level warning worker "
+        "--one-shot` (exits when no job is left); x2: two such processes on the one queue; "
+        "jobs deferred with batch_defer_async in batches of 5000"
     )
-    idle_how = "procrastinate --app procrastinate_app.app worker --one-shot"
+    idle_how = (
+        f"procrastinate --log-level {LOG_LEVEL} --app procrastinate_app.app worker --one-shot"
+    )
 
     @property
     def venv(self) -> Path:
@@ -49,8 +54,10 @@ class ProcrastinateSystem(System):
             cwd=str(self.ctx.peers_dir),
         )
 
-    def _cli(self, dburl: str, *args: str) -> Command:
-        return self._cmd(dburl, "procrastinate", "--app", "procrastinate_app.app", *args)
+    def _cli(self, dburl: str, *args: str, level: str = LOG_LEVEL) -> Command:
+        return self._cmd(
+            dburl, "procrastinate", "--log-level", level, "--app", "procrastinate_app.app", *args
+        )
 
     def setup(self, dburl: str) -> None:
         cmd = self._cli(dburl, "schema", "--apply")
@@ -62,7 +69,10 @@ class ProcrastinateSystem(System):
 
     def drain_commands(self, dburl: str, variant: Variant) -> list[Command]:
         flags = [str(x) for k, v in variant.settings.items() for x in (k, v)]
-        return [self._cli(dburl, "worker", "--one-shot", *flags) for _ in range(variant.processes)]
+        return [
+            self._cli(dburl, "worker", "--one-shot", *flags, level=variant.log_level)
+            for _ in range(variant.processes)
+        ]
 
     def unfinished(self, dburl: str) -> int:
         return self.count(
