@@ -97,7 +97,8 @@ def database_url_option(func: Callable[..., Any]) -> Callable[..., Any]:
         "--database-url",
         metavar="URL",
         help="PostgreSQL URL [env: JOBRUNNER_DATABASE_URL, then DATABASE_URL]. "
-        "With none, the embedded server in the user's data directory. Keep the password "
+        "With none, a Django project's database (DJANGO_SETTINGS_MODULE set), else the "
+        "embedded server in the user's data directory. Keep the password "
         "out of it: every user of the host can read a command line (ps). Put the URL in "
         "the environment, or the password in ~/.pgpass.",
     )(func)

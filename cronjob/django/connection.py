@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from typing import Any
 
 from cronjob.store.binding import ServerBinding
@@ -21,14 +23,33 @@ def setup() -> None:
     from django.apps import apps
 
     if not apps.ready:
-        django.setup()
+        with _settings_import():
+            django.setup()
+
+
+@contextlib.contextmanager
+def _settings_import() -> Iterator[None]:
+    """A settings module that does not import is one line, saying where to look."""
+    name = os.environ.get("DJANGO_SETTINGS_MODULE", "")
+    try:
+        yield
+    except ImportError as exc:
+        from cronjob.errors import BadInput
+
+        raise BadInput(
+            f"cannot import Django settings {name[:200]!r} (DJANGO_SETTINGS_MODULE):"
+            f" {type(exc).__name__}: {str(exc)[:200]}; set PYTHONPATH to the project's"
+            " directory, or run `python manage.py jobrunner ...`"
+        ) from None
 
 
 def backend_options() -> dict[str, Any]:
     """OPTIONS of the first TASKS backend that is jobrunner's ({} if none is)."""
     from django.conf import settings
 
-    for params in getattr(settings, "TASKS", {}).values():
+    with _settings_import():
+        tasks = getattr(settings, "TASKS", {})
+    for params in tasks.values():
         if params.get("BACKEND") == BACKEND_PATH:
             return dict(params.get("OPTIONS") or {})
     return {}

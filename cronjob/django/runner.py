@@ -55,7 +55,7 @@ def register_tasks(conn: Any, queues: Sequence[str] | None) -> list[str]:
         if job_type in registry():
             continue
         try:
-            task = _importable_task(job_type)
+            task = importable_task(job_type)
         except ValueError as exc:
             log.get_logger().warning("task not run", job_type=job_type[:200], reason=str(exc))
             continue
@@ -66,7 +66,7 @@ def register_tasks(conn: Any, queues: Sequence[str] | None) -> list[str]:
     return added
 
 
-def _importable_task(job_type: str) -> Any:
+def importable_task(job_type: str) -> Any:
     from django.tasks import Task
     from django.utils.module_loading import import_string
 
@@ -220,6 +220,8 @@ def atomic(func: Callable[..., Any] | None = None, *, using: str | None = None) 
     def wrap(handler: Callable[..., Any]) -> Callable[..., Any]:
         if is_coroutine_function(handler):
             raise TypeError("atomic needs a plain def handler: Django's ORM transactions are sync")
+        if any(spec.func is handler for spec in registry().values()):
+            raise TypeError("put @atomic below @handler(...): the handler is registered already")
 
         @functools.wraps(handler)
         def run(ctx: JobContext, payload: Any) -> Any:

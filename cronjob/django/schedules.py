@@ -72,10 +72,17 @@ def _spec(name: Any, entry: Any) -> DefinitionSpec:
 
 
 def _task_path(task: Any) -> str:
+    """The task's import path, once it imports as a task of jobrunner's backend."""
     from django.tasks import Task
 
+    from cronjob.django.runner import importable_task
+
     if isinstance(task, Task):
-        return task.module_path
+        task = task.module_path
     if not isinstance(task, str):
         raise BadInput("task must be a task's import path")
+    try:
+        importable_task(task)
+    except ValueError as exc:
+        raise BadInput(f"task {excerpt(task)}: {exc}") from None
     return task

@@ -339,3 +339,69 @@ def test_a_tick_outside_a_django_project_imports_nothing_of_django(project: str)
     summary, imported = done.stdout.splitlines()[-2:]
     assert json.loads(summary)["succeeded"] == 1
     assert imported == "[]"
+
+
+def test_manage_py_migrate_and_test_make_jobrunners_tables(
+    project: str, empty_database_url: str
+) -> None:
+    migrated = subprocess.run(
+        [sys.executable, "manage.py", "migrate", "-v", "0"], cwd=PROJECT,
+        env=project_env(empty_database_url), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert migrated.returncode == 0, migrated.stderr
+    assert rows(empty_database_url, "SELECT to_regclass('job_runs') IS NOT NULL") == [(True,)]
+    tested = subprocess.run(
+        [sys.executable, "manage.py", "test", "shop", "--noinput", "-v", "1"], cwd=PROJECT,
+        env=project_env(empty_database_url), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert tested.returncode == 0, tested.stderr[-3000:]
+    assert "Ran 1 test" in tested.stderr
+
+
+def test_call_command_runs_jobrunner_commands(project: str) -> None:
+    from django.core.management import CommandError, call_command
+    from shop.tasks import add
+
+    add.enqueue(1, 2)
+    call_command("jobrunner", "tick", "--json")
+    assert rows(project, "SELECT status FROM job_runs") == [("succeeded",)]
+    with pytest.raises(CommandError, match="exited 2"):
+        call_command("jobrunner", "show", "not-an-id")
+
+
+def test_settings_that_do_not_import_are_one_line(project: str, tmp_path: Path) -> None:
+    env = project_env(project)
+    env.update(DJANGO_SETTINGS_MODULE="nowhere.settings")
+    jobrunner = Path(sys.executable).parent / "jobrunner"
+    done = subprocess.run(
+        [str(jobrunner), "tick"], cwd=tmp_path, env=env, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0, done.stderr
+    assert "cannot import Django settings 'nowhere.settings'" in done.stderr
+    assert "PYTHONPATH" in done.stderr
+
+
+def test_atomic_above_handler_is_refused() -> None:
+    from cronjob import handler
+    from cronjob.django import atomic
+    from cronjob.handlers import registry
+
+    def misordered(ctx: Any, payload: Any) -> None: ...
+
+    try:
+        with pytest.raises(TypeError, match="below @handler"):
+            atomic(handler("test.misordered")(misordered))
+    finally:
+        registry().pop("test.misordered", None)
+
+
+def test_sync_refuses_a_schedule_whose_task_does_not_import(project: str, tmp_path: Path) -> None:
+    from cronjob.django.schedules import specs_from_settings
+    from cronjob.errors import BadInput
+
+    with pytest.raises(BadInput, match=r"task 'reports\.tasks\.nightly'.*cannot import"):
+        specs_from_settings({"nightly": {"task": "reports.tasks.nightly", "cron": "0 3 * * *"}})
+    with pytest.raises(BadInput, match="not a Django task"):
+        specs_from_settings({"nightly": {"task": "shop.models.Order", "cron": "0 3 * * *"}})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 from typing import Any
 
@@ -26,7 +27,17 @@ class Command(BaseCommand):
         with contextlib.suppress(SystemExit):  # main() always exits
             main(["--help"])
 
-    def handle(self, *args: Any, **options: Any) -> None:  # call_command("jobrunner")
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("args", nargs=argparse.REMAINDER)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        """call_command("jobrunner", "tick", ...): CommandError if jobrunner exits non-zero."""
+        from django.core.management.base import CommandError
+
         from cronjob.cli import main
 
-        main(list(args))
+        try:
+            main([str(arg) for arg in args])
+        except SystemExit as exc:
+            if exc.code not in (0, None):
+                raise CommandError(f"jobrunner exited {exc.code}", returncode=exc.code) from None
