@@ -89,7 +89,8 @@ def _duration(what: str, minimum: float = 0.0):
 @click.option(
     "--queues",
     metavar="Q1,Q2",
-    help="Django tasks: only run those waiting in these queues (a Task's queue_name).",
+    help="Django tasks: only run the tasks with runs waiting in these queues (a Task's "
+    "queue_name); a task enqueued to several queues is then run from all of them.",
 )
 @click.option(
     "--tenants-sql",
