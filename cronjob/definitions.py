@@ -342,18 +342,25 @@ def _spec_from_table(name: str, table: Any, source: str) -> DefinitionSpec:
     where = f"{source}: schedule {excerpt(name)}"
     if not isinstance(table, dict):
         raise BadInput(f"{where}: expected a table of settings ([schedules.{name}])")
-    unknown = sorted(set(table) - set(FILE_KEYS))
-    if unknown:
-        raise BadInput(
-            f"{where}: unknown key {excerpt(unknown[0])} (expected {', '.join(FILE_KEYS)})"
-        )
-    for required in ("cron", "type"):
-        if required not in table:
-            raise BadInput(f"{where}: missing key {required!r}")
+    check_keys(where, table, FILE_KEYS, ("cron", "type"))
     try:
         return definition_spec(name, **{FILE_KEYS[key]: value for key, value in table.items()})
     except BadInput as exc:
         raise BadInput(f"{where}: {exc}") from None
+
+
+def check_keys(
+    where: str, table: dict[Any, Any], allowed: Sequence[str], required: Sequence[str]
+) -> None:
+    """BadInput for the first key of `table` not `allowed`, or the first `required` missing."""
+    unknown = sorted(set(table) - set(allowed), key=str)
+    if unknown:
+        raise BadInput(
+            f"{where}: unknown key {excerpt(str(unknown[0]))} (expected {', '.join(allowed)})"
+        )
+    for key in required:
+        if key not in table:
+            raise BadInput(f"{where}: missing key {key!r}")
 
 
 def plan_sync(

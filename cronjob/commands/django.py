@@ -4,17 +4,11 @@ from __future__ import annotations
 
 import click
 
-from cronjob.cli import database_url_option, lock_wait_option
-from cronjob.commands.incident import actor_option, reason_option
+from cronjob.commands.schedule import sync_options
 
 
 @click.command()
-@database_url_option
-@click.option("--prune", is_flag=True, help="Remove schedules that are not in the settings.")
-@click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
-@lock_wait_option("another host's schedule sync")
-@actor_option
-@reason_option
+@sync_options("the settings")
 def sync(
     database_url: str | None,
     prune: bool,

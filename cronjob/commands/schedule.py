@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from datetime import datetime
 from typing import IO, Any
 
@@ -336,14 +337,28 @@ def remove(name: str, database_url: str | None, actor: str | None, reason: str |
     click.echo(f"removed {name}")
 
 
+def sync_options(source: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The options of a sync from `source`: `schedule sync FILE`, and `sync` (Django settings)."""
+    options = [
+        database_url_option,
+        click.option("--prune", is_flag=True, help=f"Remove schedules that are not in {source}."),
+        click.option("--dry-run", is_flag=True, help="Print the plan; change nothing."),
+        lock_wait_option("another host's schedule sync"),
+        actor_option,
+        reason_option,
+    ]
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        for option in reversed(options):
+            func = option(func)
+        return func
+
+    return decorate
+
+
 @schedule.command()
 @click.argument("file", type=click.File("rb"))
-@database_url_option
-@click.option("--prune", is_flag=True, help="Remove schedules that are not in FILE.")
-@click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
-@lock_wait_option("another host's schedule sync")
-@actor_option
-@reason_option
+@sync_options("FILE")
 def sync(
     file: IO[bytes],
     database_url: str | None,

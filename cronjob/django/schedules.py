@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cronjob.definitions import FILE_KEYS, DefinitionSpec, definition_spec
+from cronjob.definitions import FILE_KEYS, DefinitionSpec, check_keys, definition_spec
 from cronjob.errors import BadInput
 from cronjob.inputs import excerpt
 
@@ -43,14 +43,7 @@ def _spec(name: Any, entry: Any) -> DefinitionSpec:
     where = f"settings schedule {excerpt(str(name))}"
     if not isinstance(entry, dict):
         raise BadInput(f"{where}: expected a dict of settings")
-    unknown = sorted(set(entry) - set(SETTINGS_KEYS), key=str)
-    if unknown:
-        raise BadInput(
-            f"{where}: unknown key {excerpt(str(unknown[0]))} (expected {', '.join(SETTINGS_KEYS)})"
-        )
-    for required in ("task", "cron"):
-        if required not in entry:
-            raise BadInput(f"{where}: missing key {required!r}")
+    check_keys(where, entry, SETTINGS_KEYS, ("task", "cron"))
     args, kwargs = entry.get("args", []), entry.get("kwargs", {})
     if not isinstance(args, list | tuple) or not isinstance(kwargs, dict):
         raise BadInput(f"{where}: args must be a list and kwargs a dict")
