@@ -97,6 +97,7 @@ def task_handler(task: Any) -> HandlerSpec:
     else:
 
         def run(ctx: JobContext, payload: Any) -> None:
+            _fresh_connections()
             if getattr(task, "atomic", False):
                 ctx.join_transaction(DjangoTransaction(database_alias()))
             args, kwargs = _arguments(payload)
@@ -113,6 +114,14 @@ def task_handler(task: Any) -> HandlerSpec:
         options.get("lease", spec.lease),
         options.get("timeout"),
     )
+
+
+def _fresh_connections() -> None:
+    """As between two requests: drop this thread's connections that broke or outlived
+    CONN_MAX_AGE, so that a restarted database costs one failed run, not every later one."""
+    from django.db import close_old_connections
+
+    close_old_connections()
 
 
 def _arguments(payload: Any) -> tuple[list[Any], dict[str, Any]]:
@@ -225,6 +234,7 @@ def atomic(func: Callable[..., Any] | None = None, *, using: str | None = None) 
 
         @functools.wraps(handler)
         def run(ctx: JobContext, payload: Any) -> Any:
+            _fresh_connections()
             ctx.join_transaction(DjangoTransaction(using or database_alias()))
             return handler(ctx, payload)
 

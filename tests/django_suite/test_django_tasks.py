@@ -405,3 +405,15 @@ def test_sync_refuses_a_schedule_whose_task_does_not_import(project: str, tmp_pa
         specs_from_settings({"nightly": {"task": "reports.tasks.nightly", "cron": "0 3 * * *"}})
     with pytest.raises(BadInput, match="not a Django task"):
         specs_from_settings({"nightly": {"task": "shop.models.Order", "cron": "0 3 * * *"}})
+
+
+def test_a_task_that_breaks_its_connection_costs_only_its_own_run(project: str) -> None:
+    from shop.models import Entry
+    from shop.tasks import lose_connection, record
+
+    broken = lose_connection.enqueue()
+    after = record.enqueue("after")
+    tick(project)  # one worker thread: the second run uses the same thread's connection
+    assert lose_connection.get_result(broken.id).status == TaskResultStatus.READY  # a retry
+    assert record.get_result(after.id).status == TaskResultStatus.SUCCESSFUL
+    assert list(Entry.objects.values_list("label", flat=True)) == ["after"]

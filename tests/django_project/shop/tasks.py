@@ -69,3 +69,11 @@ def import_order(ctx, payload):
     Order.objects.create(ref=payload["ref"])
     if ctx.once(f"import:{payload['ref']}") and payload.get("fail"):
         raise RuntimeError("import failed")
+
+
+@task()
+def lose_connection():
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
