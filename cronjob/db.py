@@ -82,7 +82,7 @@ def _passwords_in(dsn: str) -> list[str]:
             inner = value[1:-1] if len(value) > 1 and value.endswith("'") else value[1:]
             found.extend((inner, re.sub(r"\\(.)", r"\1", inner)))
         else:
-            found.append(value)
+            found.extend((value, re.sub(r"\\(.)", r"\1", value)))
             # A space ends an unquoted value for libpq, which then complains about
             # the words that follow it: they are the rest of the password.
             words = [value]
@@ -118,7 +118,7 @@ def resolve_url(explicit: str | None) -> tuple[str, str]:
         remember_password(explicit)
         return explicit, "--database-url"
     for name in URL_ENV_VARS:
-        if name == "DATABASE_URL" and os.environ.get("DJANGO_SETTINGS_MODULE"):
+        if name == "DATABASE_URL" and django_project():
             # A Django project's own database, where enqueue writes its runs.
             from cronjob.django.connection import database_conninfo
 
@@ -130,6 +130,15 @@ def resolve_url(explicit: str | None) -> tuple[str, str]:
     from cronjob import embedded
 
     return embedded.url(), "embedded"
+
+
+def django_project() -> bool:
+    """DJANGO_SETTINGS_MODULE is set and Django is installed: the database is the project's."""
+    if not os.environ.get("DJANGO_SETTINGS_MODULE"):
+        return False  # imports nothing more: the idle tick's path
+    from cronjob.django.connection import django_in_use
+
+    return django_in_use()
 
 
 def connect(

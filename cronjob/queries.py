@@ -19,26 +19,29 @@ _RUN_COLUMNS = (
     " last_error, error_type, started_at, finished_at, created_at, updated_at"
 )
 
+
 # Ids are drawn from the sequence up front so each input row can be matched to
 # the id it got, whether it was inserted now or already existed under its key.
 # The arrays travel in binary: text arrays of JSON would otherwise be quoted and
 # escaped element by element.
-RUNS_INSERT_MANY = f"""
+def _runs_insert_many(queue: bool) -> str:
+    return f"""
 WITH input AS (
     SELECT nextval('job_runs_id_seq') AS new_id, i.*
     FROM unnest(
         %(job_types)b::text[], %(payloads)b::text[], %(run_ats)b::timestamptz[],
         %(delays)b::float8[], %(keys)b::text[], %(max_attempts)b::int[],
-        %(priorities)b::int[], %(tenants)b::text[], %(queues)b::text[]
+        %(priorities)b::int[], %(tenants)b::text[]{", %(queues)b::text[]" if queue else ""}
     ) WITH ORDINALITY AS i(job_type, payload, run_at, delay, idempotency_key, max_attempts,
-                           priority, tenant_id, queue, ord)
+                           priority, tenant_id{", queue" if queue else ""}, ord)
 ),
 inserted AS (
     INSERT INTO job_runs (id, job_type, payload, run_at, idempotency_key, max_attempts,
-                          priority, tenant_id, queue, created_at, updated_at)
+                          priority, tenant_id{", queue" if queue else ""}, created_at, updated_at)
     SELECT new_id, job_type, payload::jsonb,
            coalesce(run_at, {_NOW} + make_interval(secs => coalesce(delay, 0))),
-           idempotency_key, max_attempts, coalesce(priority, 0), tenant_id, queue, {_NOW}, {_NOW}
+           idempotency_key, max_attempts, coalesce(priority, 0), tenant_id,
+           {"queue, " if queue else ""}{_NOW}, {_NOW}
     FROM input ORDER BY ord
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, idempotency_key, job_type, tenant_id
@@ -59,6 +62,12 @@ LEFT JOIN job_runs existing ON mine.id IS NULL AND same_key.id IS NULL
                            AND existing.idempotency_key = i.idempotency_key
 ORDER BY i.ord
 """
+
+
+# Runs enqueued any way but through Django's Tasks backend name no queue, so that code
+# upgraded before `jobrunner migrate` added the column (0014) can still enqueue them.
+RUNS_INSERT_MANY = _runs_insert_many(queue=False)
+RUNS_INSERT_MANY_QUEUED = _runs_insert_many(queue=True)
 
 RUNS_INSERT_MANY_IDS_BY_KEY = (
     "SELECT idempotency_key, id, job_type, tenant_id FROM job_runs"

@@ -192,9 +192,9 @@ def _names(text: str | None) -> list[str]:
 
 def _django_project(queues: str | None) -> bool:
     """Set Django up when this is a Django project's tick (DJANGO_SETTINGS_MODULE set)."""
-    import os
+    from cronjob.db import django_project
 
-    if not os.environ.get("DJANGO_SETTINGS_MODULE"):
+    if not django_project():
         if queues:
             from cronjob.errors import BadInput
 

@@ -116,7 +116,10 @@ class JobrunnerBackend(BaseTaskBackend):
         from cronjob.django.connection import django_connection
 
         self.validate_task(task)
-        run = _new_run(task, args, kwargs)
+        try:
+            run = _new_run(task, args, kwargs)
+        except BadInput as exc:  # too large, too deep: the arguments, not the task
+            raise ValueError(f"{task.name}: {exc}") from None
         conn = django_connection(self.database)
         run_id = insert_runs(conn, [run])[0]
         result = self._result(conn, run_id)
@@ -142,16 +145,21 @@ class JobrunnerBackend(BaseTaskBackend):
 def _new_run(task: Task, args: Any, kwargs: Any) -> Any:
     from django.conf import settings
     from django.utils import timezone
+    from django.utils.json import normalize_json
 
     from cronjob.api import new_run
     from cronjob.django.runner import handler_options
 
     run_after = task.run_after
     if run_after is not None and not settings.USE_TZ and timezone.is_naive(run_after):
-        run_after = timezone.make_aware(run_after)
+        run_after = timezone.make_aware(run_after, timezone.get_default_timezone())
+    try:
+        payload = {"args": normalize_json(list(args)), "kwargs": normalize_json(dict(kwargs))}
+    except TypeError as exc:
+        raise TypeError(f"{task.name}: arguments must be JSON: {exc}") from None
     run = new_run(
         task.module_path,
-        {"args": list(args), "kwargs": dict(kwargs)},
+        payload,
         run_at=run_after,
         # Django runs larger priorities first; jobrunner claims smaller numbers first.
         priority=-task.priority,

@@ -13,8 +13,13 @@ BACKEND_PATH = "cronjob.django.JobrunnerBackend"
 
 
 def django_in_use() -> bool:
-    """A Django project's command: DJANGO_SETTINGS_MODULE names its settings."""
-    return bool(os.environ.get("DJANGO_SETTINGS_MODULE"))
+    """A Django project's command: DJANGO_SETTINGS_MODULE names its settings, and Django
+    is installed (a shell may export the variable to a jobrunner installed on its own)."""
+    import importlib.util
+
+    return bool(os.environ.get("DJANGO_SETTINGS_MODULE")) and (
+        importlib.util.find_spec("django") is not None
+    )
 
 
 def setup() -> None:
@@ -60,20 +65,34 @@ def database_alias() -> str:
 
 
 def database_conninfo() -> str:
-    """A libpq connection string for the database the Tasks backend writes to."""
+    """A libpq connection string for the database the Tasks backend writes to.
+
+    Django's connection parameters less the ones libpq does not know (Django's own
+    options, psycopg's `prepare_threshold`...); `assume_role` becomes the session's role,
+    as Django sets it on its own connections.
+    """
     from django.db import connections
+    from psycopg import pq
     from psycopg.conninfo import make_conninfo
 
     from cronjob.db import remember_password
 
-    params = connections[database_alias()].get_connection_params()
+    connection = connections[database_alias()]
+    params = connection.get_connection_params()
+    libpq = {option.keyword.decode() for option in pq.Conninfo.get_defaults()}
     fields = {
         key: value
         for key, value in params.items()
-        if isinstance(value, str | int) and not isinstance(value, bool)
+        if key in libpq and isinstance(value, str | int) and not isinstance(value, bool)
     }
+    role = connection.settings_dict.get("OPTIONS", {}).get("assume_role")
+    if role:
+        fields["options"] = f"{fields.get('options', '')} -c role={role}".strip()
     conninfo = make_conninfo("", **fields)
     remember_password(conninfo)
+    password = connection.settings_dict.get("PASSWORD")
+    if password:
+        remember_password(make_conninfo("", password=str(password)))
     return conninfo
 
 

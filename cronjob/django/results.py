@@ -23,6 +23,17 @@ STATUSES = {
 }
 
 
+# What jobrunner records for an attempt that did not raise in the task itself, as the
+# exception classes TaskError.exception_class can import.
+OWN_ERRORS = {
+    "Retry": "cronjob.handlers.Retry",
+    "Fail": "cronjob.handlers.Fail",
+    "timeout": "builtins.TimeoutError",
+    "lease_expired": "cronjob.context.LeaseLost",
+    "UnreadablePayload": "builtins.ValueError",
+}
+
+
 def task_of(job_type: str) -> Task:
     """The Task a run's job type names (its module path); TaskResultDoesNotExist if none."""
     try:
@@ -48,16 +59,15 @@ def task_result(row: dict[str, Any], backend_alias: str) -> TaskResult:
     if priority != task.priority or (row["queue"] and row["queue"] != task.queue_name):
         task = task.using(priority=priority, queue_name=row["queue"] or task.queue_name)
     starts = [_time(a["started_at"]) for a in attempts if a.get("started_at")]
+    started = _time(row["started_at"])
     result = TaskResult(
         task=task,
         id=str(row["id"]),
         status=STATUSES.get(row["status"], TaskResultStatus.FAILED),
-        enqueued_at=row["created_at"],
-        started_at=min([*starts, row["started_at"]], default=None)
-        if row["started_at"]
-        else (min(starts) if starts else None),
-        finished_at=row["finished_at"],
-        last_attempted_at=row["started_at"] or (max(starts) if starts else None),
+        enqueued_at=_time(row["created_at"]),
+        started_at=min([*starts, *([started] if started else [])], default=None),
+        finished_at=_time(row["finished_at"]),
+        last_attempted_at=started or max(starts, default=None),
         args=args if isinstance(args, list) else [],
         kwargs=kwargs if isinstance(kwargs, dict) else {},
         backend=backend_alias,
@@ -81,15 +91,14 @@ def _workers(row: dict[str, Any], attempts: list[dict[str, Any]]) -> list[str]:
 
 def _error(attempt: dict[str, Any]) -> TaskError:
     name = attempt.get("error_type") or "Exception"
-    # jobrunner stores builtins, and its own Retry and Fail, by bare name.
     if "." in name:
         path = name
-    elif name in ("Retry", "Fail"):
-        path = f"cronjob.handlers.{name}"
+    elif name in OWN_ERRORS:
+        path = OWN_ERRORS[name]
     elif isinstance(getattr(builtins, name, None), type):
-        path = f"builtins.{name}"
+        path = f"builtins.{name}"  # stored by bare name, as Python prints builtins
     else:
-        path = name
+        path = "builtins.Exception"  # a name written by someone else's SQL
     return TaskError(
         exception_class_path=path,
         traceback=attempt.get("traceback") or attempt.get("message") or "",
@@ -97,4 +106,12 @@ def _error(attempt: dict[str, Any]) -> TaskError:
 
 
 def _time(value: Any) -> Any:
-    return parse_datetime(value) if isinstance(value, str) else value
+    """A time of the row or (JSON text) of an attempt, as Django shows times: naive in
+    TIME_ZONE when USE_TZ is off."""
+    from django.conf import settings
+    from django.utils import timezone
+
+    moment = parse_datetime(value) if isinstance(value, str) else value
+    if moment is not None and not settings.USE_TZ and timezone.is_aware(moment):
+        moment = timezone.make_naive(moment, timezone.get_default_timezone())
+    return moment

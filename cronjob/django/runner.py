@@ -44,22 +44,28 @@ def handler_options(task: Any) -> dict[str, Any]:
 def register_tasks(conn: Any, queues: Sequence[str] | None) -> list[str]:
     """Make handlers of the Django tasks this tick may claim; returns the job types added.
 
-    Those with runs waiting (in `queues`, if given) and those the settings schedule. A
-    path that does not import as a task of this backend is logged and left waiting.
+    Those with runs waiting (in `queues`, if given), and those that schedules run: the
+    settings' and, when they name a task, those added by `schedule add` or a file. A
+    waiting run's or a settings schedule's path that does not import as a task of this
+    backend is logged, and its runs wait.
     """
     from cronjob import log, store
 
     added = []
-    scheduled = [spec.job_type for spec in schedule_specs()]
-    for job_type in dict.fromkeys([*store.task_types_waiting(conn, queues), *scheduled]):
+    waiting = store.task_types_waiting(conn, queues)
+    settings = [spec.job_type for spec in schedule_specs()]
+    # Other schedules' types are mostly plain handlers' ("send_email"): tried, never logged.
+    others = {d.job_type for d in store.definitions_list(conn) if "." in d.job_type}
+    for job_type in dict.fromkeys([*waiting, *settings, *sorted(others)]):
         if job_type in registry():
             continue
         try:
             task = importable_task(job_type)
         except ValueError as exc:
-            log.get_logger().warning("task not run", job_type=job_type[:200], reason=str(exc))
+            if job_type in waiting or job_type in settings:
+                log.get_logger().warning("task not run", job_type=job_type[:200], reason=str(exc))
             continue
-        if queues is not None and job_type in scheduled and task.queue_name not in queues:
+        if job_type not in waiting and queues is not None and task.queue_name not in queues:
             continue
         registry()[job_type] = task_handler(task)
         added.append(job_type)
@@ -90,19 +96,22 @@ def task_handler(task: Any) -> HandlerSpec:
 
         async def run_async(ctx: Any, payload: Any) -> None:
             args, kwargs = _arguments(payload)
-            value = await task.func(*_context(task, ctx), *args, **kwargs)
+            value = await task.func(*await _context_async(task, ctx), *args, **kwargs)
             await _store_return_value_async(task, ctx, value)
 
         func: Callable[..., Any] = run_async
     else:
 
         def run(ctx: JobContext, payload: Any) -> None:
-            _fresh_connections()
             if getattr(task, "atomic", False):
-                ctx.join_transaction(DjangoTransaction(database_alias()))
-            args, kwargs = _arguments(payload)
-            value = task.func(*_context(task, ctx), *args, **kwargs)
-            _store_return_value(task, ctx, value)
+                join_django_transaction(ctx)  # ends with the transaction
+                _run(task, ctx, payload)
+                return
+            _fresh_connections()
+            try:
+                _run(task, ctx, payload)
+            finally:
+                _end_of_task()
 
         func = run
     spec = HandlerSpec(task.module_path, func)
@@ -117,11 +126,33 @@ def task_handler(task: Any) -> HandlerSpec:
 
 
 def _fresh_connections() -> None:
-    """As between two requests: drop this thread's connections that broke or outlived
-    CONN_MAX_AGE, so that a restarted database costs one failed run, not every later one."""
+    """As at the start of a request: drop this thread's connections that broke or outlived
+    CONN_MAX_AGE, so that a restarted database costs one failed run, not every later one.
+
+    A connection jobrunner's own statements broke counts too: those go through psycopg
+    cursors, so Django's wrapper never saw the error.
+    """
+    from django.db import close_old_connections, connections
+
+    close_old_connections()
+    for connection in connections.all(initialized_only=True):
+        raw = connection.connection
+        if raw is not None and raw.closed and not connection.in_atomic_block:
+            connection.close()
+
+
+def _end_of_task() -> None:
+    """As at the end of a request: give back connections that are not to be kept (to
+    Django's pool, if it has one), since a worker thread may end without a word."""
     from django.db import close_old_connections
 
     close_old_connections()
+
+
+def _run(task: Any, ctx: JobContext, payload: Any) -> None:
+    args, kwargs = _arguments(payload)
+    value = task.func(*_context(task, ctx), *args, **kwargs)
+    _store_return_value(task, ctx, value)
 
 
 def _arguments(payload: Any) -> tuple[list[Any], dict[str, Any]]:
@@ -142,6 +173,23 @@ def _context(task: Any, ctx: JobContext) -> tuple[Any, ...]:
     from cronjob.store import task_result_get
 
     row = task_result_get(django_connection(), ctx.run_id)
+    return (TaskContext(task_result=task_result(row, task.backend)),)
+
+
+async def _context_async(task: Any, ctx: Any) -> tuple[Any, ...]:
+    """As `_context`, read on a connection of the tick's own: Django's are sync only."""
+    if not task.takes_context:
+        return ()
+    from django.tasks import TaskContext
+
+    from cronjob.django.results import task_result
+    from cronjob.store import task_result_get_async
+
+    conn = await ctx._connect_async(autocommit=True)
+    try:
+        row = await task_result_get_async(conn, ctx.run_id)
+    finally:
+        await conn.close()
     return (TaskContext(task_result=task_result(row, task.backend)),)
 
 
@@ -183,7 +231,8 @@ class DjangoTransaction(ServerBinding):
 
     Opened in the worker thread before the handler runs, so its ORM writes go into it;
     `commit()` (after the tick recorded success in it) leaves the block, committing;
-    `close()` leaves it rolling back, if it is still open.
+    `close()` leaves it rolling back, if it is still open. Either way the thread's
+    connection is then handled as at the end of a request.
     """
 
     def __init__(self, alias: str) -> None:
@@ -203,17 +252,44 @@ class DjangoTransaction(ServerBinding):
                 " not commit with it"
             )
         atomic, self._atomic = self._atomic, None
-        if atomic is not None:
+        try:
             atomic.__exit__(None, None, None)
+        except Exception as exc:
+            if not self._django.run_commit_hooks_on_set_autocommit_on:
+                raise  # the COMMIT itself failed: nothing of the run's success is kept
+            # Committed, success and all; a transaction.on_commit() callback raised after.
+            self._django.run_commit_hooks_on_set_autocommit_on = False
+            from cronjob import log
+
+            log.get_logger().warning(
+                "on_commit callback failed after the run's success committed",
+                error=f"{type(exc).__name__}: {str(exc)[:500]}",
+            )
+        finally:
+            _end_of_task()
 
     def close(self) -> None:
         atomic, self._atomic = self._atomic, None
         if atomic is not None:
             error = HandlerTransactionError("rolled back")
-            atomic.__exit__(type(error), error, None)
+            try:
+                atomic.__exit__(type(error), error, None)
+            finally:
+                _end_of_task()
 
 
-def atomic(func: Callable[..., Any] | None = None, *, using: str | None = None) -> Any:
+def join_django_transaction(ctx: JobContext) -> None:
+    """Make a new transaction on Django's connection this run's `ctx.db` (see `atomic`)."""
+    _fresh_connections()
+    joined = DjangoTransaction(database_alias())
+    try:
+        ctx.join_transaction(joined)
+    except BaseException:
+        joined.close()  # leaves the atomic block, so the thread's next run starts clean
+        raise
+
+
+def atomic(func: Callable[..., Any]) -> Callable[..., Any]:
     """Run a jobrunner handler inside a transaction on Django's connection.
 
         @handler("import_orders")
@@ -223,24 +299,21 @@ def atomic(func: Callable[..., Any] | None = None, *, using: str | None = None) 
 
     The tick records the run's success in that same transaction, fenced by the lease:
     the ORM writes and "succeeded" commit together or not at all. `ctx.db` is that
-    transaction too, and `ctx.once(key)` records its key in it.
+    transaction too (Django's connection, with Django's type adapters), and
+    `ctx.once(key)` records its key in it. The connection is the Tasks backend's
+    DATABASE alias, where jobrunner's tables are.
     """
+    if is_coroutine_function(func):
+        raise TypeError("atomic needs a plain def handler: Django's ORM transactions are sync")
+    if any(spec.func is func for spec in registry().values()):
+        raise TypeError("put @atomic below @handler(...): the handler is registered already")
 
-    def wrap(handler: Callable[..., Any]) -> Callable[..., Any]:
-        if is_coroutine_function(handler):
-            raise TypeError("atomic needs a plain def handler: Django's ORM transactions are sync")
-        if any(spec.func is handler for spec in registry().values()):
-            raise TypeError("put @atomic below @handler(...): the handler is registered already")
+    @functools.wraps(func)
+    def run(ctx: JobContext, payload: Any) -> Any:
+        join_django_transaction(ctx)
+        return func(ctx, payload)
 
-        @functools.wraps(handler)
-        def run(ctx: JobContext, payload: Any) -> Any:
-            _fresh_connections()
-            ctx.join_transaction(DjangoTransaction(using or database_alias()))
-            return handler(ctx, payload)
-
-        return run
-
-    return wrap(func) if func is not None else wrap
+    return run
 
 
 def schedule_specs() -> list[Any]:

@@ -89,7 +89,7 @@ def runs_insert_many(
     if not runs:
         return []
     cursor = conn.cursor(row_factory=dict_row)
-    rows = cursor.execute(queries.RUNS_INSERT_MANY, _insert_params(runs, now)).fetchall()
+    rows = cursor.execute(_insert_statement(runs), _insert_params(runs, now)).fetchall()
     missing = [row["idempotency_key"] for row in rows if row["id"] is None]
     found: dict[str, dict[str, Any]] = {}
     if missing:
@@ -102,6 +102,11 @@ def runs_insert_many(
     return _enqueued(rows, found)
 
 
+def _insert_statement(runs: Sequence[NewRun]) -> str:
+    queued = any(r.queue is not None for r in runs)
+    return queries.RUNS_INSERT_MANY_QUEUED if queued else queries.RUNS_INSERT_MANY
+
+
 def _insert_params(runs: Sequence[NewRun], now: datetime | None) -> dict[str, Any]:
     return {
         "job_types": [r.job_type for r in runs],
@@ -112,7 +117,7 @@ def _insert_params(runs: Sequence[NewRun], now: datetime | None) -> dict[str, An
         "max_attempts": [r.max_attempts for r in runs],
         "priorities": [r.priority for r in runs],
         "tenants": [r.tenant_id for r in runs],
-        "queues": [r.queue for r in runs],
+        **({"queues": [r.queue for r in runs]} if any(r.queue for r in runs) else {}),
         "now": now,
     }
 
@@ -916,9 +921,8 @@ async def runs_insert_many_async(
     if not runs:
         return []
     cursor = conn.cursor(row_factory=dict_row)
-    rows = await (
-        await cursor.execute(queries.RUNS_INSERT_MANY, _insert_params(runs, now))
-    ).fetchall()
+    await cursor.execute(_insert_statement(runs), _insert_params(runs, now))
+    rows = await cursor.fetchall()
     missing = [row["idempotency_key"] for row in rows if row["id"] is None]
     found: dict[str, dict[str, Any]] = {}
     if missing:
@@ -994,3 +998,9 @@ def task_result_get(conn: Any, run_id: int) -> dict[str, Any] | None:
         .execute(queries.TASK_RESULT_GET, {"id": run_id})
         .fetchone()
     )
+
+
+async def task_result_get_async(conn: Any, run_id: int) -> dict[str, Any] | None:
+    cursor = conn.cursor(row_factory=dict_row)
+    await cursor.execute(queries.TASK_RESULT_GET, {"id": run_id})
+    return await cursor.fetchone()

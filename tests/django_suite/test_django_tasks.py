@@ -417,3 +417,104 @@ def test_a_task_that_breaks_its_connection_costs_only_its_own_run(project: str) 
     assert lose_connection.get_result(broken.id).status == TaskResultStatus.READY  # a retry
     assert record.get_result(after.id).status == TaskResultStatus.SUCCESSFUL
     assert list(Entry.objects.values_list("label", flat=True)) == ["after"]
+
+
+def test_a_connection_lost_behind_djangos_back_costs_only_the_next_run(project: str) -> None:
+    from shop.models import Entry, Order
+    from shop.tasks import lose_connection_quietly, place_order, record
+
+    lose_connection_quietly.enqueue()
+    atomic_run = place_order.enqueue("after-the-loss")
+    plain = record.enqueue("after")
+    again = place_order.enqueue("later")
+    tick(project)  # one worker thread, and persistent connections (the project's settings)
+    assert place_order.get_result(atomic_run.id).status in (
+        TaskResultStatus.READY, TaskResultStatus.SUCCESSFUL,
+    )  # fmt: skip
+    assert record.get_result(plain.id).status == TaskResultStatus.SUCCESSFUL
+    assert place_order.get_result(again.id).status == TaskResultStatus.SUCCESSFUL
+    assert "later" in Order.objects.values_list("ref", flat=True)
+    assert list(Entry.objects.values_list("label", flat=True)) == ["after"]
+
+
+def test_with_djangos_connection_pool_worker_threads_give_their_connections_back(
+    project: str,
+) -> None:
+    from shop.tasks import place_order, record
+
+    for n in range(12):
+        record.enqueue(f"r{n}")
+        place_order.enqueue(f"o{n}")
+    env = {**project_env(project), "JOBRUNNER_DJANGO_TEST_POOL": "1"}
+    done = subprocess.run(
+        [sys.executable, "manage.py", "jobrunner", "tick", "--concurrency", "4", "--json"],
+        cwd=PROJECT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1])["succeeded"] == 24, done.stderr[-2000:]
+
+
+def test_results_read_without_time_zones_when_use_tz_is_off(project: str) -> None:
+    from django.test import override_settings
+    from shop.tasks import explode
+
+    result = explode.enqueue("boom")
+    tick(project)
+    with override_settings(USE_TZ=False):
+        read = explode.get_result(result.id)
+        assert read.enqueued_at.tzinfo is None and read.last_attempted_at.tzinfo is None
+        assert read.status == TaskResultStatus.READY and len(read.errors) == 1
+
+
+def test_an_async_task_gets_its_context(project: str) -> None:
+    from shop.tasks import attempt_number_async
+
+    result = attempt_number_async.enqueue()
+    tick(project)
+    assert attempt_number_async.get_result(result.id).return_value == 1
+
+
+def test_jobrunners_own_failures_name_exception_classes_that_import(project: str) -> None:
+    from shop.tasks import add
+
+    from cronjob.context import LeaseLost
+
+    result = add.enqueue(1, 2)
+    with psycopg.connect(project, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO job_attempts (run_id, attempt, worker, error_type, message,"
+            " started_at, finished_at) SELECT %s, n, 'w', e, 'm', now(), now()"
+            " FROM unnest(ARRAY['timeout', 'lease_expired', 'NoSuchThing']) WITH ORDINALITY"
+            " AS t(e, n)",
+            [int(result.id)],
+        )
+    errors = add.get_result(result.id).errors
+    assert [e.exception_class for e in errors] == [TimeoutError, LeaseLost, Exception]
+
+
+def test_an_on_commit_callback_that_raises_does_not_unmake_the_success(project: str) -> None:
+    from shop.models import Order
+    from shop.tasks import place_order_with_a_failing_hook
+
+    result = place_order_with_a_failing_hook.enqueue("hooked")
+    report = tick(project)
+    assert report.summary()["succeeded"] == 1
+    assert list(Order.objects.values_list("ref", flat=True)) == ["hooked"]
+    assert place_order_with_a_failing_hook.get_result(result.id).status == (
+        TaskResultStatus.SUCCESSFUL
+    )
+
+
+def test_arguments_that_are_not_json_are_a_type_error_naming_them(project: str) -> None:
+    from shop.tasks import add
+
+    with pytest.raises(TypeError, match="add: arguments must be JSON"):
+        add.enqueue(object(), 1)
+    assert rows(project, "SELECT count(*) FROM job_runs") == [(0,)]
+    assert add.get_result(add.enqueue(b"1", "2").id).args == ["1", "2"]  # as Django reads bytes
+
+
+def test_manage_py_settings_option_is_manage_pys_own(project: str) -> None:
+    done = manage(project, "--settings=project.settings", "status", "--json")
+    assert done.returncode == 0, done.stderr
+    assert "counts" in json.loads(done.stdout) or json.loads(done.stdout) is not None

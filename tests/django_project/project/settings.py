@@ -19,6 +19,18 @@ DATABASES = {
         "PASSWORD": _database.get("password", ""),
         "HOST": _database.get("host", ""),
         "PORT": _database.get("port", ""),
+        # Persistent connections, as production sets them: a broken one must not outlive
+        # its run. Pooled instead when JOBRUNNER_DJANGO_TEST_POOL is set (size 2).
+        "CONN_MAX_AGE": 0 if os.environ.get("JOBRUNNER_DJANGO_TEST_POOL") else None,
+        "OPTIONS": {
+            # A psycopg option libpq does not know: left out of jobrunner's own URL.
+            "prepare_threshold": 5,
+            **(
+                {"pool": {"min_size": 1, "max_size": 2, "timeout": 5}}
+                if os.environ.get("JOBRUNNER_DJANGO_TEST_POOL")
+                else {}
+            ),
+        },
     }
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

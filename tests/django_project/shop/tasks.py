@@ -36,6 +36,11 @@ def attempt_number(context):
     return context.attempt
 
 
+@task(takes_context=True)
+async def attempt_number_async(context):
+    return context.attempt
+
+
 @task()
 def huge():
     return "x" * 2_000_000
@@ -77,3 +82,26 @@ def lose_connection():
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+
+@task()
+def lose_connection_quietly():
+    """Ends this thread's connection from another one: Django sees no error."""
+    import psycopg
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = cursor.fetchone()[0]
+    from cronjob.django.connection import database_conninfo
+
+    with psycopg.connect(database_conninfo(), autocommit=True) as other:
+        other.execute("SELECT pg_terminate_backend(%s)", [pid])
+
+
+@jobrunner_task(atomic=True)
+def place_order_with_a_failing_hook(ref):
+    from django.db import transaction
+
+    Order.objects.create(ref=ref)
+    transaction.on_commit(lambda: 1 / 0)

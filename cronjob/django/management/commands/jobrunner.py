@@ -16,10 +16,11 @@ class Command(BaseCommand):
     )
 
     def run_from_argv(self, argv: list[str]) -> None:
-        # jobrunner parses its own arguments, --help included.
+        # jobrunner parses its own arguments, --help included; manage.py's own --settings
+        # and --pythonpath have done their work by now.
         from cronjob.cli import main
 
-        main(argv[2:])
+        main(_without_manage_py_options(argv[2:]))
 
     def print_help(self, prog_name: str, subcommand: str) -> None:
         from cronjob.cli import main
@@ -41,3 +42,16 @@ class Command(BaseCommand):
         except SystemExit as exc:
             if exc.code not in (0, None):
                 raise CommandError(f"jobrunner exited {exc.code}", returncode=exc.code) from None
+
+
+def _without_manage_py_options(args: list[str]) -> list[str]:
+    kept: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in ("--settings", "--pythonpath"):
+            skip = True
+        elif not arg.startswith(("--settings=", "--pythonpath=")):
+            kept.append(arg)
+    return kept
