@@ -154,3 +154,11 @@ def test_help_steers_the_password_away_from_the_command_line():
     result = run_cli("list", "--help")
     assert ".pgpass" in result.stdout
     assert "environment" in result.stdout
+
+
+@pytest.mark.parametrize("password", ["it's\\secret!", "back\\slash", "quo'te"])
+def test_a_password_escaped_in_a_key_value_string_is_known_unescaped(password):
+    # make_conninfo escapes a quote or backslash without quoting the value (no space in it):
+    # the password jobrunner remembers must be the one a message would show.
+    remember_password(conninfo.make_conninfo("", host="db", password=password))
+    assert password not in redact(f"authentication failed: {password}")
