@@ -69,7 +69,7 @@ class FlightState(enum.Enum):
     SETTLED = "settled"
 
 
-@dataclass
+@dataclass(slots=True)
 class Slot:
     """A worker thread's place; retired when its handler overran its timeout."""
 
@@ -77,7 +77,7 @@ class Slot:
     chunk: Sequence[Flight] = ()  # the runs it was handed last
 
 
-@dataclass
+@dataclass(slots=True)  # made once per run: slots make it cheaper to build and read
 class Flight:
     run: ClaimedRun
     spec: HandlerSpec
@@ -87,7 +87,7 @@ class Flight:
     slot: Slot | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class Result:
     flight: Flight
     outcome: Outcome
@@ -132,6 +132,7 @@ class Pool:
         # None is a wake-up call (`wake`), for whoever waits in `collect`.
         self._done: queue.SimpleQueue[Result | None] = queue.SimpleQueue()
         self._slots: list[Slot] = []
+        self._async_types = {t for t, s in handlers.items() if s.is_async}  # asked once per type
 
     # -- the main thread's side ---------------------------------------------
 
@@ -147,7 +148,7 @@ class Pool:
             if earlier is not None and self.settle(earlier, await_return=True):
                 displaced.append(earlier)
             spec = self.handlers[run.job_type]
-            if spec.is_async:
+            if run.job_type in self._async_types:
                 ctx = AsyncJobContext(run, self._connect, self._connect_async)
                 flight = self.flights[run.id] = Flight(run, spec, ctx)
                 self._executor().submit(flight)
