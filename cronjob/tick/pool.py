@@ -171,21 +171,28 @@ class Pool:
         Each is SETTLED here; a result whose run was settled first is dropped.
         """
         self._dispatch()
-        results: list[Result] = []
+        done, items = self._done, []
         try:
-            item = self._done.get(timeout=wait) if wait > 0 else self._done.get_nowait()
+            items.append(done.get(timeout=wait) if wait > 0 else done.get_nowait())
+            while True:
+                items.append(done.get_nowait())
         except queue.Empty:
-            return results
-        while True:
-            if item is not None:
-                if self._take(item.flight):
+            pass
+        results, dropped = [], []
+        with self._lock:  # once for the lot
+            for item in items:
+                if item is None:
+                    continue
+                if item.flight.state is FlightState.DONE:
+                    item.flight.state = FlightState.SETTLED
                     results.append(item)
-                else:
-                    self.stopping.pop(id(item.flight), None)
-            try:
-                item = self._done.get_nowait()
-            except queue.Empty:
-                return results
+                else:  # settled first (handed back, timed out, lease lost)
+                    dropped.append(item.flight)
+        for result in results:
+            self._forget(result.flight)
+        for flight in dropped:
+            self.stopping.pop(id(flight), None)
+        return results
 
     def settle(self, flight: Flight, *, await_return: bool = False) -> bool:
         """Give up a QUEUED or STARTED run (tell its handler); False if its handler returned.
@@ -261,14 +268,6 @@ class Pool:
                 deliver=self._done.put, worker=self._worker, now=self._now,
             )  # fmt: skip
         return self._async
-
-    def _take(self, flight: Flight) -> bool:
-        with self._lock:
-            if flight.state is not FlightState.DONE:
-                return False  # settled first (handed back, timed out, lease lost)
-            flight.state = FlightState.SETTLED
-        self._forget(flight)
-        return True
 
     def _release(self, flight: Flight) -> None:
         flight.ctx.cancelled.set()
