@@ -200,6 +200,8 @@ class JobContext:
 
     def close(self) -> None:
         """Close both connections; an uncommitted `ctx.db` transaction rolls back."""
+        if self._db is None and self._side is None:
+            return  # most handlers opened neither: once per run, keep it cheap
         for name in ("_db", "_side"):
             conn = getattr(self, name)
             setattr(self, name, None)

@@ -200,6 +200,11 @@ def capture_library_logs() -> None:
             logger.propagate = False
 
 
+def writes(level: str) -> bool:
+    """Whether a line at `level` is written at the level set now (`set_level`, `configure`)."""
+    return _level_number(level) >= _min_level
+
+
 def _level_number(level: str) -> int:
     return logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
 

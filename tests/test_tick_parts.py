@@ -136,7 +136,11 @@ def test_a_run_claimed_again_replaces_its_earlier_flight_which_is_told_to_stop()
     assert again is not earlier
     gate.set()
     [result] = collect_all(pool, 1)  # the earlier result is dropped, the new flight stays
-    assert result.flight is again and pool.flights == {} and pool.stopping == {}
+    deadline = time.monotonic() + 10
+    while pool.stopping:  # whichever handler returned first
+        assert time.monotonic() < deadline, "the earlier handler's return was never seen"
+        assert pool.collect(0.05) == []
+    assert result.flight is again and pool.flights == {}
     pool.stop()
 
 
@@ -177,6 +181,61 @@ def test_a_handler_past_its_timeout_is_settled_and_another_thread_takes_its_plac
     [result] = collect_all(pool, 1)  # run 2 ran on the replacement while run 1 is stuck
     assert result.flight.run.id == 2 and done == [2]
     stuck.set()
+    pool.stop()
+
+
+def test_one_worker_runs_its_chunk_in_order_and_an_overrun_hands_the_rest_to_its_replacement():
+    stuck = threading.Event()
+    done: list[int] = []
+
+    def handler(ctx: Any, payload: Any) -> None:
+        if ctx.run_id == 2:
+            stuck.wait(10)
+        done.append(ctx.run_id)
+
+    pool = pool_of(spec(func=handler, timeout=0.05), concurrency=1)
+    pool.add([claimed(i) for i in range(1, 11)])  # one chunk: run 2 holds up runs 3 to 10
+    wait_until_started(pool, 2)
+    started = pool.flights[2].started
+    assert started is not None
+    [late] = pool.overdue(started + 0.06)
+    assert late.run.id == 2
+    results = collect_all(pool, 9)
+    assert done == [1, *range(3, 11)]  # in claim order, run 2 still stuck in its handler
+    assert sorted(r.flight.run.id for r in results) == [1, *range(3, 11)]
+    stuck.set()
+    pool.stop()
+
+
+def test_several_workers_take_one_run_at_a_time_so_a_slow_one_holds_up_no_other():
+    slow = threading.Event()
+
+    def handler(ctx: Any, payload: Any) -> None:
+        if ctx.run_id == 1:
+            slow.wait(10)
+
+    pool = pool_of(spec(func=handler), concurrency=2)
+    pool.add([claimed(i) for i in range(1, 8)])
+    results = collect_all(pool, 6)  # all but the slow one, on the other worker
+    assert sorted(r.flight.run.id for r in results) == list(range(2, 8))
+    slow.set()
+    assert [r.flight.run.id for r in collect_all(pool, 1)] == [1]
+    pool.stop()
+
+
+def test_a_hand_back_reaches_the_runs_already_handed_to_a_worker_and_those_not_yet():
+    gate = threading.Event()
+    ran: list[int] = []
+    pool = pool_of(spec(func=lambda ctx, payload: (gate.wait(10), ran.append(ctx.run_id))),
+                   concurrency=1)  # fmt: skip
+    pool.add([claimed(i) for i in range(1, 501)])  # far more than is handed ahead
+    wait_until_started(pool, 1)
+    given_up = pool.settle_all({FlightState.QUEUED})
+    assert sorted(f.run.id for f in given_up) == list(range(2, 501))
+    gate.set()
+    assert [r.flight.run.id for r in collect_all(pool, 1)] == [1]
+    time.sleep(0.05)
+    assert ran == [1]
     pool.stop()
 
 

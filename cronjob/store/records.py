@@ -284,19 +284,22 @@ def runs_finalize_and_claim_many(
 def _finalize_params(
     decisions: Sequence[Decision], worker: str, now: datetime | None
 ) -> dict[str, Any]:
-    params: dict[str, Any] = {
-        "ids": [], "tokens": [], "statuses": [], "delays": [],
-        "error_types": [], "messages": [], "tracebacks": [], "worker": worker, "now": now,
+    # Column by column, on the tick's hot path; most decisions carry no error.
+    errors = [d.error for d in decisions]
+    if any(errors):
+        error_types = [e.error_type if e else None for e in errors]
+        messages = [e.message if e else None for e in errors]
+        tracebacks = [e.traceback if e else None for e in errors]
+    else:
+        error_types = messages = tracebacks = errors  # all None
+    return {
+        "ids": [d.run.id for d in decisions],
+        "tokens": [d.run.lease_token for d in decisions],
+        "statuses": [d.status.value for d in decisions],
+        "delays": [d.retry_delay for d in decisions],
+        "error_types": error_types, "messages": messages, "tracebacks": tracebacks,
+        "worker": worker, "now": now,
     }  # fmt: skip
-    for d in decisions:
-        params["ids"].append(d.run.id)
-        params["tokens"].append(d.run.lease_token)
-        params["statuses"].append(d.status.value)
-        params["delays"].append(d.retry_delay)
-        params["error_types"].append(d.error.error_type if d.error else None)
-        params["messages"].append(d.error.message if d.error else None)
-        params["tracebacks"].append(d.error.traceback if d.error else None)
-    return params
 
 
 def runs_heartbeat_many(

@@ -42,9 +42,17 @@ Who owns what:
 
 What keeps it fast: the main thread owns the connection and does all the
 bookkeeping; the claim's round trip runs on its own short-lived thread while the
-main thread records the previous batch; handlers run on worker threads, and no
+main thread records the previous batch; handlers run on worker threads, handed a
+few runs at a time (a single worker takes them in chunks) so that the main thread
+gets the interpreter back in time to start the next claim while they run; no
 transaction is held open across handler code except the handler's own (`ctx.db`);
-the values made once per run (`ClaimedRun`, `Decision`) are named tuples.
+the values made once per run (`ClaimedRun`, `Decision`) are named tuples, and
+below the info log level a succeeded run's log line is never built.
+
+Handlers never run on the main thread, even with `--concurrency 1`: a handler
+running there could not be given up at its timeout (the tick would stop with
+it), and while it ran no lease would be renewed, no claim taken, no stop or grace
+period enforced.
 """
 
 from __future__ import annotations

@@ -152,15 +152,19 @@ class Drain:
         self._hand_back(self.pool.settle_all({FlightState.QUEUED}))
 
     def _record(self, results: list[Result]) -> None:
+        if not results:
+            return
+        decide, decisions = transitions.decide, []
         for result in results:
             flight = result.flight
-            self.producer.returned()
             if result.finalized:
                 self.tally.committed_by_handler(flight.run, result.duration, result.kept)
             else:
-                self.producer.decided(transitions.decide(
-                    flight.run, result.outcome, flight.spec.backoff, result.duration
-                ))  # fmt: skip
+                decisions.append(
+                    decide(flight.run, result.outcome, flight.spec.backoff, result.duration)
+                )
+        self.producer.returned(len(results))
+        self.producer.decided(*decisions)
 
     def _time_out(self, now: float) -> None:
         for flight in self.pool.overdue(now):

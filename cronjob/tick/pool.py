@@ -25,6 +25,17 @@ A run settled while STARTED still has its handler running, told through
 `ctx.cancelled` to stop: its thread is replaced at once, and when the run was
 given up for a lost lease it is kept in `stopping` until the handler returns, so
 the tick can wait for it before exiting.
+
+Hand-off. Queued runs wait on the main thread's side and are handed to the
+workers a few at a time (`_dispatch`), never more than `HANDED_AHEAD` beyond
+what they are running: a worker that empties its queue blocks, so the main
+thread gets the interpreter back often enough to claim on time, instead of
+finding the pool empty after a worker ran the whole batch in one stretch. A
+single worker takes its runs in chunks of `CHUNK` (it would run them in that
+order anyway); several take one run at a time, so a slow run never holds up
+runs another worker could start. A chunk's runs stay QUEUED until their turn:
+the main thread can still settle them, and when it retires a worker mid-chunk
+(its handler overran) the rest of the chunk goes back to be handed out again.
 """
 
 from __future__ import annotations
@@ -33,7 +44,8 @@ import enum
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -46,6 +58,9 @@ from cronjob.tick.execute import commit_success, errored, execute
 if TYPE_CHECKING:
     from cronjob.tick.aio import AsyncExecutor
 
+CHUNK = 32  # runs per hand-off to a single worker
+HANDED_AHEAD = 64  # runs handed to the workers beyond those they are running
+
 
 class FlightState(enum.Enum):
     QUEUED = "queued"
@@ -54,14 +69,15 @@ class FlightState(enum.Enum):
     SETTLED = "settled"
 
 
-@dataclass
+@dataclass(slots=True)
 class Slot:
     """A worker thread's place; retired when its handler overran its timeout."""
 
     retired: bool = False
+    chunk: Sequence[Flight] = ()  # the runs it was handed last
 
 
-@dataclass
+@dataclass(slots=True)  # made once per run: slots make it cheaper to build and read
 class Flight:
     run: ClaimedRun
     spec: HandlerSpec
@@ -71,7 +87,7 @@ class Flight:
     slot: Slot | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class Result:
     flight: Flight
     outcome: Outcome
@@ -110,10 +126,13 @@ class Pool:
         self._worker = worker
         self._now = now
         self._lock = threading.Lock()  # guards every Flight.state change
-        self._work: queue.SimpleQueue[Flight | None] = queue.SimpleQueue()
+        self._pending: deque[Flight] = deque()  # QUEUED, not yet handed to a worker
+        self._chunk = CHUNK if concurrency == 1 else 1
+        self._work: queue.SimpleQueue[Sequence[Flight] | None] = queue.SimpleQueue()
         # None is a wake-up call (`wake`), for whoever waits in `collect`.
         self._done: queue.SimpleQueue[Result | None] = queue.SimpleQueue()
         self._slots: list[Slot] = []
+        self._async_types = {t for t, s in handlers.items() if s.is_async}  # asked once per type
 
     # -- the main thread's side ---------------------------------------------
 
@@ -129,13 +148,13 @@ class Pool:
             if earlier is not None and self.settle(earlier, await_return=True):
                 displaced.append(earlier)
             spec = self.handlers[run.job_type]
-            if spec.is_async:
+            if run.job_type in self._async_types:
                 ctx = AsyncJobContext(run, self._connect, self._connect_async)
                 flight = self.flights[run.id] = Flight(run, spec, ctx)
                 self._executor().submit(flight)
             else:
                 flight = self.flights[run.id] = Flight(run, spec, JobContext(run, self._connect))
-                self._work.put(flight)
+                self._pending.append(flight)
         self._ensure_workers()
         return displaced
 
@@ -151,21 +170,29 @@ class Pool:
 
         Each is SETTLED here; a result whose run was settled first is dropped.
         """
-        results: list[Result] = []
+        self._dispatch()
+        done, items = self._done, []
         try:
-            item = self._done.get(timeout=wait) if wait > 0 else self._done.get_nowait()
+            items.append(done.get(timeout=wait) if wait > 0 else done.get_nowait())
+            while True:
+                items.append(done.get_nowait())
         except queue.Empty:
-            return results
-        while True:
-            if item is not None:
-                if self._take(item.flight):
+            pass
+        results, dropped = [], []
+        with self._lock:  # once for the lot
+            for item in items:
+                if item is None:
+                    continue
+                if item.flight.state is FlightState.DONE:
+                    item.flight.state = FlightState.SETTLED
                     results.append(item)
-                else:
-                    self.stopping.pop(id(item.flight), None)
-            try:
-                item = self._done.get_nowait()
-            except queue.Empty:
-                return results
+                else:  # settled first (handed back, timed out, lease lost)
+                    dropped.append(item.flight)
+        for result in results:
+            self._forget(result.flight)
+        for flight in dropped:
+            self.stopping.pop(id(flight), None)
+        return results
 
     def settle(self, flight: Flight, *, await_return: bool = False) -> bool:
         """Give up a QUEUED or STARTED run (tell its handler); False if its handler returned.
@@ -180,7 +207,7 @@ class Pool:
         self._release(flight)
         if running and flight.slot is not None:
             # Its thread stays in the handler until it returns: another takes its place.
-            flight.slot.retired = True
+            self._retire(flight.slot)
             self._ensure_workers()
         if await_return and running:
             self.stopping[id(flight)] = flight
@@ -212,7 +239,7 @@ class Pool:
         ]
         for flight in late:
             if flight.slot is not None:
-                flight.slot.retired = True
+                self._retire(flight.slot)
             elif self._async is not None and flight.spec.is_async:
                 self._async.cancel(flight)  # the handler sees CancelledError
         if late:
@@ -221,6 +248,7 @@ class Pool:
 
     def stop(self) -> None:
         """Let idle workers exit; a worker still in a handler exits when it returns."""
+        self._pending.clear()  # settled by now: nothing is started any more
         for slot in self._slots:
             if not slot.retired:
                 self._work.put(None)
@@ -241,14 +269,6 @@ class Pool:
             )  # fmt: skip
         return self._async
 
-    def _take(self, flight: Flight) -> bool:
-        with self._lock:
-            if flight.state is not FlightState.DONE:
-                return False  # settled first (handed back, timed out, lease lost)
-            flight.state = FlightState.SETTLED
-        self._forget(flight)
-        return True
-
     def _release(self, flight: Flight) -> None:
         flight.ctx.cancelled.set()
         self._forget(flight)
@@ -257,43 +277,59 @@ class Pool:
         if self.flights.get(flight.run.id) is flight:  # not the same run claimed anew
             del self.flights[flight.run.id]
 
+    def _dispatch(self) -> None:
+        """Hand queued runs to the workers, up to HANDED_AHEAD beyond what they run."""
+        pending, size, work = self._pending, self._chunk, self._work
+        while pending and work.qsize() * size < HANDED_AHEAD:
+            work.put([pending.popleft() for _ in range(min(size, len(pending)))])
+
+    def _retire(self, slot: Slot) -> None:
+        """A worker stays in an overrunning handler: the rest of its chunk goes to the others."""
+        slot.retired = True
+        rest = [f for f in slot.chunk if f.state is FlightState.QUEUED]
+        self._pending.extendleft(reversed(rest))  # first in line again, in their order
+
     def _ensure_workers(self) -> None:
+        """Start workers up to the concurrency the runs held need, and hand them work."""
         active = sum(not s.retired for s in self._slots)
         wanted = min(self.concurrency, len(self.flights))
         for _ in range(wanted - active):
             slot = Slot()
-            thread = threading.Thread(
-                target=self._work_loop,
-                args=(slot,),
-                name=f"jobrunner-worker-{len(self._slots)}",
-                daemon=True,  # a handler stuck past its timeout must not keep the process alive
-            )
+            # A daemon: a handler stuck past its timeout must not keep the process alive.
+            thread = threading.Thread(target=self._work_loop, args=(slot,), daemon=True,
+                                      name=f"jobrunner-worker-{len(self._slots)}")  # fmt: skip
             self._slots.append(slot)
             thread.start()
+        self._dispatch()
 
     # -- the workers' side ---------------------------------------------------
 
     def _work_loop(self, slot: Slot) -> None:
         while True:
-            flight = self._work.get()
-            if flight is None:
+            chunk = self._work.get()
+            if chunk is None:
                 return
-            if not self._start(flight, slot):
-                continue  # handed back or lost before a worker got to it
-            started = flight.started
-            assert started is not None
-            outcome = execute(flight.spec, flight.run, flight.ctx)
-            result = Result(flight, outcome, time.monotonic() - started)
-            try:
-                if self._done_with(flight) and flight.ctx.used_db:
-                    self._finish_in_handler_transaction(result)
-            finally:
-                # Before the result is handed over: a failure is recorded only
-                # once the handler's transaction is gone.
-                flight.ctx.close()
-            self._done.put(result)
-            if slot.retired:
-                return  # this handler overran its timeout; a replacement took our place
+            slot.chunk = chunk
+            for flight in chunk:
+                if not self._start(flight, slot):
+                    continue  # handed back or lost before a worker got to it
+                self._run(flight)
+                if slot.retired:
+                    return  # this handler overran its timeout; a replacement took our place
+
+    def _run(self, flight: Flight) -> None:
+        started = flight.started
+        assert started is not None
+        outcome = execute(flight.spec, flight.run, flight.ctx)
+        result = Result(flight, outcome, time.monotonic() - started)
+        try:
+            if self._done_with(flight) and flight.ctx.used_db:
+                _finish_in_handler_transaction(result, worker=self._worker, now=self._now)
+        finally:
+            # Before the result is handed over: a failure is recorded only
+            # once the handler's transaction is gone.
+            flight.ctx.close()
+        self._done.put(result)
 
     def _start(self, flight: Flight, slot: Slot | None = None) -> bool:
         with self._lock:
@@ -312,21 +348,20 @@ class Pool:
             flight.state = FlightState.DONE
             return True
 
-    def _finish_in_handler_transaction(self, result: Result) -> None:
-        """Record success in the handler's own transaction, or leave its writes to roll back.
 
-        The run is DONE by now, so the main thread neither hands it back nor times
-        it out while this commits.
-        """
-        if not isinstance(result.outcome, Succeeded):
-            return  # closing the connection rolls the handler's writes back
-        flight = result.flight
-        try:
-            result.kept = commit_success(
-                flight.run, flight.ctx, result.duration, worker=self._worker, now=self._now
-            )
-            result.finalized = True
-        except Exception as exc:
-            # Recorded as a failed attempt by the main thread, fenced like any
-            # other; if the COMMIT did go through after all, that write is a no-op.
-            result.outcome = errored(exc)
+def _finish_in_handler_transaction(result: Result, *, worker: str, now: datetime | None) -> None:
+    """Record success in the handler's own transaction, or leave its writes to roll back.
+
+    The run is DONE by now, so the main thread neither hands it back nor times
+    it out while this commits.
+    """
+    if not isinstance(result.outcome, Succeeded):
+        return  # closing the connection rolls the handler's writes back
+    flight = result.flight
+    try:
+        kept = commit_success(flight.run, flight.ctx, result.duration, worker=worker, now=now)
+        result.kept, result.finalized = kept, True
+    except Exception as exc:
+        # Recorded as a failed attempt by the main thread, fenced like any
+        # other; if the COMMIT did go through after all, that write is a no-op.
+        result.outcome = errored(exc)

@@ -155,12 +155,12 @@ class Producer:
 
     # -- deciding and writing -------------------------------------------------
 
-    def returned(self) -> None:
-        """A handler returned: it counts for the pace."""
-        self.pace.count += 1
+    def returned(self, count: int = 1) -> None:
+        """Handlers returned: they count for the pace."""
+        self.pace.count += count
 
-    def decided(self, decision: Decision) -> None:
-        self.decisions.append(decision)
+    def decided(self, *decisions: Decision) -> None:
+        self.decisions.extend(decisions)
 
     def finalize_due(self, in_flight: int, now: float) -> bool:
         """Whether the decisions so far are to be written on their own now.

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from cronjob.errors import ConnectionLost
-from cronjob.log import log_many
+from cronjob.log import log_many, writes
 from cronjob.models import ClaimedRun, Decision, Errored, Status
 from cronjob.report import SUMMARY_IDS, TickReport
 
@@ -39,13 +39,19 @@ class Tally:
         """Decisions were written; the runs not in `kept` had lost their lease."""
         lines: dict[tuple[str, str], list[dict[str, Any]]] = {}
         pinger = self.pinger
+        # Below info a succeeded run writes no line: it is only counted, its line never built.
+        quiet, succeeded = not writes("info"), 0
         for decision in decisions:
             status = decision.status if decision.run.id in kept else None
-            level, event, fields = self._count(status, decision.run, decision.duration,
-                                               decision.error)  # fmt: skip
-            lines.setdefault((level, event), []).append(fields)
+            if quiet and status is Status.SUCCEEDED:
+                succeeded += 1
+            else:
+                level, event, fields = self._count(status, decision.run, decision.duration,
+                                                   decision.error)  # fmt: skip
+                lines.setdefault((level, event), []).append(fields)
             if pinger is not None and status is not None:
                 pinger.committed(decision.run, status)
+        self.report.succeeded += succeeded
         for (level, event), records in lines.items():
             log_many(self.log, level, event, records)
 
