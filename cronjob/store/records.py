@@ -88,8 +88,11 @@ def runs_insert_many(
 ) -> list[Enqueued]:
     if not runs:
         return []
+    # Only a Django task names a queue (and so needs migration 0014's column).
+    queued = any(r.queue is not None for r in runs)
+    statement = queries.RUNS_INSERT_MANY_QUEUED if queued else queries.RUNS_INSERT_MANY
     cursor = conn.cursor(row_factory=dict_row)
-    rows = cursor.execute(_insert_statement(runs), _insert_params(runs, now)).fetchall()
+    rows = cursor.execute(statement, _insert_params(runs, now)).fetchall()
     missing = [row["idempotency_key"] for row in rows if row["id"] is None]
     found: dict[str, dict[str, Any]] = {}
     if missing:
@@ -100,11 +103,6 @@ def runs_insert_many(
         )
         found = {row["idempotency_key"]: row for row in by_key.fetchall()}
     return _enqueued(rows, found)
-
-
-def _insert_statement(runs: Sequence[NewRun]) -> str:
-    queued = any(r.queue is not None for r in runs)
-    return queries.RUNS_INSERT_MANY_QUEUED if queued else queries.RUNS_INSERT_MANY
 
 
 def _insert_params(runs: Sequence[NewRun], now: datetime | None) -> dict[str, Any]:
@@ -924,7 +922,9 @@ async def runs_insert_many_async(
     if not runs:
         return []
     cursor = conn.cursor(row_factory=dict_row)
-    await cursor.execute(_insert_statement(runs), _insert_params(runs, now))
+    queued = any(r.queue is not None for r in runs)
+    statement = queries.RUNS_INSERT_MANY_QUEUED if queued else queries.RUNS_INSERT_MANY
+    await cursor.execute(statement, _insert_params(runs, now))
     rows = await cursor.fetchall()
     missing = [row["idempotency_key"] for row in rows if row["id"] is None]
     found: dict[str, dict[str, Any]] = {}
