@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import builtins
+import contextlib
 import json
 from typing import Any
 
 from django.tasks import Task, TaskResult, TaskResultStatus
 from django.tasks.base import TaskError
-from django.tasks.exceptions import TaskResultDoesNotExist
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.utils.dateparse import parse_datetime
 from django.utils.module_loading import import_string
 
@@ -57,7 +58,10 @@ def task_result(row: dict[str, Any], backend_alias: str) -> TaskResult:
     # Django runs larger priorities first; jobrunner claims smaller numbers first.
     priority = max(-100, min(100, -row["priority"]))
     if priority != task.priority or (row["queue"] and row["queue"] != task.queue_name):
-        task = task.using(priority=priority, queue_name=row["queue"] or task.queue_name)
+        # A queue since dropped from QUEUES, or a priority set by hand beyond Django's
+        # range, still reads: the task as declared stands in.
+        with contextlib.suppress(InvalidTask):
+            task = task.using(priority=priority, queue_name=row["queue"] or task.queue_name)
     starts = [_time(a["started_at"]) for a in attempts if a.get("started_at")]
     started = _time(row["started_at"])
     result = TaskResult(
