@@ -27,8 +27,10 @@ def _python_312_or_newer() -> str | None:
         return sys.executable
     names = ["python3.14", "python3.13", "python3.12"]
     found = [shutil.which(name) for name in names]
-    # pyenv's interpreters, when its shims are not on PATH.
-    found += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[2-9]*/bin/python3")))
+    # pyenv's interpreters: its shims run only the versions pyenv has selected.
+    pyenv_roots = {os.environ.get("PYENV_ROOT") or "", os.path.expanduser("~/.pyenv")}
+    for root in sorted(filter(None, pyenv_roots)):
+        found += sorted(glob.glob(os.path.join(root, "versions", "3.1[2-9]*", "bin", "python3")))
     for python in filter(None, found):
         probe = subprocess.run(
             [python, "-c", "import sys, venv; print(sys.version_info >= (3, 12))"],
