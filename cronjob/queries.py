@@ -974,11 +974,22 @@ MIGRATION_APPLY_RECORD = (
 # -- Django Tasks (cronjob.django) ------------------------------------------------
 
 # The task types with runs waiting, for a Django tick to import before it claims; with
-# `queues` NULL, of every queue. An index-only scan of job_runs_waiting_tasks.
-TASK_TYPES_WAITING = """
-SELECT DISTINCT job_type FROM job_runs
-WHERE queue IS NOT NULL AND status IN ('queued', 'failed')
-  AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+# `queues` NULL, of every queue. A skip scan of job_runs_waiting_tasks: one index probe per
+# (queue, type) pair, however many runs wait.
+_WAITING_TASK = "queue IS NOT NULL AND status IN ('queued', 'failed')"
+TASK_TYPES_WAITING = f"""
+WITH RECURSIVE pairs(queue, job_type) AS (
+    (SELECT queue, job_type FROM job_runs WHERE {_WAITING_TASK}
+     ORDER BY queue, job_type LIMIT 1)
+    UNION ALL
+    SELECT next.queue, next.job_type FROM pairs, LATERAL (
+        SELECT queue, job_type FROM job_runs
+        WHERE {_WAITING_TASK} AND (queue, job_type) > (pairs.queue, pairs.job_type)
+        ORDER BY queue, job_type LIMIT 1
+    ) next
+)
+SELECT DISTINCT job_type FROM pairs
+WHERE %(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[])
 """
 
 # What the task returned, written in the handler's own transaction (ctx.db), which then

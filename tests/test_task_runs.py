@@ -1,0 +1,73 @@
+"""The store's side of Django tasks, without Django: queues, waiting task types, return values."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import psycopg
+
+from cronjob import queries, store
+from cronjob.api import insert_runs, new_run
+
+
+def _enqueue(conn: psycopg.Connection[Any], job_type: str, queue: str | None) -> int:
+    run = dataclasses.replace(new_run(job_type, {"args": [], "kwargs": {}}), queue=queue)
+    return insert_runs(conn, [run])[0]
+
+
+def test_only_task_runs_name_a_queue(conn: psycopg.Connection[Any]) -> None:
+    plain = insert_runs(conn, [new_run("send_email")])[0]
+    task = _enqueue(conn, "shop.tasks.add", "emails")
+    queues = dict(conn.execute("SELECT id, queue FROM job_runs").fetchall())
+    assert queues == {plain: None, task: "emails"}
+    # Plain enqueues leave the column out, so they work on a schema without it.
+    assert "queue" not in queries.RUNS_INSERT_MANY
+    assert "queue" in queries.RUNS_INSERT_MANY_QUEUED
+
+
+def test_waiting_task_types_are_found_by_one_probe_per_queue_and_type(
+    conn: psycopg.Connection[Any],
+) -> None:
+    conn.execute(
+        "INSERT INTO job_runs (job_type, queue) SELECT 'shop.tasks.add', 'default'"
+        " FROM generate_series(1, 20000)"
+    )
+    _enqueue(conn, "shop.tasks.mail", "emails")
+    _enqueue(conn, "shop.tasks.add", "emails")
+    done = _enqueue(conn, "shop.tasks.done", "emails")
+    conn.execute(
+        "UPDATE job_runs SET status = 'cancelled', finished_at = now() WHERE id = %s", [done]
+    )
+    insert_runs(conn, [new_run("send_email")])
+    conn.execute("ANALYZE job_runs")
+    assert sorted(store.task_types_waiting(conn, None)) == ["shop.tasks.add", "shop.tasks.mail"]
+    assert sorted(store.task_types_waiting(conn, ["emails"])) == [
+        "shop.tasks.add", "shop.tasks.mail",
+    ]  # fmt: skip
+    assert store.task_types_waiting(conn, ["nowhere"]) == []
+    plan = conn.execute(
+        f"EXPLAIN (ANALYZE, FORMAT JSON) {queries.TASK_TYPES_WAITING}", {"queues": None}
+    ).fetchone()[0]
+    assert _most_rows_read(plan[0]["Plan"]) < 10  # not the 20,000 runs of the default queue
+
+
+def _most_rows_read(node: dict[str, Any]) -> int:
+    own = int(node.get("Actual Rows", 0)) + int(node.get("Rows Removed by Filter", 0))
+    return max([own, *(_most_rows_read(child) for child in node.get("Plans", []))])
+
+
+def test_a_return_value_is_written_only_under_the_runs_lease(
+    conn: psycopg.Connection[Any],
+) -> None:
+    _enqueue(conn, "shop.tasks.add", "default")
+    [run] = store.runs_claim_many(
+        conn, job_types=["shop.tasks.add"], leases=[60], max_attempts=[3], limit=1, worker="w"
+    )
+    assert store.task_return_value_set(conn, run, json.dumps({"sum": 3}))
+    stale = run._replace(lease_token=run.lease_token.__class__(int=0))
+    assert not store.task_return_value_set(conn, stale, "1")
+    row = store.task_result_get(conn, run.id)
+    assert json.loads(row["return_value"]) == {"sum": 3}
+    assert row["queue"] == "default" and row["status"] == "running" and row["locked_by"] == "w"
