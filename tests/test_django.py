@@ -8,6 +8,7 @@ by its `django` extra, and runs the suite against this session's PostgreSQL serv
 from __future__ import annotations
 
 import glob
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -78,3 +79,18 @@ def test_the_django_suite_passes(which: str, server_url: str) -> None:
     summary = done.stdout.strip().splitlines()[-1:] or ["(no output)"]
     assert done.returncode == 0, f"Django {version}: {done.stdout[-4000:]}\n{done.stderr[-2000:]}"
     assert "passed" in summary[0] and "skipped" not in summary[0], summary[0]
+
+
+def test_without_django_installed_its_settings_variable_is_ignored_with_a_word(
+    db_url: str,
+) -> None:
+    from tests.conftest import run_cli
+
+    if importlib.util.find_spec("django") is not None:
+        pytest.skip("Django is installed here; the Django suite covers this case")
+    env = {"DJANGO_SETTINGS_MODULE": "project.settings", "DATABASE_URL": db_url}
+    assert run_cli("status", env=env).exit_code == 0  # DATABASE_URL, as without Django
+    for args in (["sync"], ["tick", "--queues", "emails"]):
+        result = run_cli(*args, env=env)
+        assert result.exit_code == 2
+        assert "needs Django installed and DJANGO_SETTINGS_MODULE set" in result.stderr

@@ -28,7 +28,9 @@ def sync(
     from cronjob.errors import BadInput
 
     if not django_in_use():
-        raise BadInput("sync reads Django's settings: set DJANGO_SETTINGS_MODULE")
+        raise BadInput(
+            "sync reads Django's settings: it needs Django installed and DJANGO_SETTINGS_MODULE set"
+        )
     setup()
     from cronjob.django.runner import schedule_specs
 

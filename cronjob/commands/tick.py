@@ -198,7 +198,10 @@ def _django_project(queues: str | None) -> bool:
         if queues:
             from cronjob.errors import BadInput
 
-            raise BadInput("--queues selects Django tasks: set DJANGO_SETTINGS_MODULE")
+            raise BadInput(
+                "--queues selects Django tasks: it needs Django installed and"
+                " DJANGO_SETTINGS_MODULE set"
+            )
         return False
     from cronjob.django.connection import setup
 
