@@ -53,7 +53,7 @@ def register_tasks(conn: Any, queues: Sequence[str] | None) -> list[str]:
 
     added = []
     waiting = store.task_types_waiting(conn, queues)
-    settings = [spec.job_type for spec in schedule_specs()]
+    settings = settings_task_paths()
     # Other schedules' types are mostly plain handlers' ("send_email"): tried, never logged.
     others = {d.job_type for d in store.definitions_list(conn) if "." in d.job_type}
     for job_type in dict.fromkeys([*waiting, *settings, *sorted(others)]):
@@ -314,6 +314,13 @@ def atomic(func: Callable[..., Any]) -> Callable[..., Any]:
         return func(ctx, payload)
 
     return run
+
+
+def settings_task_paths() -> list[str]:
+    """The tasks the periodic tasks in settings name, as written (not checked)."""
+    from cronjob.django.schedules import task_paths
+
+    return task_paths(backend_options().get("SCHEDULES") or {})
 
 
 def schedule_specs() -> list[Any]:

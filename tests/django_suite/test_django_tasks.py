@@ -518,3 +518,24 @@ def test_manage_py_settings_option_is_manage_pys_own(project: str) -> None:
     done = manage(project, "--settings=project.settings", "status", "--json")
     assert done.returncode == 0, done.stderr
     assert "counts" in json.loads(done.stdout) or json.loads(done.stdout) is not None
+
+
+def test_a_settings_schedule_naming_a_missing_task_does_not_stop_the_tick(
+    project: str,
+) -> None:
+    from django.test import override_settings
+    from shop.tasks import add
+
+    from cronjob.django.runner import register_tasks
+
+    tasks = {
+        "default": {
+            "BACKEND": "cronjob.django.JobrunnerBackend",
+            "OPTIONS": {"SCHEDULES": {"gone": {"task": "shop.tasks.gone", "cron": "0 3 * * *"}}},
+        }
+    }
+    result = add.enqueue(1, 2)
+    with override_settings(TASKS=tasks), psycopg.connect(project, autocommit=True) as conn:
+        assert register_tasks(conn, None) == ["shop.tasks.add"]  # the missing one is logged
+    tick(project)
+    assert add.get_result(result.id).return_value == 3
