@@ -114,15 +114,8 @@ def task_handler(task: Any) -> HandlerSpec:
                 _end_of_task()
 
         func = run
-    spec = HandlerSpec(task.module_path, func)
-    return HandlerSpec(
-        task.module_path,
-        func,
-        options.get("max_attempts", spec.max_attempts),
-        options.get("backoff", spec.backoff),
-        options.get("lease", spec.lease),
-        options.get("timeout"),
-    )
+    # The task's options bear HandlerSpec's field names; unset ones keep its defaults.
+    return HandlerSpec(task.module_path, func, **options)
 
 
 def _fresh_connections() -> None:
