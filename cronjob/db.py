@@ -133,12 +133,13 @@ def resolve_url(explicit: str | None) -> tuple[str, str]:
 
 
 def django_project() -> bool:
-    """DJANGO_SETTINGS_MODULE is set and Django is installed: the database is the project's."""
+    """DJANGO_SETTINGS_MODULE names a project's settings and Django is installed (a shell may
+    export the variable to a jobrunner installed on its own): the database is the project's."""
     if not os.environ.get("DJANGO_SETTINGS_MODULE"):
         return False  # imports nothing more: the idle tick's path
-    from cronjob.django.connection import django_in_use
+    import importlib.util
 
-    return django_in_use()
+    return importlib.util.find_spec("django") is not None
 
 
 def connect(

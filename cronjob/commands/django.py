@@ -24,10 +24,11 @@ def sync(
     anything is written. A deploy step, next to `manage.py migrate`.
     """
     from cronjob.commands.schedule import apply_sync
-    from cronjob.django.connection import django_in_use, setup
+    from cronjob.db import django_project
+    from cronjob.django.connection import setup
     from cronjob.errors import BadInput
 
-    if not django_in_use():
+    if not django_project():
         raise BadInput(
             "sync reads Django's settings: it needs Django installed and DJANGO_SETTINGS_MODULE set"
         )

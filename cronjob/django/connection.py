@@ -12,16 +12,6 @@ from cronjob.store.binding import ServerBinding
 BACKEND_PATH = "cronjob.django.JobrunnerBackend"
 
 
-def django_in_use() -> bool:
-    """A Django project's command: DJANGO_SETTINGS_MODULE names its settings, and Django
-    is installed (a shell may export the variable to a jobrunner installed on its own)."""
-    import importlib.util
-
-    return bool(os.environ.get("DJANGO_SETTINGS_MODULE")) and (
-        importlib.util.find_spec("django") is not None
-    )
-
-
 def setup() -> None:
     """django.setup(), once: apps loaded, so tasks and models import."""
     import django
