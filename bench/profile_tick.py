@@ -47,7 +47,9 @@ def jobrunner(
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     # JRPROFILE_MAIN: a script to run instead of the command line (it calls cronjob.cli.main).
     script = os.environ.get("JRPROFILE_MAIN") if args[0] == "tick" else None
-    argv = [*prefix, sys.executable, *([script] if script else ["-c", MAIN]), *args]
+    # -P: the working directory (or the script's) is not put first on sys.path, so the
+    # tree's cronjob is the one imported, whatever directory this runs from.
+    argv = [*prefix, sys.executable, "-P", *([script] if script else ["-c", MAIN]), *args]
     return [argv, env, stdin]
 
 

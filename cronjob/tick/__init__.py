@@ -21,11 +21,13 @@ The parts, one role each:
 | `leases`        | `LeaseKeeper`     | heartbeats, lost leases, hand-back; the fencing rule      |
 | `shutdown`      | `Shutdown`        | signals, grace, urgency                                   |
 | `connection`    | `ConnectionKeeper`| the tick's connection: one statement at a time, reconnect |
+| `writer`        | `Writer`          | a streaming drain's second connection, for its finalizes  |
 | `tally`         | `Tally`           | the report and the per-run log lines                      |
 
 Who owns what:
 - Only the drain loops. Every other part does one thing when asked and returns.
-- Only the connection keeper touches the tick's connection. Parts that need SQL
+- Only the connection keeper touches the tick's connection (the writer has a keeper
+  of its own for its one). Parts that need SQL
   build the statement (a function of the connection, from `store`) and have the
   keeper run it: the producer hands its statements to the loop, the lease keeper is
   handed the keeper by the loop. A failed statement raises `StatementFailed`; the
@@ -37,17 +39,20 @@ Who owns what:
 - Parts never call back into each other: the loop passes values between them (a
   claim's runs from the keeper to the pool, the pool's results to the producer as
   decisions and to the tally as counts). The one hook is the pool's `wake`, given
-  to the keeper with a claim it runs in the background, so a main thread waiting
-  for handlers also wakes when the claim is back.
+  to the keepers with a statement they run in the background, so a main thread
+  waiting for handlers also wakes when a claim or a write is back.
 
 What keeps it fast: the main thread owns the connection and does all the
 bookkeeping; the claim's round trip runs on its own short-lived thread while the
-main thread records the previous batch; handlers run on worker threads, handed a
-few runs at a time (a single worker takes them in chunks) so that the main thread
-gets the interpreter back in time to start the next claim while they run; no
-transaction is held open across handler code except the handler's own (`ctx.db`);
-the values made once per run (`ClaimedRun`, `Decision`) are named tuples, and
-below the info log level a succeeded run's log line is never built.
+main thread records the previous batch; once a drain streams (full claims of 100
+runs or more), outcomes are written on a second connection, so the finalize of
+one batch and the claim of the next run in two server backends at once; handlers
+run on worker threads, handed a few runs at a time (a single worker takes them in
+chunks) so that the main thread gets the interpreter back in time to start the
+next claim while they run; no transaction is held open across handler code except
+the handler's own (`ctx.db`); the values made once per run (`ClaimedRun`,
+`Decision`) are named tuples, and below the info log level a succeeded run's log
+line is never built.
 
 Handlers never run on the main thread, even with `--concurrency 1`: a handler
 running there could not be given up at its timeout (the tick would stop with

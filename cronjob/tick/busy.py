@@ -22,6 +22,7 @@ from cronjob.tick.pool import Pool
 from cronjob.tick.producer import Producer
 from cronjob.tick.shutdown import Shutdown
 from cronjob.tick.tally import Tally
+from cronjob.tick.writer import Writer
 
 if TYPE_CHECKING:
     from cronjob.tick import TickOptions
@@ -128,6 +129,8 @@ class BusyTick:
             leases=leases,
             shutdown=self.shutdown,
             tally=self.tally,
+            writer=Writer(lambda: ConnectionKeeper(self._connect(), self._connect, self.log),
+                          self.log),
         ).run(deadline)  # fmt: skip
 
 

@@ -3,9 +3,10 @@
 Each pass: stop claiming if it is time; take the claim that came back and queue
 its runs; start the next claim when there is room; give runs back when stopping;
 collect what handlers returned and decide each run's fate; time out overrunning
-handlers; write decisions that no claim will carry; renew leases. The loop runs no
+handlers; write decisions that no claim will carry, or, once the drain streams,
+take the writer's last write and start its next; renew leases. The loop runs no
 SQL of its own: the producer and the lease keeper build the statements, the
-connection keeper runs them.
+connection keeper and the writer run them.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from cronjob.tick.pool import Flight, FlightState, Pool, Result
 from cronjob.tick.producer import Producer
 from cronjob.tick.shutdown import Shutdown
 from cronjob.tick.tally import Tally
+from cronjob.tick.writer import STREAMING_CLAIM, Writer
 
 # How long a hand-back waits for handlers that already returned to finish their
 # own bookkeeping (committing `ctx.db`), so their outcome is not thrown away.
@@ -41,8 +43,10 @@ class Drain:
         leases: LeaseKeeper,
         shutdown: Shutdown,
         tally: Tally,
+        writer: Writer,
     ) -> None:
         self.connection = connection
+        self.writer = writer
         self.producer = producer
         self.pool = pool
         self.leases = leases
@@ -67,6 +71,7 @@ class Drain:
             raise self.tally.connection_lost(str(exc)) from None
         finally:
             self.pool.stop()
+            self.writer.close()
         self.tally.require_recorded()
 
     def _pass(self, deadline: float) -> bool:
@@ -93,7 +98,9 @@ class Drain:
         now = time.monotonic()
         self._time_out(now)
         self._watch_event_loop(now)
-        if producer.finalize_due(len(pool.flights), now):
+        if self.writer.active:
+            self._write()
+        elif producer.finalize_due(len(pool.flights), now):
             self._finalize()
         if pool.flights and self.leases.beat_due(now):
             self._renew(now)
@@ -109,6 +116,8 @@ class Drain:
             raise
         self.tally.finalized(self.producer.claimed(runs), kept)
         self.tally.claimed(len(runs))
+        if len(runs) >= STREAMING_CLAIM and not self.producer.exhausted and self.writer.open():
+            self.producer.carry = False
         for flight in self.pool.add(runs):  # held from an earlier claim: this tick stalled
             self.tally.lost(flight.run, 0.0, because="lease lost (the run was claimed again)")
 
@@ -190,6 +199,25 @@ class Drain:
                 run_id=flight.run.id, job_type=flight.run.job_type, blocked_s=round(lag, 1),
             )  # fmt: skip
 
+    def _write(self) -> None:
+        """Take the writer's last write if it is done; start the next with what is decided."""
+        if self.writer.finished:
+            self._take_write()
+        if not self.writer.busy and self.producer.decisions and not self.producer.carrying:
+            decisions, write = self.producer.finalize()
+            self.writer.begin(decisions, write, then=self.pool.wake)
+
+    def _take_write(self) -> None:
+        try:
+            decisions, kept = self.writer.result()
+        except ReconnectFailed:
+            # The tick's own connection may still be fine: it writes what is left.
+            self.writer.close()
+            self.producer.carry = True
+            raise StatementFailed("finalize") from None
+        self.producer.finalized(decisions)
+        self.tally.finalized(decisions, kept)
+
     def _finalize(self) -> None:
         decisions, write = self.producer.finalize()
         kept = self.connection.run("finalize", write)
@@ -249,6 +277,11 @@ class Drain:
             self._record(self.pool.collect(IDLE_WAIT))
 
     def _finalize_the_rest(self) -> None:
+        if self.writer.busy:
+            try:
+                self._take_write()
+            except StatementFailed:
+                self.shutdown.request("database error")
         for _ in range(2):  # once more, on the fresh connection if it was lost
             if not self.producer.decisions:
                 return

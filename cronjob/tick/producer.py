@@ -8,9 +8,11 @@ enough that slow runs stay claimable by other hosts.
 The decision buffer. What handlers' outcomes mean for their runs (`Decision`s)
 waits here until a statement writes it: the next claim carries the decisions so
 far in its own commit (finalize-and-claim), or, when no claim is due, they are
-written on their own at least every `FLUSH_INTERVAL`. Decisions leave the buffer
-only once written; a statement that failed leaves them for the next one, which
-is safe because every write is fenced by the lease token.
+written on their own at least every `FLUSH_INTERVAL`. A streaming drain writes
+them apart from its claims instead, on a second connection (tick/writer.py), and
+its claims carry none. Decisions leave the buffer only once written; a statement
+that failed leaves them for the next one, which is safe because every write is
+fenced by the lease token.
 
 The producer builds the statements; the connection keeper runs them.
 """
@@ -75,6 +77,7 @@ class Producer:
         self.decisions: list[Decision] = []
         self.exhausted = False  # the last claim found fewer runs than it asked for
         self.closed = False  # stopping: nothing more is claimed
+        self.carry = True  # claims carry the decisions so far; False once written apart
         self.pace = Pace(since=clock())
         self._worker = worker
         self._now = now
@@ -106,9 +109,10 @@ class Producer:
         return room >= max(1, backlog // 2) or in_flight == 0
 
     def claim(self, in_flight: int, now: float) -> Claim:
-        """The next claim: room for the backlog, carrying every decision so far."""
+        """The next claim: room for the backlog, carrying every decision so far unless
+        they are written apart (`carry`)."""
         limit = min(self.concurrency + self.backlog(now) - in_flight, self.batch_size)
-        decisions = list(self.decisions)
+        decisions = list(self.decisions) if self.carry else []
         token = uuid.uuid4()
         self._sent = (len(decisions), limit, token)
         return partial(
@@ -128,6 +132,11 @@ class Producer:
         written, self.decisions = self.decisions[:carried], self.decisions[carried:]
         self.exhausted = len(runs) < limit
         return written
+
+    @property
+    def carrying(self) -> bool:
+        """A claim under way carries decisions: they are not to be written by anything else."""
+        return self._sent is not None and self._sent[0] > 0
 
     def claim_failed(self) -> tuple[uuid.UUID, int]:
         """The claim under way failed: its decisions wait for the next write.

@@ -1,0 +1,96 @@
+"""The writer: a second connection that records outcomes while the tick's own claims.
+
+On one connection a busy tick's server time is spent in turn: the finalize of one
+batch, then the claim of the next, in one backend that can never do both at once.
+Once a drain streams (a claim came back full, with at least `STREAMING_CLAIM` runs,
+so more wait behind it), its decisions are written on a connection of their own,
+each write on a thread of its own as claims are, and claims carry none: the finalize
+of one batch runs in one backend while the next claim runs in another. Each write is
+its own transaction, fenced by the lease token as every finalize is.
+
+Ticks that claim a few runs at a time, slow handlers' ticks among them, never open
+it. If the database refuses the connection, the tick goes on writing through its
+one connection, as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+from cronjob.db import describe
+from cronjob.errors import JobrunnerError
+from cronjob.models import Decision
+from cronjob.tick.connection import ConnectionKeeper
+
+STREAMING_CLAIM = 100  # runs in a full claim from which a tick writes on a second connection
+
+
+class Writer:
+    """The second connection of a streaming drain, and the decisions of the write under way."""
+
+    def __init__(self, open_keeper: Callable[[], ConnectionKeeper], log: Any) -> None:
+        self._open_keeper = open_keeper
+        self._log = log
+        self._keeper: ConnectionKeeper | None = None
+        self._refused = False
+        self._writing: list[Decision] = []
+
+    @property
+    def active(self) -> bool:
+        """Decisions go through this writer: its connection is open."""
+        return self._keeper is not None
+
+    @property
+    def busy(self) -> bool:
+        """A write was begun and its result not taken yet."""
+        return self._keeper is not None and self._keeper.busy
+
+    @property
+    def finished(self) -> bool:
+        """The write under way is done: `result` will not wait."""
+        return self._keeper is not None and self._keeper.finished
+
+    def open(self) -> bool:
+        """Open the connection, once; False, for the rest of the drain, if that fails."""
+        if self._keeper is None and not self._refused:
+            try:
+                self._keeper = self._open_keeper()
+            except (JobrunnerError, OSError) as exc:  # connect translates the driver's errors
+                self._refused = True
+                self._log.info(
+                    "writing outcomes through the tick's one connection: a second one "
+                    "could not be opened",
+                    error=describe(exc),
+                )
+        return self._keeper is not None
+
+    def begin(self, decisions: list[Decision], write: Callable[[Any], set[int]],
+              *, then: Callable[[], None]) -> None:  # fmt: skip
+        """Start `write(connection)`, which writes `decisions`, on its own thread."""
+        assert self._keeper is not None
+        self._writing = decisions
+        self._keeper.begin("finalize", write, then=then)
+
+    def result(self) -> tuple[list[Decision], set[int]]:
+        """The decisions written and the ids whose lease was still held, once the write is done.
+
+        Raises as the tick's connection keeper does: `StatementFailed` (the decisions were
+        not written, as far as the tick knows), `ReconnectFailed`.
+        """
+        assert self._keeper is not None
+        decisions, self._writing = self._writing, []
+        return decisions, self._keeper.result()
+
+    def close(self) -> None:
+        """Close the connection, after the write under way, if any, ends."""
+        keeper, self._keeper = self._keeper, None
+        if keeper is None:
+            return
+        # A write still under way: its decisions are still in the producer's buffer.
+        if keeper.busy:
+            with contextlib.suppress(Exception):
+                keeper.result()
+        with contextlib.suppress(Exception):  # a broken connection has nothing left to release
+            keeper.conn.close()

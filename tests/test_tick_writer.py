@@ -1,0 +1,163 @@
+"""A streaming drain writes outcomes on a second connection while its own claims
+(cronjob/tick/writer.py): when it opens one, what it writes there, and what happens
+when that connection is refused or killed."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from cronjob import queries
+from cronjob.db import connect
+from cronjob.errors import DatabaseUnavailable
+from cronjob.handlers import handler, registry
+from cronjob.tick import TickOptions, run_tick
+from cronjob.tick.writer import STREAMING_CLAIM
+from tests.conftest import count
+from tests.test_history_cost import actual, counted
+
+WRITER = "jobrunner-second"  # the application name of the connections the tick opens
+
+
+class Connections:
+    """The tick's `connect`: real connections, counted, under a name a test can find."""
+
+    def __init__(self, db_url: str, *, refuse: bool = False) -> None:
+        self.db_url, self.refuse, self.opened = db_url, refuse, 0
+
+    def __call__(self, autocommit: bool = True) -> Any:
+        self.opened += 1
+        if self.refuse:
+            raise DatabaseUnavailable("cannot connect to the database: too many clients")
+        return connect(self.db_url, autocommit=autocommit, application_name=WRITER)
+
+
+def _tick(db_url: str, connections: Connections, **options: Any) -> Any:
+    specs = {t: registry()[t] for t in ("writer.ok", "writer.probe")}
+    options = {"concurrency": 1, "batch_size": 500, **options}
+    conn = connect(db_url)
+    try:
+        return run_tick(
+            conn, specs, connect=connections, options=TickOptions(owns_process=False, **options)
+        )
+    finally:
+        conn.close()
+
+
+def _enqueue(conn: psycopg.Connection[Any], runs: int, job_type: str = "writer.ok") -> None:
+    conn.execute(
+        "INSERT INTO job_runs (job_type, payload) SELECT %s, '{}' FROM generate_series(1, %s)",
+        (job_type, runs),
+    )
+
+
+def _shape(sql: str) -> str:
+    """A statement with its parameters, as psycopg writes them or as the server shows them,
+    reduced to one mark."""
+    return re.sub(r"%\(\w+\)[sb]|\$\d+", "?", sql).strip()
+
+
+def _second_connections(db_url: str) -> list[tuple[int, str]]:
+    with psycopg.connect(db_url, autocommit=True) as admin:
+        rows = admin.execute(
+            "SELECT pid, query FROM pg_stat_activity"
+            " WHERE application_name = %s AND datname = current_database()",
+            (WRITER,),
+        )
+        return rows.fetchall()
+
+
+@pytest.fixture
+def probe(db_url: str) -> Iterator[list[Any]]:
+    """writer.probe runs after every writer.ok run (a larger priority number comes later) and
+    records what the tick's second connections were last doing, or kills them."""
+    seen: list[Any] = []
+
+    @handler("writer.ok")
+    def ok(ctx: Any, payload: Any) -> None:
+        pass
+
+    @handler("writer.probe")
+    def look(ctx: Any, payload: Any) -> None:
+        seen.extend(_second_connections(db_url))
+        if payload.get("kill"):
+            with psycopg.connect(db_url, autocommit=True) as admin:
+                for pid, _query in seen:
+                    admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+    try:
+        yield seen
+    finally:
+        registry().pop("writer.ok")
+        registry().pop("writer.probe")
+
+
+def test_a_streaming_drain_writes_its_outcomes_on_a_second_connection(db_url, conn, probe):
+    _enqueue(conn, 3000)
+    conn.execute(
+        "INSERT INTO job_runs (job_type, payload, priority) VALUES ('writer.probe', '{}', 1)"
+    )
+    connections = Connections(db_url)
+
+    report = _tick(db_url, connections)
+
+    assert report.succeeded == 3001
+    assert connections.opened == 1  # one second connection, for the whole drain
+    [(_pid, last_query)] = probe  # it wrote the finalize, while the first claimed
+    # The server keeps the first kilobyte of a statement's text (track_activity_query_size).
+    seen = _shape(last_query)[:900]
+    assert len(seen) == 900 and _shape(queries.RUNS_FINALIZE_MANY).startswith(seen)
+    assert counted(conn) == actual(conn) == {("writer.ok", "succeeded"): 3000,
+                                             ("writer.probe", "succeeded"): 1}  # fmt: skip
+    assert _second_connections(db_url) == []  # closed when the drain ended
+
+
+def test_a_drain_of_a_few_runs_opens_no_second_connection(db_url, conn, probe):
+    _enqueue(conn, STREAMING_CLAIM - 1)
+    connections = Connections(db_url)
+
+    report = _tick(db_url, connections, batch_size=1000)
+
+    assert report.succeeded == STREAMING_CLAIM - 1
+    assert connections.opened == 0
+
+
+def test_when_no_second_connection_can_be_opened_the_tick_writes_through_its_own(
+    db_url, conn, probe
+):
+    _enqueue(conn, 3000)
+    connections = Connections(db_url, refuse=True)
+
+    report = _tick(db_url, connections)
+
+    assert connections.opened == 1  # asked once, not once per claim
+    assert report.succeeded == 3000
+    assert counted(conn) == actual(conn) == {("writer.ok", "succeeded"): 3000}
+
+
+def test_a_killed_second_connection_loses_no_outcome_and_counts_none_twice(db_url, conn, probe):
+    _enqueue(conn, 3000)
+    # Claimed in the order enqueued (each statement has its own now()): the kill lands
+    # mid-drain, with 3,000 runs still to claim.
+    conn.execute("INSERT INTO job_runs (job_type, payload) VALUES ('writer.probe', %s)",
+                 ('{"kill": true}',))  # fmt: skip
+    _enqueue(conn, 3000)
+    connections = Connections(db_url)
+
+    report = _tick(db_url, connections)
+
+    assert probe, "the second connection was open when the probe ran"
+    assert report.stopped_by == "database error"
+    assert count(conn, "SELECT count(*) FROM job_runs WHERE status = 'running'") == 0
+    # Every run either succeeded, once, or went back untouched to be claimed again.
+    statuses = dict(conn.execute("SELECT status, count(*) FROM job_runs GROUP BY 1").fetchall())
+    assert set(statuses) <= {"succeeded", "queued"}
+    assert 0 < report.succeeded <= statuses["succeeded"]
+    assert (
+        count(conn, "SELECT count(*) FROM job_runs WHERE status = 'queued' AND attempts > 0") == 0
+    )
+    assert counted(conn) == actual(conn)
