@@ -16,7 +16,7 @@ import time
 from uuid import UUID
 
 from cronjob import transitions
-from cronjob.models import Errored
+from cronjob.models import Decision, Errored
 from cronjob.tick.connection import ConnectionKeeper, ReconnectFailed, StatementFailed
 from cronjob.tick.leases import LeaseKeeper
 from cronjob.tick.pool import Flight, FlightState, Pool, Result
@@ -45,13 +45,8 @@ class Drain:
         tally: Tally,
         writer: Writer,
     ) -> None:
-        self.connection = connection
-        self.writer = writer
-        self.producer = producer
-        self.pool = pool
-        self.leases = leases
-        self.shutdown = shutdown
-        self.tally = tally
+        self.connection, self.writer, self.producer = connection, writer, producer
+        self.pool, self.leases, self.shutdown, self.tally = pool, leases, shutdown, tally
         self._blocker: int | None = None  # the run last named for blocking the event loop
         self._lost_claims: list[UUID] = []  # failed claims in which nothing was found held
 
@@ -88,7 +83,8 @@ class Drain:
                 self._hand_back_unfinished()
                 return False
         elif producer.may_claim(len(pool.flights), now):
-            self.connection.begin("claim", producer.claim(len(pool.flights), now), then=pool.wake)
+            claim = producer.claim(len(pool.flights), now, carry=not self.writer.active)
+            self.connection.begin("claim", claim, then=pool.wake)
         idle = not pool.flights and not self.connection.busy
         if idle and (producer.exhausted or self.shutdown.requested):
             return False
@@ -116,8 +112,8 @@ class Drain:
             raise
         self.tally.finalized(self.producer.claimed(runs), kept)
         self.tally.claimed(len(runs))
-        if len(runs) >= STREAMING_CLAIM and not self.producer.exhausted and self.writer.open():
-            self.producer.carry = False
+        if len(runs) >= STREAMING_CLAIM and not self.producer.exhausted:
+            self.writer.open()
         for flight in self.pool.add(runs):  # held from an earlier claim: this tick stalled
             self.tally.lost(flight.run, 0.0, because="lease lost (the run was claimed again)")
 
@@ -202,25 +198,16 @@ class Drain:
     def _write(self) -> None:
         """Take the writer's last write if it is done; start the next with what is decided."""
         if self.writer.finished:
-            self._take_write()
+            self._written(*self.writer.result())
         if not self.writer.busy and self.producer.decisions and not self.producer.carrying:
             decisions, write = self.producer.finalize()
             self.writer.begin(decisions, write, then=self.pool.wake)
 
-    def _take_write(self) -> None:
-        try:
-            decisions, kept = self.writer.result()
-        except ReconnectFailed:
-            # The tick's own connection may still be fine: it writes what is left.
-            self.writer.close()
-            self.producer.carry = True
-            raise StatementFailed("finalize") from None
-        self.producer.finalized(decisions)
-        self.tally.finalized(decisions, kept)
-
     def _finalize(self) -> None:
         decisions, write = self.producer.finalize()
-        kept = self.connection.run("finalize", write)
+        self._written(decisions, self.connection.run("finalize", write))
+
+    def _written(self, decisions: list[Decision], kept: set[int]) -> None:
         self.producer.finalized(decisions)
         self.tally.finalized(decisions, kept)
 
@@ -279,7 +266,7 @@ class Drain:
     def _finalize_the_rest(self) -> None:
         if self.writer.busy:
             try:
-                self._take_write()
+                self._written(*self.writer.result())
             except StatementFailed:
                 self.shutdown.request("database error")
         for _ in range(2):  # once more, on the fresh connection if it was lost

@@ -77,7 +77,6 @@ class Producer:
         self.decisions: list[Decision] = []
         self.exhausted = False  # the last claim found fewer runs than it asked for
         self.closed = False  # stopping: nothing more is claimed
-        self.carry = True  # claims carry the decisions so far; False once written apart
         self.pace = Pace(since=clock())
         self._worker = worker
         self._now = now
@@ -108,11 +107,11 @@ class Producer:
         room = self.concurrency + backlog - in_flight
         return room >= max(1, backlog // 2) or in_flight == 0
 
-    def claim(self, in_flight: int, now: float) -> Claim:
+    def claim(self, in_flight: int, now: float, *, carry: bool = True) -> Claim:
         """The next claim: room for the backlog, carrying every decision so far unless
-        they are written apart (`carry`)."""
+        they are written apart (`carry` false)."""
         limit = min(self.concurrency + self.backlog(now) - in_flight, self.batch_size)
-        decisions = list(self.decisions) if self.carry else []
+        decisions = list(self.decisions) if carry else []
         token = uuid.uuid4()
         self._sent = (len(decisions), limit, token)
         return partial(

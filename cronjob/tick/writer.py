@@ -22,7 +22,7 @@ from typing import Any
 from cronjob.db import describe
 from cronjob.errors import JobrunnerError
 from cronjob.models import Decision
-from cronjob.tick.connection import ConnectionKeeper
+from cronjob.tick.connection import ConnectionKeeper, ReconnectFailed, StatementFailed
 
 STREAMING_CLAIM = 100  # runs in a full claim from which a tick writes on a second connection
 
@@ -76,12 +76,17 @@ class Writer:
     def result(self) -> tuple[list[Decision], set[int]]:
         """The decisions written and the ids whose lease was still held, once the write is done.
 
-        Raises as the tick's connection keeper does: `StatementFailed` (the decisions were
-        not written, as far as the tick knows), `ReconnectFailed`.
+        Raises `StatementFailed` when the decisions were not written, as far as the tick
+        knows: they stay in the producer's buffer. If the connection was lost and cannot be
+        re-opened, the writer closes: the tick's own connection writes what is left.
         """
         assert self._keeper is not None
         decisions, self._writing = self._writing, []
-        return decisions, self._keeper.result()
+        try:
+            return decisions, self._keeper.result()
+        except ReconnectFailed:
+            self._keeper = None
+            raise StatementFailed("finalize") from None
 
     def close(self) -> None:
         """Close the connection, after the write under way, if any, ends."""
