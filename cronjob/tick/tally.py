@@ -76,15 +76,8 @@ class Tally:
         for run in runs:
             if run.id not in held:
                 self.lost(run, 0.0, because="lease lost before hand-back")
-        ids = sorted(held)
-        self.report.handed_back += len(ids)
-        self.report.handed_back_ids.extend(ids)
-        self.log.info(
-            "handed back unfinished runs: due again, attempt not counted",
-            count=len(ids),
-            run_ids=ids[:SUMMARY_IDS],
-            reason=reason,
-        )
+        self._handed_back(sorted(held), "handed back unfinished runs: due again, attempt not "
+                          "counted", reason=reason)  # fmt: skip
 
     def claimed(self, count: int) -> None:
         self.report.claimed += count
@@ -92,13 +85,13 @@ class Tally:
     def claim_recovered(self, ids: list[int]) -> None:
         """A claim's answer was lost; what it held was found by its token and handed back."""
         self.report.claimed += len(ids)
+        self._handed_back(ids, "handed back the runs of a claim whose answer was lost: due "
+                          "again, attempt not counted")  # fmt: skip
+
+    def _handed_back(self, ids: list[int], event: str, **fields: Any) -> None:
         self.report.handed_back += len(ids)
         self.report.handed_back_ids.extend(ids)
-        self.log.info(
-            "handed back the runs of a claim whose answer was lost: due again, attempt not counted",
-            count=len(ids),
-            run_ids=ids[:SUMMARY_IDS],
-        )
+        self.log.info(event, count=len(ids), run_ids=ids[:SUMMARY_IDS], **fields)
 
     def unrecorded(self, count: int) -> None:
         self.report.unrecorded += count
