@@ -5,11 +5,7 @@
 -- schema's job_runs instead. Every function jobrunner installs now carries its
 -- own search_path: the schema it lives in, then pg_temp, last, so no temporary
 -- table can stand in for one of jobrunner's.
-
--- The pinning is a function of its own, so each later migration that installs a
--- function ends with one call instead of a copy of the loop.
-CREATE FUNCTION jobrunner_pin_search_paths() RETURNS void
-LANGUAGE plpgsql AS $$
+DO $$
 DECLARE
     fn regprocedure;
     home name;
@@ -18,13 +14,10 @@ BEGIN
         SELECT p.oid::regprocedure, n.nspname
           FROM pg_proc p
           JOIN pg_namespace n ON n.oid = p.pronamespace
-         WHERE p.proname LIKE 'jobrunner\_%'
+         WHERE p.proname IN ('jobrunner_unlink_definition_runs')
            AND n.nspname = current_schema()
     LOOP
         EXECUTE format('ALTER FUNCTION %s SET search_path = %I, pg_temp', fn, home);
     END LOOP;
 END
 $$;
-REVOKE ALL ON FUNCTION jobrunner_pin_search_paths() FROM PUBLIC;
-
-SELECT jobrunner_pin_search_paths();

@@ -86,5 +86,27 @@ WHERE status IN ('succeeded', 'dead', 'cancelled')
 GROUP BY job_type, status;
 
 -- As every function jobrunner installs (see 0007): names resolve in its own schema,
--- then pg_temp, last, whatever the search_path of the session that fires it.
+-- then pg_temp, last, whatever the search_path of the session that fires it. The pinning
+-- is a function of its own from here on, so each later migration that installs a function
+-- ends with one call instead of a copy of the loop. (0007 stays as it shipped: a database
+-- that applied it never runs it again.)
+CREATE OR REPLACE FUNCTION jobrunner_pin_search_paths() RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    fn regprocedure;
+    home name;
+BEGIN
+    FOR fn, home IN
+        SELECT p.oid::regprocedure, n.nspname
+          FROM pg_proc p
+          JOIN pg_namespace n ON n.oid = p.pronamespace
+         WHERE p.proname LIKE 'jobrunner\_%'
+           AND n.nspname = current_schema()
+    LOOP
+        EXECUTE format('ALTER FUNCTION %s SET search_path = %I, pg_temp', fn, home);
+    END LOOP;
+END
+$$;
+REVOKE ALL ON FUNCTION jobrunner_pin_search_paths() FROM PUBLIC;
+
 SELECT jobrunner_pin_search_paths();

@@ -65,6 +65,6 @@ CREATE TRIGGER job_definitions_forget_health
     AFTER DELETE ON job_definitions
     FOR EACH ROW EXECUTE FUNCTION jobrunner_forget_schedule_health();
 
--- As every function jobrunner installs (see 0007): names resolve in its own schema,
+-- As every function jobrunner installs (see 0007, 0010): names resolve in its own schema,
 -- then pg_temp, last, whatever the search_path of the session that fires it.
 SELECT jobrunner_pin_search_paths();

@@ -243,6 +243,31 @@ def test_migrate_from_four_hosts_at_once_succeeds(empty_database_url):
     assert run_cli("list", "--database-url", url).exit_code == 0
 
 
+def test_a_database_migrated_when_0008_was_the_last_migration_upgrades(empty_database_url):
+    # A migration's text never changes once shipped: a database that applied it never runs
+    # it again, so whatever a later migration needs (the search_path pinning function,
+    # made in 0010) must come from a later migration.
+    from cronjob import store
+    from cronjob.migrate import shipped_migrations
+
+    url = empty_database_url
+    with psycopg.connect(url, autocommit=True) as c, c.transaction():
+        store.migrations_create_table(c)
+        for m in shipped_migrations():
+            if m.version <= 8:
+                store.migration_apply(c, m.path.read_text(), m.version, m.name)
+
+    result = run_cli("migrate", "--database-url", url)
+
+    assert result.exit_code == 0, result.output
+    with psycopg.connect(url) as c:
+        unpinned = c.execute(
+            "SELECT proname FROM pg_proc WHERE proname LIKE 'jobrunner%%'"
+            " AND NOT coalesce(proconfig::text LIKE '%%search_path%%', false)"
+        ).fetchall()
+    assert unpinned == []
+
+
 @pytest.mark.parametrize(
     "url",
     [
