@@ -26,12 +26,12 @@ WRITER = "jobrunner-second"  # the application name of the connections the tick 
 class Connections:
     """The tick's `connect`: real connections, counted, under a name a test can find."""
 
-    def __init__(self, db_url: str, *, refuse: bool = False) -> None:
-        self.db_url, self.refuse, self.opened = db_url, refuse, 0
+    def __init__(self, db_url: str, *, refuse: bool = False, refuse_after: int = 0) -> None:
+        self.db_url, self.refuse, self.refuse_after, self.opened = db_url, refuse, refuse_after, 0
 
     def __call__(self, autocommit: bool = True) -> Any:
         self.opened += 1
-        if self.refuse:
+        if self.refuse or 0 < self.refuse_after < self.opened:
             raise DatabaseUnavailable("cannot connect to the database: too many clients")
         return connect(self.db_url, autocommit=autocommit, application_name=WRITER)
 
@@ -160,4 +160,25 @@ def test_a_killed_second_connection_loses_no_outcome_and_counts_none_twice(db_ur
     assert (
         count(conn, "SELECT count(*) FROM job_runs WHERE status = 'queued' AND attempts > 0") == 0
     )
+    assert counted(conn) == actual(conn)
+
+
+def test_a_second_connection_lost_for_good_leaves_the_rest_to_the_ticks_own(
+    db_url, conn, probe, monkeypatch
+):
+    monkeypatch.setattr("cronjob.tick.connection.RECONNECT_PAUSES", (0.0, 0.0))
+    _enqueue(conn, 3000)
+    conn.execute("INSERT INTO job_runs (job_type, payload) VALUES ('writer.probe', %s)",
+                 ('{"kill": true}',))  # fmt: skip
+    _enqueue(conn, 3000)
+    connections = Connections(db_url, refuse_after=1)  # the second connection, then no more
+
+    report = _tick(db_url, connections)
+
+    assert probe, "the second connection was open when the probe ran"
+    assert report.stopped_by == "database error" and report.unrecorded == 0
+    assert connections.opened == 3  # opened once, then two failed attempts to open it again
+    assert count(conn, "SELECT count(*) FROM job_runs WHERE status = 'running'") == 0
+    statuses = dict(conn.execute("SELECT status, count(*) FROM job_runs GROUP BY 1").fetchall())
+    assert set(statuses) <= {"succeeded", "queued"}
     assert counted(conn) == actual(conn)

@@ -109,6 +109,12 @@ class ConnectionKeeper:
 
         return self._guarded(pending.what, replay, ())
 
+    def settle(self) -> None:
+        """Wait for the statement under way, if any, and forget its result."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.finished.wait()
+
     def _guarded(
         self, what: str, op: Callable[[Any], T], passing: tuple[type[Exception], ...]
     ) -> T:

@@ -199,7 +199,7 @@ class Drain:
         """Take the writer's last write if it is done; start the next with what is decided."""
         if self.writer.finished:
             self._written(*self.writer.result())
-        if not self.writer.busy and self.producer.decisions and not self.producer.carrying:
+        if not self.writer.busy and self.producer.decisions:
             decisions, write = self.producer.finalize()
             self.writer.begin(decisions, write, then=self.pool.wake)
 

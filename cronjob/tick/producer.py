@@ -14,7 +14,7 @@ its claims carry none. Decisions leave the buffer only once written; a statement
 that failed leaves them for the next one, which is safe because every write is
 fenced by the lease token.
 
-The producer builds the statements; the connection keeper runs them.
+The producer builds the statements; the connection keeper or the writer runs them.
 """
 
 from __future__ import annotations
@@ -128,14 +128,8 @@ class Producer:
         """The claim under way committed: returns the decisions it wrote."""
         assert self._sent is not None
         (carried, limit, _token), self._sent = self._sent, None
-        written, self.decisions = self.decisions[:carried], self.decisions[carried:]
         self.exhausted = len(runs) < limit
-        return written
-
-    @property
-    def carrying(self) -> bool:
-        """A claim under way carries decisions: they are not to be written by anything else."""
-        return self._sent is not None and self._sent[0] > 0
+        return self.written_after_all(carried)
 
     def claim_failed(self) -> tuple[uuid.UUID, int]:
         """The claim under way failed: its decisions wait for the next write.
@@ -149,7 +143,7 @@ class Producer:
         return token, carried
 
     def written_after_all(self, carried: int) -> list[Decision]:
-        """A failed claim did commit: the `carried` oldest decisions are written."""
+        """A claim committed, its answer lost or not: the `carried` oldest decisions are written."""
         written, self.decisions = self.decisions[:carried], self.decisions[carried:]
         return written
 

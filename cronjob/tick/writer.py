@@ -9,8 +9,8 @@ of one batch runs in one backend while the next claim runs in another. Each writ
 its own transaction, fenced by the lease token as every finalize is.
 
 Ticks that claim a few runs at a time, slow handlers' ticks among them, never open
-it. If the database refuses the connection, the tick goes on writing through its
-one connection, as before.
+it. If the database refuses the connection, or it is lost and cannot be opened
+again, the tick goes on writing through its one connection, as before.
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ class Writer:
         """The write under way is done: `result` will not wait."""
         return self._keeper is not None and self._keeper.finished
 
-    def open(self) -> bool:
-        """Open the connection, once; False, for the rest of the drain, if that fails."""
+    def open(self) -> None:
+        """Open the connection, once a drain: if that fails, the drain goes on without it."""
         if self._keeper is None and not self._refused:
             try:
                 self._keeper = self._open_keeper()
@@ -64,7 +64,6 @@ class Writer:
                     "could not be opened",
                     error=describe(exc),
                 )
-        return self._keeper is not None
 
     def begin(self, decisions: list[Decision], write: Callable[[Any], set[int]],
               *, then: Callable[[], None]) -> None:  # fmt: skip
@@ -85,17 +84,19 @@ class Writer:
         try:
             return decisions, self._keeper.result()
         except ReconnectFailed:
-            self._keeper = None
+            self.close()
+            self._refused = True
             raise StatementFailed("finalize") from None
 
     def close(self) -> None:
-        """Close the connection, after the write under way, if any, ends."""
+        """Close the connection, once the write under way, if any, has ended.
+
+        Its decisions stay in the producer's buffer: nothing reads the write's result
+        here, so a failed one reconnects nothing.
+        """
         keeper, self._keeper = self._keeper, None
         if keeper is None:
             return
-        # A write still under way: its decisions are still in the producer's buffer.
-        if keeper.busy:
-            with contextlib.suppress(Exception):
-                keeper.result()
+        keeper.settle()
         with contextlib.suppress(Exception):  # a broken connection has nothing left to release
             keeper.conn.close()
