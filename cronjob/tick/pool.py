@@ -226,8 +226,9 @@ class Pool:
     def overdue(self, now: float) -> list[Flight]:
         """Settle the runs whose handlers have run past their timeout, and replace their threads.
 
-        The threads stay stuck in the handlers; others take their places so the tick
-        keeps its concurrency. What such a handler returns later is discarded.
+        The threads stay stuck in the handlers; others take their places (`settle` sees
+        to that) so the tick keeps its concurrency. What such a handler returns later is
+        discarded.
         """
         late = [
             f
@@ -238,12 +239,8 @@ class Pool:
             and self.settle(f)
         ]
         for flight in late:
-            if flight.slot is not None:
-                self._retire(flight.slot)
-            elif self._async is not None and flight.spec.is_async:
+            if flight.slot is None and self._async is not None and flight.spec.is_async:
                 self._async.cancel(flight)  # the handler sees CancelledError
-        if late:
-            self._ensure_workers()
         return late
 
     def stop(self) -> None:
