@@ -59,7 +59,8 @@ class Drain:
                 except StatementFailed:
                     self.shutdown.request("database error")
             self._let_stopping_handlers_return()
-            self._finalize_the_rest()
+            self._write_the_rest()
+            self.tally.unrecorded(len(self.producer.decisions))
             self._recover_lost_claims()
         except ReconnectFailed as exc:
             self.pool.settle_all({FlightState.QUEUED, FlightState.STARTED})
@@ -253,6 +254,7 @@ class Drain:
         """
         if not self.pool.stopping:
             return
+        self._write_the_rest()  # first: no lease of a run already decided is renewed meanwhile
         self.tally.log.info(
             "waiting for handlers told to stop", count=len(self.pool.stopping),
             grace_s=self.shutdown.grace,
@@ -263,7 +265,8 @@ class Drain:
         while self.pool.stopping and time.monotonic() < until and not self.shutdown.urgent:
             self._record(self.pool.collect(IDLE_WAIT))
 
-    def _finalize_the_rest(self) -> None:
+    def _write_the_rest(self) -> None:
+        """The writer's last write, then what is still decided, on the tick's own connection."""
         if self.writer.busy:
             try:
                 self._written(*self.writer.result())
@@ -276,4 +279,3 @@ class Drain:
                 self._finalize()
             except StatementFailed:
                 self.shutdown.request("database error")
-        self.tally.unrecorded(len(self.producer.decisions))
