@@ -29,6 +29,8 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.suite.procs import PEAK_OF
+
 REPO = Path(__file__).resolve().parent.parent
 MB = 1_000_000
 LINE_PAYLOAD = 4_000  # characters of payload per --jsonl line
@@ -63,10 +65,12 @@ def peak_of(args: list[str], database_url: str, stdin: Iterator[bytes] | None = 
 
     env = {**os.environ, "JOBRUNNER_DATABASE_URL": database_url, "PYTHONPATH": str(REPO)}
     started = time.monotonic()
+    # Started by a fresh interpreter (PEAK_OF), which reports the command's own peak:
+    # wait4() on a child forked from this harness would report at least the harness's.
     process = subprocess.Popen(
-        [sys.executable, "-m", "cronjob", *args],
+        [sys.executable, "-c", PEAK_OF, sys.executable, "-m", "cronjob", *args],
         stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
         cwd=REPO,
@@ -85,15 +89,15 @@ def peak_of(args: list[str], database_url: str, stdin: Iterator[bytes] | None = 
     feeder = threading.Thread(target=feed) if stdin is not None else None
     if feeder:
         feeder.start()
-    assert process.stderr is not None
+    assert process.stderr is not None and process.stdout is not None
     stderr = process.stderr.read()
-    _, status, usage = os.wait4(process.pid, 0)
+    peak_kib = process.stdout.read()
+    code = process.wait()
     if feeder:
         feeder.join()
-    code = os.waitstatus_to_exitcode(status)
     if code != 0:
         raise RuntimeError(f"jobrunner {' '.join(args)} exited {code}: {stderr.decode()[-500:]}")
-    return Case(" ".join(args), usage.ru_maxrss / 1024, time.monotonic() - started)
+    return Case(" ".join(args), int(peak_kib) / 1024, time.monotonic() - started)
 
 
 def _fill_for_list(database_url: str, runs: int) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.suite.procs import PEAK_OF
 from tests.conftest import ROOT, count, run_cli
 
 FAR_PAST = "0001-01-01T00:00:00+01:00"
@@ -244,20 +245,17 @@ def _jobrunner_limited(*args: str, stdin=None, memory_mb: int = 400) -> tuple[in
         limit = memory_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "cronjob", *args],
+    result = subprocess.run(
+        # wait4() on a child forked from pytest would report at least pytest's own size.
+        [sys.executable, "-c", PEAK_OF, sys.executable, "-m", "cronjob", *args],
         stdin=stdin if stdin is not None else subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=env,
+        capture_output=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
         cwd=ROOT,
         preexec_fn=cap,
+        timeout=120,
     )
-    stderr = process.stderr.read().decode(errors="replace")
-    _, status, usage = os.wait4(process.pid, 0)
-    process.returncode = os.waitstatus_to_exitcode(status)
-    return process.returncode, stderr, usage.ru_maxrss
+    return result.returncode, result.stderr.decode(errors="replace"), int(result.stdout)
 
 
 @pytest.mark.parametrize(

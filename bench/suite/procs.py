@@ -17,6 +17,16 @@ from pathlib import Path
 # anything smaller than the harness (~40 MiB) would read as the harness's size.
 GNU_TIME = "/usr/bin/time"
 
+# The same without GNU time, for one command: `python -c PEAK_OF ARGV...` runs ARGV (its
+# stdout discarded, its stderr passed on), prints ARGV's own peak RSS in KiB and exits
+# with ARGV's code. The command is forked from this fresh interpreter, not the harness.
+PEAK_OF = (
+    "import resource, subprocess, sys\n"
+    "code = subprocess.call(sys.argv[1:], stdout=subprocess.DEVNULL)\n"
+    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+    "sys.exit(code)\n"
+)
+
 # Every child still running; killed (by process group) when the run is interrupted.
 _LIVE: dict[int, subprocess.Popen[bytes]] = {}
 _LOCK = threading.Lock()
