@@ -4,7 +4,6 @@ statements, which must be the ones a tick sends."""
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -13,10 +12,10 @@ import psycopg
 import pytest
 
 from bench.suite import ratios, statements
-from bench.suite.pgcluster import PG_BIN
 from bench.suite.results import Row
 from bench.suite.systems import REGISTRY
 from bench.suite.systems.base import Variant, base_name, side_by_side
+from bench.suite.systems.ceiling import pgbench_path
 from cronjob import queries
 
 KINDS = {cls.name: cls.kind for cls in REGISTRY}
@@ -207,15 +206,11 @@ def test_both_pgbench_scripts_send_the_claim_and_the_finalize_in_their_order():
     assert variables <= set(statements.pgbench_variables(100))
 
 
-def _pgbench() -> str | None:
-    return shutil.which("pgbench", path=str(PG_BIN)) or shutil.which("pgbench")
-
-
 @pytest.mark.parametrize("script", ["pgbench_two_commit", "pgbench_one_commit"])
 def test_pgbench_drains_a_queue_with_the_ticks_statements(
     db_url: str, script: str, tmp_path: Path
 ) -> None:
-    pgbench = _pgbench()
+    pgbench = pgbench_path()
     if pgbench is None:
         pytest.skip("pgbench is not installed")
     with psycopg.connect(db_url, autocommit=True) as conn:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from tests.conftest import count, run_cli
@@ -32,8 +30,7 @@ def test_a_database_url_without_the_flag_is_refused_and_nothing_written(db_url, 
 def test_a_configured_database_is_not_where_the_demo_runs(db_url, conn, variable):
     _production_schedule(conn)
     result = run_cli("demo", env={variable: db_url})
-    if os.geteuid() != 0:
-        assert result.exit_code == 0, result.stderr
+    assert result.exit_code == 0, result.stderr
     assert count(conn, "SELECT count(*) FROM job_runs") == 0
     assert count(conn, "SELECT count(*) FROM job_definitions WHERE name <> 'billing'") == 0
 

@@ -194,10 +194,13 @@ def test_a_schedule_file_that_is_not_utf8_is_one_line(db_url, conn, tmp_path):
 
 def test_a_number_of_thousands_of_digits_in_a_schedule_file_is_one_line(db_url, conn):
     digits = "9" * 5000
-    for entry in (f"priority = {digits}", f'max_attempts = "{digits}"'):
+    for entry, message in [
+        (f"priority = {digits}", "invalid TOML: a number too large"),
+        (f'max_attempts = "{digits}"', "invalid max attempts '99999"),
+    ]:
         text = f'[schedules.a]\ncron = "* * * * *"\ntype = "t"\n{entry}\n'
         result = run_cli("schedule", "sync", "-", "--database-url", db_url, input=text)
-        _one_line_exit_2(result, "")
+        assert len(_one_line_exit_2(result, message)) < 300
     assert count(conn, "SELECT count(*) FROM job_definitions") == 0
 
 

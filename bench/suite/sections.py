@@ -248,7 +248,7 @@ class Bench(GrowthSection, SideSections):
             for name in dbs:
                 self.cluster.dropdb(name)
 
-    # -- growth: 1,000,000 finished rows vs an empty table -----------------------------
+    # -- running the sections ------------------------------------------------------------
     def run(self, sections: list[str]) -> None:
         for section in SECTIONS:
             if section in sections:
