@@ -92,7 +92,7 @@ def runs_insert_many(
     queued = any(r.queue is not None for r in runs)
     statement = queries.RUNS_INSERT_MANY_QUEUED if queued else queries.RUNS_INSERT_MANY
     cursor = conn.cursor(row_factory=dict_row)
-    rows = cursor.execute(statement, _insert_params(runs, now)).fetchall()
+    rows = cursor.execute(statement, _insert_params(runs, now, queued)).fetchall()
     missing = [row["idempotency_key"] for row in rows if row["id"] is None]
     found: dict[str, dict[str, Any]] = {}
     if missing:
@@ -105,7 +105,7 @@ def runs_insert_many(
     return _enqueued(rows, found)
 
 
-def _insert_params(runs: Sequence[NewRun], now: datetime | None) -> dict[str, Any]:
+def _insert_params(runs: Sequence[NewRun], now: datetime | None, queued: bool) -> dict[str, Any]:
     return {
         "job_types": [r.job_type for r in runs],
         "payloads": [r.payload_json for r in runs],
@@ -115,7 +115,7 @@ def _insert_params(runs: Sequence[NewRun], now: datetime | None) -> dict[str, An
         "max_attempts": [r.max_attempts for r in runs],
         "priorities": [r.priority for r in runs],
         "tenants": [r.tenant_id for r in runs],
-        **({"queues": [r.queue for r in runs]} if any(r.queue for r in runs) else {}),
+        **({"queues": [r.queue for r in runs]} if queued else {}),
         "now": now,
     }
 
@@ -924,7 +924,7 @@ async def runs_insert_many_async(
     cursor = conn.cursor(row_factory=dict_row)
     queued = any(r.queue is not None for r in runs)
     statement = queries.RUNS_INSERT_MANY_QUEUED if queued else queries.RUNS_INSERT_MANY
-    await cursor.execute(statement, _insert_params(runs, now))
+    await cursor.execute(statement, _insert_params(runs, now, queued))
     rows = await cursor.fetchall()
     missing = [row["idempotency_key"] for row in rows if row["id"] is None]
     found: dict[str, dict[str, Any]] = {}
