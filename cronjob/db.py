@@ -162,10 +162,7 @@ def connect(
             if attempt + 1 < attempts:
                 time.sleep(retry_delay * (attempt + 1))
         except DatabaseError as exc:
-            # Not the server's doing: libpq could not make sense of the URL. It quotes
-            # the part it choked on, which may be a piece of a password: left out.
-            problem = re.sub(r'"[^"]*"', '"…"', exc.description)
-            raise DatabaseUnavailable(f"invalid database URL: {problem}") from None
+            raise _invalid_url(exc) from None
     assert last is not None
     raise DatabaseUnavailable(f"cannot connect to the database: {last.description}") from None
 
@@ -215,7 +212,14 @@ async def connect_async(
     except DatabaseInterrupted as exc:
         raise DatabaseUnavailable(f"cannot connect to the database: {exc.description}") from None
     except DatabaseError as exc:
-        raise DatabaseUnavailable(f"invalid database URL: {exc.description}") from None
+        raise _invalid_url(exc) from None
+
+
+def _invalid_url(exc: DatabaseError) -> DatabaseUnavailable:
+    # Not the server's doing: libpq could not make sense of the URL. It quotes the
+    # part it choked on, which may be a piece of a password: left out.
+    problem = re.sub(r'"[^"]*"', '"…"', exc.description)
+    return DatabaseUnavailable(f"invalid database URL: {problem}")
 
 
 def _connection_params(url: str, autocommit: bool, application_name: str) -> dict[str, Any]:

@@ -283,6 +283,22 @@ def test_an_unreachable_database_is_exit_1_without_the_password(url):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+def test_a_url_libpq_cannot_read_is_refused_alike_by_both_connects_without_its_password():
+    import asyncio
+
+    from cronjob.db import connect, connect_async
+    from cronjob.errors import DatabaseUnavailable
+
+    url = "postgresql://app:s3cr3t%zz@127.0.0.1:1/app"  # libpq quotes the token it chokes on
+    messages = []
+    for attempt in (lambda: connect(url), lambda: asyncio.run(connect_async(url))):
+        with pytest.raises(DatabaseUnavailable) as refused:
+            attempt()
+        messages.append(str(refused.value))
+    assert messages[0] == messages[1]
+    assert "invalid database URL" in messages[0] and "s3cr3t" not in messages[0]
+
+
 def test_help_is_available_for_every_command():
     from cronjob.cli import COMMANDS
 
