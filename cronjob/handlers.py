@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from inspect import CO_COROUTINE
 from typing import Any
 
 from cronjob.errors import BadInput, HandlerImportError
@@ -96,16 +97,13 @@ def handler(
     return register
 
 
-_CO_COROUTINE = 0x80  # inspect.CO_COROUTINE, without importing inspect on the idle path
-
-
 def is_coroutine_function(func: Any) -> bool:
     code = getattr(func, "__code__", None)
     if code is not None:
-        return bool(code.co_flags & _CO_COROUTINE)
+        return bool(code.co_flags & CO_COROUTINE)
     call = getattr(func, "__call__", None)  # noqa: B004 - a callable object's own method
     code = getattr(call, "__code__", None)
-    return code is not None and bool(code.co_flags & _CO_COROUTINE)
+    return code is not None and bool(code.co_flags & CO_COROUTINE)
 
 
 def registry() -> dict[str, HandlerSpec]:

@@ -155,7 +155,7 @@ def log_event(level: str, event: str, **fields: Any) -> None:
     """Log one event at `level`, as getattr(get_logger(), level)(event, **fields) does.
 
     Until structlog is configured, a JSON line is rendered here by the processors
-    configure() would install (at its default level, info): a tick with nothing to do
+    configure() would install, at the level set now: a tick with nothing to do
     logs its summary without importing structlog, the largest part of its start-up
     after the database driver.
     """

@@ -26,7 +26,7 @@ QUANTILES = (0.5, 0.9, 0.99)
 
 
 def collect(conn: Any, *, now: datetime | None = None) -> str:
-    """Read the queue (three statements) and render it."""
+    """Read the queue, its pauses, durations and schedules, and render them."""
     from cronjob import store
 
     paused = tuple(store.job_type_pauses_list(conn))
