@@ -169,11 +169,10 @@ class DurationSummary:
 
 @dataclass(frozen=True)
 class PruneReport:
-    """Finished runs deleted (or, in a dry run, that would be), by status."""
+    """Finished runs deleted, by status."""
 
     by_status: dict[str, int]
     batches: int
-    dry_run: bool
     effects: int = 0  # ledger keys deleted along with their runs
 
     @property

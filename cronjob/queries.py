@@ -523,14 +523,6 @@ gone AS (
 SELECT status, count(*) FROM gone GROUP BY status
 """
 
-RUNS_COUNT_PRUNABLE = f"""
-SELECT status, count(*) FROM job_runs
-WHERE status IN ('succeeded', 'dead', 'cancelled') AND status = ANY(%(statuses)s)
-  AND finished_at < {_NOW} - make_interval(secs => %(older_than)s)
-GROUP BY status
-"""
-
-
 # -- incidents: acting on sets of runs, paused job types, the audit trail --
 
 # A selection of runs, as `retry`, `cancel` and `prune` take it: each criterion is

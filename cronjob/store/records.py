@@ -534,13 +534,6 @@ def runs_prune_batch(
     return dict(conn.execute(queries.RUNS_PRUNE_BATCH, params).fetchall())
 
 
-def runs_count_prunable(
-    conn: Any, *, statuses: Sequence[str], older_than: float, now: datetime | None = None
-) -> dict[str, int]:
-    params = {"statuses": list(statuses), "older_than": older_than, "now": now}
-    return dict(conn.execute(queries.RUNS_COUNT_PRUNABLE, params).fetchall())
-
-
 # -- incidents: selections of runs, paused job types, the audit trail --
 
 AUDIT_SAMPLE = 10  # ids kept in an audit row, and shown by a dry run
