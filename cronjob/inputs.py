@@ -32,6 +32,11 @@ EARLIEST = datetime(1900, 1, 1, tzinfo=UTC)
 LATEST = datetime(9000, 1, 1, tzinfo=UTC)
 
 
+def comma_list(value: str | None) -> list[str]:
+    """The items of a comma-separated option, stripped, empty ones left out."""
+    return [item.strip() for item in (value or "").split(",") if item.strip()]
+
+
 def parse_duration(text: str | float | int, *, what: str = "duration") -> float:
     """`90s`, `5m`, `2h`, `1d`, `250ms`, or a bare number of seconds."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):

@@ -18,6 +18,7 @@ from cronjob.cli import database_url_option, json_option
 from cronjob.commands import open_connection
 from cronjob.commands.render import clip, iso, table, when
 from cronjob.errors import BadInput
+from cronjob.inputs import comma_list
 
 
 def filter_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -68,7 +69,7 @@ reason_option = click.option("--reason", metavar="TEXT", help="Why, for the audi
 def split(value: str | None, what: str) -> tuple[str, ...] | None:
     if value is None:
         return None
-    items = tuple(dict.fromkeys(v.strip() for v in value.split(",") if v.strip()))
+    items = tuple(dict.fromkeys(comma_list(value)))
     if not items:
         raise BadInput(f"invalid {what}: empty")
     return items

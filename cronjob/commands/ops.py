@@ -13,7 +13,7 @@ from cronjob.cli import Count, database_url_option, json_option
 from cronjob.commands import open_connection
 from cronjob.commands.render import iso, printable, table, when
 from cronjob.errors import BadInput
-from cronjob.inputs import excerpt
+from cronjob.inputs import comma_list, excerpt
 from cronjob.settings import DEFAULT_PRUNE_BATCH_SIZE
 
 SCHEDULES_SHOWN = 20
@@ -567,7 +567,7 @@ def prunable_statuses(value: str | None) -> tuple[str, ...]:
     from cronjob.models import Status
     from cronjob.prune import PRUNABLE
 
-    chosen = [v.strip() for v in (value or "").split(",") if v.strip()]
+    chosen = comma_list(value)
     if not chosen:
         return PRUNABLE
     for name in chosen:

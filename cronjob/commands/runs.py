@@ -15,6 +15,7 @@ from cronjob.commands.render import clip, iso, printable, table, when
 from cronjob.errors import BadInput
 from cronjob.inputs import (
     MAX_PAYLOAD_BYTES,
+    comma_list,
     decode_json,
     decode_text,
     excerpt,
@@ -353,7 +354,7 @@ def list_runs(
     from cronjob.models import Status
     from cronjob.store import runs_list
 
-    status_list = _split(statuses)
+    status_list = comma_list(statuses) or None
     for status in status_list or []:
         if status not in {s.value for s in Status}:
             known = ", ".join(s.value for s in Status)
@@ -361,7 +362,7 @@ def list_runs(
     conn = open_connection(database_url)
     with conn:
         found = runs_list(
-            conn, statuses=status_list, job_types=_split(job_types), limit=limit,
+            conn, statuses=status_list, job_types=comma_list(job_types) or None, limit=limit,
             payloads=as_json,
         )  # fmt: skip
         if as_json:
@@ -424,11 +425,6 @@ def _echo_json_array(items: Iterator[dict[str, Any]]) -> None:
         click.echo(f"{',' if opened else '['}\n  {text}", nl=False)
         opened = True
     click.echo("\n]" if opened else "[]")
-
-
-def _split(value: str | None) -> list[str] | None:
-    items = [v.strip() for v in (value or "").split(",") if v.strip()]
-    return items or None
 
 
 def _run_dict(run: Any) -> dict[str, Any]:

@@ -140,6 +140,7 @@ def tick(
     from cronjob.commands import load_handlers, open_database
     from cronjob.errors import ConnectionLost
     from cronjob.handlers import require_types
+    from cronjob.inputs import comma_list
     from cronjob.tick import TickOptions, run_tick
 
     metrics_path = None
@@ -151,7 +152,7 @@ def tick(
     django = _django_project(queues)
     load_handlers(settings)
     # Checked before connecting; a Django tick first learns which tasks have runs waiting.
-    specs = None if django else require_types(_names(types) or None)
+    specs = None if django else require_types(comma_list(types) or None)
     options = TickOptions(
         concurrency=concurrency, async_concurrency=async_concurrency, batch_size=batch_size,
         max_runtime=max_runtime, grace=grace, lease=lease, tenants_sql=settings.tenants_sql,
@@ -162,8 +163,8 @@ def tick(
         if specs is None:
             from cronjob.django.runner import register_tasks
 
-            register_tasks(conn, _names(queues) or None)
-            specs = require_types(_names(types) or None)
+            register_tasks(conn, comma_list(queues) or None)
+            specs = require_types(comma_list(types) or None)
         report = run_tick(
             conn, specs, connect=database.connect, connect_async=database.connect_async,
             options=options,
@@ -184,10 +185,6 @@ def tick(
         from cronjob.materialize import describe_problems
 
         raise ScheduleProblems(describe_problems(report.problems))
-
-
-def _names(text: str | None) -> list[str]:
-    return [name.strip() for name in (text or "").split(",") if name.strip()]
 
 
 def _django_project(queues: str | None) -> bool:
