@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from cronjob import store
-from cronjob.errors import BadInput, DefinitionNotFound
+from cronjob.errors import BadInput
 from cronjob.models import BatchResult, Selection, SelectionCount, Status
 
 MAX_BATCH = 1000
@@ -94,10 +94,9 @@ def resolve(conn: Any, selection: Selection) -> Selection:
     """The selection with its schedule looked up by name."""
     if selection.schedule is None:
         return selection
-    found = store.definition_get(conn, selection.schedule)
-    if found is None:
-        raise DefinitionNotFound(f"schedule {selection.schedule!r} not found")
-    return replace(selection, definition_id=found.id)
+    from cronjob import definitions
+
+    return replace(selection, definition_id=definitions.get(conn, selection.schedule).id)
 
 
 def count(

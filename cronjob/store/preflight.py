@@ -24,13 +24,19 @@ def migrations_get_latest_version(conn: Any) -> int:
     return int(conn.execute(queries.MIGRATIONS_GET_LATEST_VERSION).fetchone()[0])
 
 
+def _advisory_lock(conn: Any, take: str, try_take: str, *, wait: bool) -> bool:
+    """Take a transaction's advisory lock: with `wait`, queue for whoever holds it (True),
+    else try once (False if it is held)."""
+    if not wait:
+        return bool(conn.execute(try_take).fetchone()[0])
+    conn.execute(take)
+    return True
+
+
 def migrations_lock(conn: Any, *, wait: bool = True) -> bool:
     """Take the migration lock, held until this transaction ends; with `wait`, queue for
     any other host's migrating to finish, else return False at once if one holds it."""
-    if not wait:
-        return bool(conn.execute(queries.MIGRATIONS_LOCK_TRY).fetchone()[0])
-    conn.execute(queries.MIGRATIONS_LOCK)
-    return True
+    return _advisory_lock(conn, queries.MIGRATIONS_LOCK, queries.MIGRATIONS_LOCK_TRY, wait=wait)
 
 
 def lock_wait_limits(conn: Any, seconds: float | None) -> None:

@@ -40,6 +40,7 @@ from cronjob.models import (
     TypePause,
     UnreadablePayload,
 )
+from cronjob.store.preflight import _advisory_lock
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -139,10 +140,9 @@ def _enqueued(rows: list[dict[str, Any]], found: dict[str, dict[str, Any]]) -> l
 def runs_lock_for_keyed_batch(conn: Any, *, wait: bool = True) -> bool:
     """Take the keyed-batch lock, held until this transaction ends; with `wait`, queue for
     any other batch with idempotency keys, else return False at once if one holds it."""
-    if not wait:
-        return bool(conn.execute(queries.RUNS_LOCK_FOR_KEYED_BATCH_TRY).fetchone()[0])
-    conn.execute(queries.RUNS_LOCK_FOR_KEYED_BATCH)
-    return True
+    return _advisory_lock(
+        conn, queries.RUNS_LOCK_FOR_KEYED_BATCH, queries.RUNS_LOCK_FOR_KEYED_BATCH_TRY, wait=wait
+    )
 
 
 def runs_claim_many(
@@ -900,10 +900,9 @@ def definition_skips_list_recent(
 def definitions_lock_for_sync(conn: Any, *, wait: bool = True) -> bool:
     """Take the sync lock, held until this transaction ends; with `wait`, queue for any other
     `schedule sync` to finish, else return False at once if one holds it."""
-    if not wait:
-        return bool(conn.execute(queries.DEFINITIONS_LOCK_FOR_SYNC_TRY).fetchone()[0])
-    conn.execute(queries.DEFINITIONS_LOCK_FOR_SYNC)
-    return True
+    return _advisory_lock(
+        conn, queries.DEFINITIONS_LOCK_FOR_SYNC, queries.DEFINITIONS_LOCK_FOR_SYNC_TRY, wait=wait
+    )
 
 
 # -- the same statements on an AsyncConnection: async handlers, enqueue_async -----

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 from cronjob.context import AsyncJobContext, JobContext
 from cronjob.handlers import HandlerSpec
 from cronjob.models import ClaimedRun, Outcome, Succeeded
+from cronjob.settings import DEFAULT_ASYNC_CONCURRENCY
 from cronjob.tick.execute import commit_success, errored, execute
 
 if TYPE_CHECKING:
@@ -109,7 +110,7 @@ class Pool:
         connect: Callable[..., Any],
         worker: str,
         now: datetime | None = None,
-        async_concurrency: int = 100,
+        async_concurrency: int = DEFAULT_ASYNC_CONCURRENCY,
         connect_async: Callable[..., Any] | None = None,
     ) -> None:
         self.handlers = handlers
