@@ -92,16 +92,21 @@ def empty_database_url(server_url: str, request: pytest.FixtureRequest) -> Itera
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-@pytest.fixture
-def effects_db(db_url: str) -> str:
-    """The test database with a table for handlers' effects, emptied."""
-    with psycopg.connect(db_url, autocommit=True) as c:
+def effect_table(url: str) -> None:
+    """A table for handlers' effects in the database at `url`, empty."""
+    with psycopg.connect(url, autocommit=True) as c:
         # No unique constraint on purpose: a duplicate effect must be visible.
         c.execute(
             "CREATE TABLE IF NOT EXISTS effect_rows ("
             " key text NOT NULL, run_id bigint NOT NULL, attempt int NOT NULL)"
         )
         c.execute("TRUNCATE effect_rows")
+
+
+@pytest.fixture
+def effects_db(db_url: str) -> str:
+    """The test database with a table for handlers' effects, emptied."""
+    effect_table(db_url)
     return db_url
 
 

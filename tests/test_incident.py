@@ -13,16 +13,7 @@ from cronjob import store
 from cronjob.api import enqueue
 from tests.conftest import count, jobrunner_process, run_cli
 from tests.test_lifecycle import tick
-
-
-def cli(db_url: str, *args: str, env: dict[str, str] | None = None) -> Any:
-    return run_cli(*args, "--database-url", db_url, env=env)
-
-
-def cli_json(db_url: str, *args: str) -> Any:
-    result = cli(db_url, *args, "--json")
-    assert result.exit_code == 0, result.stderr
-    return json.loads(result.stdout)
+from tests.test_ops import cli, cli_json
 
 
 def add_finished(

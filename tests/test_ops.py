@@ -26,8 +26,8 @@ from tests.test_lifecycle import db_now, tick
 STATUSES = ("queued", "running", "succeeded", "failed", "dead", "cancelled")
 
 
-def cli(db_url: str, *args: str) -> Any:
-    return run_cli(*args, "--database-url", db_url)
+def cli(db_url: str, *args: str, env: dict[str, str] | None = None) -> Any:
+    return run_cli(*args, "--database-url", db_url, env=env)
 
 
 def cli_json(db_url: str, *args: str) -> Any:

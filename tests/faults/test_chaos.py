@@ -21,18 +21,11 @@ import pytest
 import tests.handlers.faults  # noqa: F401 - registers the fault handlers in this process too
 from cronjob import store
 from cronjob.api import new_run
-from tests.conftest import count, run_cli
+from tests.conftest import count, effect_table, run_cli
 from tests.faults.conftest import db_now, wait_for
 from tests.test_lifecycle import tick
 
 ARGS = ("--concurrency", "4", "--batch-size", "10")
-
-
-def _effect_table(url: str) -> None:
-    with psycopg.connect(url, autocommit=True) as c:
-        # No unique constraint on purpose: a duplicate effect must be visible.
-        c.execute("DROP TABLE IF EXISTS effect_rows")
-        c.execute("CREATE TABLE effect_rows (key text, run_id bigint, attempt int)")
 
 
 def _enqueue_effects(conn: Any, n: int, ms: int = 20) -> None:
@@ -85,7 +78,7 @@ def test_effects_commit_once_while_ticks_are_killed_and_stalled_past_their_lease
     exec_log, total = exec_log_here, 1200
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
-    _effect_table(db_url)
+    effect_table(db_url)
     _enqueue_effects(conn, total)
     args = ("--lease", "2s", *ARGS)
     ticks = [start_tick(db_url, *args) for _ in range(4)]
@@ -141,7 +134,7 @@ def test_effects_commit_once_through_fast_and_immediate_server_restarts(
 ):
     """Scenario: 3 ticks drain 900 runs; the server restarts fast, then as if it crashed."""
     exec_log, total = exec_log_here, 900
-    _effect_table(private_db)
+    effect_table(private_db)
     with psycopg.connect(private_db, autocommit=True) as conn:
         _enqueue_effects(conn, total)
     args = ("--lease", "5s", *ARGS)
@@ -168,7 +161,7 @@ def test_operators_acting_on_runs_while_ticks_drain_them_break_nothing(
     exec_log, total = exec_log_here, 900
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
-    _effect_table(db_url)
+    effect_table(db_url)
     conn.execute(
         "INSERT INTO job_runs (job_type, status, attempts, started_at, finished_at)"
         " SELECT 'old.report', 'succeeded', 1, now() - interval '3 days',"
