@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from cronjob.models import RunCell, RunSnapshot, Status, TypePause
 
@@ -98,6 +99,13 @@ class Overview:
             and t.oldest_due_age > after
             and (t.last_started_at is None or t.last_started_at < since)
         ]
+
+
+def read_overview(conn: Any, *, now: datetime | None = None) -> Overview:
+    """The queue's overview as `status`, `check` and the metrics show it: runs and pauses."""
+    from cronjob import store
+
+    return summarize(store.runs_snapshot(conn, now=now), tuple(store.job_type_pauses_list(conn)))
 
 
 def summarize(snapshot: RunSnapshot, paused: tuple[TypePause, ...] = ()) -> Overview:

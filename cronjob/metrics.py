@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cronjob.health import Overview, TypeHealth, summarize
+from cronjob.health import Overview, TypeHealth, read_overview
 from cronjob.models import DefinitionSchedule, DurationSummary, Status
 
 if TYPE_CHECKING:
@@ -29,8 +29,7 @@ def collect(conn: Any, *, now: datetime | None = None) -> str:
     """Read the queue, its pauses, durations and schedules, and render them."""
     from cronjob import store
 
-    paused = tuple(store.job_type_pauses_list(conn))
-    overview = summarize(store.runs_snapshot(conn, now=now), paused)
+    overview = read_overview(conn, now=now)
     durations = store.runs_summarize_durations(
         conn, window=DURATION_WINDOW, quantiles=QUANTILES, now=now
     )

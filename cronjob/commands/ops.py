@@ -57,13 +57,13 @@ def status(database_url: str | None, unclaimed_after: str, as_json: bool) -> Non
     """How the queue is doing: runs by status and type, oldest due run, stuck and
     dead runs, job types nobody claims, and when each schedule fires next."""
     from cronjob import store
-    from cronjob.health import summarize
+    from cronjob.health import read_overview
     from cronjob.inputs import parse_duration
 
     after = parse_duration(unclaimed_after, what="--unclaimed-after")
     conn = open_connection(database_url)
     with conn:
-        overview = summarize(store.runs_snapshot(conn), tuple(store.job_type_pauses_list(conn)))
+        overview = read_overview(conn)
         schedules = store.definitions_list_schedules(conn)
         health = _health(store.definitions_list_health(conn))
     if as_json:
@@ -367,7 +367,7 @@ def check(
     jobrunner check --max-queue-age 10m --max-stuck 0 --max-dead 0
     """
     from cronjob import store
-    from cronjob.health import Thresholds, evaluate, summarize
+    from cronjob.health import Thresholds, evaluate, read_overview
 
     thresholds = Thresholds(_seconds(max_queue_age, "--max-queue-age"), max_stuck, max_dead)
     if not thresholds.any and not stale_schedules:
@@ -381,7 +381,7 @@ def check(
     with conn:
         overview = None
         if thresholds.any:
-            overview = summarize(store.runs_snapshot(conn), tuple(store.job_type_pauses_list(conn)))
+            overview = read_overview(conn)
         health = store.definitions_list_health(conn) if stale_schedules else None
     findings = evaluate(overview, thresholds) if overview is not None else []
     if health is not None:
