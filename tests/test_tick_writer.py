@@ -5,6 +5,7 @@ when that connection is refused or killed."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,14 +27,33 @@ WRITER = "jobrunner-second"  # the application name of the connections the tick 
 class Connections:
     """The tick's `connect`: real connections, counted, under a name a test can find."""
 
-    def __init__(self, db_url: str, *, refuse: bool = False, refuse_after: int = 0) -> None:
+    def __init__(
+        self, db_url: str, *, refuse: bool = False, refuse_after: int = 0, slow_until: int = 0
+    ) -> None:
         self.db_url, self.refuse, self.refuse_after, self.opened = db_url, refuse, refuse_after, 0
+        self.slow_until = slow_until
+        self.waited_for: str | None = None
 
     def __call__(self, autocommit: bool = True) -> Any:
         self.opened += 1
         if self.refuse or 0 < self.refuse_after < self.opened:
             raise DatabaseUnavailable("cannot connect to the database: too many clients")
+        if self.slow_until:
+            self.waited_for = self._until_succeeded(self.slow_until)
         return connect(self.db_url, autocommit=autocommit, application_name=WRITER)
+
+    def _until_succeeded(self, runs: int) -> str:
+        """A server slow to answer: the connect returns once `runs` runs succeeded, which only
+        a drain that goes on meanwhile can bring about."""
+        with psycopg.connect(self.db_url, autocommit=True) as watcher:
+            for _ in range(1000):
+                if (
+                    count(watcher, "SELECT count(*) FROM job_runs WHERE status = 'succeeded'")
+                    >= runs
+                ):
+                    return "the runs"
+                time.sleep(0.01)
+        return "ten seconds"
 
 
 def _tick(db_url: str, connections: Connections, **options: Any) -> Any:
@@ -124,6 +144,19 @@ def test_a_drain_of_a_few_runs_opens_no_second_connection(db_url, conn, probe):
 
     assert report.succeeded == STREAMING_CLAIM - 1
     assert connections.opened == 0
+
+
+def test_the_drain_goes_on_while_its_second_connection_is_being_opened(db_url, conn, probe):
+    _enqueue(conn, 3000)
+    connections = Connections(db_url, slow_until=3000)
+
+    report = _tick(db_url, connections)
+
+    assert connections.opened == 1
+    assert connections.waited_for == "the runs"  # the drain did not wait for the connect
+    assert report.succeeded == 3000
+    assert counted(conn) == actual(conn) == {("writer.ok", "succeeded"): 3000}
+    assert _second_connections(db_url) == []  # opened too late to write, closed all the same
 
 
 def test_when_no_second_connection_can_be_opened_the_tick_writes_through_its_own(

@@ -95,7 +95,8 @@ class Drain:
         now = time.monotonic()
         self._time_out(now)
         self._watch_event_loop(now)
-        if self.writer.active:
+        # A claim sent before the writer's connection opened may carry decisions still.
+        if self.writer.active and not producer.carrying:
             self._write()
         elif producer.finalize_due(len(pool.flights), now):
             self._finalize()

@@ -124,6 +124,11 @@ class Producer:
             **self._claim_args,
         )
 
+    @property
+    def carrying(self) -> bool:
+        """A claim under way carries decisions: none is written apart until it is back."""
+        return self._sent is not None and self._sent[0] > 0
+
     def claimed(self, runs: list[ClaimedRun]) -> list[Decision]:
         """The claim under way committed: returns the decisions it wrote."""
         assert self._sent is not None

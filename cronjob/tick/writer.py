@@ -9,13 +9,16 @@ of one batch runs in one backend while the next claim runs in another. Each writ
 its own transaction, fenced by the lease token as every finalize is.
 
 Ticks that claim a few runs at a time, slow handlers' ticks among them, never open
-it. If the database refuses the connection, or it is lost and cannot be opened
-again, the tick goes on writing through its one connection, as before.
+it. It opens on a thread of its own, so the drain never waits for a connect (with its
+retries, or a server slow to answer); until it is open, claims carry the decisions as
+before. If the database refuses the connection, or it is lost and cannot be opened
+again, the tick goes on writing through its one connection.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -34,12 +37,15 @@ class Writer:
         self._open_keeper = open_keeper
         self._log = log
         self._keeper: ConnectionKeeper | None = None
+        self._opening: _Opening | None = None
         self._refused = False
         self._writing: list[Decision] = []
 
     @property
     def active(self) -> bool:
-        """Decisions go through this writer: its connection is open."""
+        """Decisions go through this writer: its connection is open (taken here once it is)."""
+        if self._opening is not None and self._opening.done.is_set():
+            self._take_opened()
         return self._keeper is not None
 
     @property
@@ -53,17 +59,21 @@ class Writer:
         return self._keeper is not None and self._keeper.finished
 
     def open(self) -> None:
-        """Open the connection, once a drain: if that fails, the drain goes on without it."""
-        if self._keeper is None and not self._refused:
-            try:
-                self._keeper = self._open_keeper()
-            except (JobrunnerError, OSError) as exc:  # connect translates the driver's errors
-                self._refused = True
-                self._log.info(
-                    "writing outcomes through the tick's one connection: a second one "
-                    "could not be opened",
-                    error=describe(exc),
-                )
+        """Start opening the connection, once a drain; `active` tells when it is open."""
+        if self._keeper is None and self._opening is None and not self._refused:
+            self._opening = _Opening(self._open_keeper)
+
+    def _take_opened(self) -> None:
+        opening, self._opening = self._opening, None
+        assert opening is not None
+        if opening.keeper is not None:
+            self._keeper = opening.keeper
+            return
+        self._refused = True
+        self._log.info(
+            "writing outcomes through the tick's one connection: a second one could not be opened",
+            error=describe(opening.error) if opening.error else "unknown",
+        )
 
     def begin(self, decisions: list[Decision], write: Callable[[Any], set[int]],
               *, then: Callable[[], None]) -> None:  # fmt: skip
@@ -94,9 +104,32 @@ class Writer:
         Its decisions stay in the producer's buffer: nothing reads the write's result
         here, so a failed one reconnects nothing.
         """
+        if self._opening is not None:  # a connection opened meanwhile is closed too
+            self._opening.done.wait()
+            self._take_opened()
         keeper, self._keeper = self._keeper, None
         if keeper is None:
             return
         keeper.settle()
         with contextlib.suppress(Exception):  # a broken connection has nothing left to release
             keeper.conn.close()
+
+
+class _Opening:
+    """The writer's connection, being opened on a thread of its own."""
+
+    def __init__(self, open_keeper: Callable[[], ConnectionKeeper]) -> None:
+        self.keeper: ConnectionKeeper | None = None
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+        threading.Thread(
+            target=self._open, args=(open_keeper,), name="jobrunner-writer-connect", daemon=True
+        ).start()
+
+    def _open(self, open_keeper: Callable[[], ConnectionKeeper]) -> None:
+        try:
+            self.keeper = open_keeper()
+        except (JobrunnerError, OSError) as exc:  # connect translates the driver's errors
+            self.error = exc
+        finally:
+            self.done.set()
