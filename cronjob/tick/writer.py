@@ -69,10 +69,12 @@ class Writer:
         if opening.keeper is not None:
             self._keeper = opening.keeper
             return
+        if not isinstance(opening.error, JobrunnerError | OSError):
+            raise opening.error  # not the database's refusal: a fault, raised where it shows
         self._refused = True
         self._log.info(
             "writing outcomes through the tick's one connection: a second one could not be opened",
-            error=describe(opening.error) if opening.error else "unknown",
+            error=describe(opening.error),
         )
 
     def begin(self, decisions: list[Decision], write: Callable[[Any], set[int]],
@@ -120,7 +122,7 @@ class _Opening:
 
     def __init__(self, open_keeper: Callable[[], ConnectionKeeper]) -> None:
         self.keeper: ConnectionKeeper | None = None
-        self.error: BaseException | None = None
+        self.error: BaseException = RuntimeError("the connection was not opened")
         self.done = threading.Event()
         threading.Thread(
             target=self._open, args=(open_keeper,), name="jobrunner-writer-connect", daemon=True
@@ -129,7 +131,7 @@ class _Opening:
     def _open(self, open_keeper: Callable[[], ConnectionKeeper]) -> None:
         try:
             self.keeper = open_keeper()
-        except (JobrunnerError, OSError) as exc:  # connect translates the driver's errors
-            self.error = exc
+        except BaseException as exc:  # connect translates the driver's errors; taken on the
+            self.error = exc  # main thread, which tells a refusal from a fault
         finally:
             self.done.set()
