@@ -59,22 +59,6 @@ def run(cmd: list[Any], timeout: float = 900) -> None:
                    stdout=subprocess.DEVNULL)  # fmt: skip
 
 
-def server_cpu(cluster: Any) -> float:
-    """CPU seconds used so far by the cluster's postmaster and its children."""
-    postmaster = int((cluster.datadir / "postmaster.pid").read_text().split()[0])
-    ticks = 0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(stat.parent.name) == postmaster:  # with the backends that exited
-            ticks += sum(int(f) for f in fields[11:15])
-        elif int(fields[1]) == postmaster:
-            ticks += int(fields[11]) + int(fields[12])
-    return ticks / os.sysconf("SC_CLK_TCK")
-
-
 def drain(cluster: Any, name: str, tree: Path, args: argparse.Namespace, i: int) -> float:
     db = f"p_{name}_{i}".lower()
     url = cluster.createdb(db)
@@ -90,7 +74,7 @@ def drain(cluster: Any, name: str, tree: Path, args: argparse.Namespace, i: int)
             prefix += [str(Path(sys.executable).parent / "py-spy"), *shlex.split(args.py_spy), "--"]
         tick = ["tick", "--handlers", HANDLERS, "--max-runtime", "600s",
                 "--log-level", "warning", *args.flags]  # fmt: skip
-        started, server = time.monotonic(), server_cpu(cluster)
+        started, server = time.monotonic(), cluster.cpu_seconds()
         client = os.times()
         procs = [
             subprocess.Popen(c[0], env=c[1], stdout=subprocess.DEVNULL)
@@ -100,7 +84,7 @@ def drain(cluster: Any, name: str, tree: Path, args: argparse.Namespace, i: int)
             if p.wait(timeout=900) != 0:
                 raise SystemExit(f"tick exited {p.returncode}")
         elapsed = time.monotonic() - started
-        server = server_cpu(cluster) - server
+        server = cluster.cpu_seconds() - server
         after = os.times()
         client = (
             after.children_user

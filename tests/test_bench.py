@@ -259,3 +259,74 @@ def test_the_drain_table_divides_each_row_by_baselines_at_its_own_process_count(
     assert ceiling["procs"] == "2 clients"
     assert ceiling["vs graphile-worker tuned (same procs)"] == "-"
     assert "pgqueuer (1), procrastinate (2)" in legend
+
+
+# -- the profile section -------------------------------------------------------------------
+MAIN = "<module> (<string>:1);main (cronjob/cli.py:177)"
+DRAIN = f"{MAIN};Drain.run (cronjob/tick/drain.py:56)"
+THREAD = "Thread._bootstrap (threading.py:995)"
+BACKGROUND = f"{THREAD};background (cronjob/tick/connection.py:89)"
+RECORDS = "(cronjob/store/records.py:1)"
+RAW = "\n".join([
+    f"{MAIN};connect (cronjob/db.py:159) 6",
+    f"{DRAIN};Pool.collect (cronjob/tick/pool.py:200) 5",
+    f"{BACKGROUND};runs_finalize_and_claim_many {RECORDS};_claimed_runs {RECORDS} 3",
+    f"{BACKGROUND};runs_claim_many {RECORDS} 2",
+    f"{BACKGROUND};runs_finalize_many {RECORDS} 2",
+    f"{THREAD};Pool._work_loop (cronjob/tick/pool.py:90);execute (cronjob/tick/execute.py:40) 1",
+    f"{DRAIN};Drain._record (cronjob/tick/drain.py:160) 1",
+    f"{DRAIN};Drain._pass (cronjob/tick/drain.py:90) 1",
+    "BaseCursor._execute_gen (psycopg/cursor.py:1) 1",  # a stack py-spy could not read whole
+])  # fmt: skip
+
+
+def test_a_profiles_samples_go_under_what_their_stack_shows_per_run():
+    from bench.suite import profile_section as p
+
+    per_run = p.gil_per_run(RAW, rate=500, runs=1000)  # one sample: 2 us a run
+
+    assert per_run == pytest.approx({
+        p.GIL: 44.0,
+        p.START_UP: 12.0,
+        "handing runs to the worker thread and back": 10.0,
+        "decoding the claimed rows": 6.0,
+        "the claim: parameters, send, receive": 4.0,
+        "writing outcomes: parameters, send, receive": 4.0,
+        "calling the handler": 2.0,
+        "deciding and recording outcomes": 2.0,
+        p.REST: 4.0,  # the loop itself, and the stack py-spy cut short
+    })  # fmt: skip
+
+
+def test_the_machine_bound_and_what_each_per_process_target_asks_for():
+    assert ratios.machine_bound(2, 50.0) == pytest.approx(40_000)
+    tuned = [r for r in ROWS if r.system == "graphile-worker" and r.variant.startswith("tuned")]
+    for row in tuned:
+        row.extra["n"] = 20_000
+    # 1.5 x 10,000/s over 20,000 runs: 1.333 s, of which the idle tick's 0.32 s is start-up.
+    one, two = ratios.needed_rates(ROWS)
+    assert (one.processes, two.processes) == (1, 2)
+    assert one.overall == pytest.approx(15_000)
+    assert one.once_running == pytest.approx(20_000 / (20_000 / 15_000 - 0.32))
+    slow_start = [r for r in ROWS if r.section != "idle"] + [idle("jobrunner", 1500)]
+    assert ratios.needed_rates(slow_start)[0].once_running is None
+
+
+def test_the_profile_table_shows_shares_of_the_lock_and_the_bound():
+    from bench.suite import profile_section as p
+    from bench.suite import report
+
+    figures = {p.WALL: 40.0, p.TICK_CPU: 20.0, p.SERVER_CPU: 30.0,
+               **p.gil_per_run(RAW, rate=500, runs=1000)}  # fmt: skip
+    rows = [Row("profile", "jobrunner", "jobrunner", what, "us/run", [value],
+                settings={"n": 1000}) for what, value in figures.items()]  # fmt: skip
+    rep = report.Report(command="", date="", machine={"cores": "2"}, server={}, options={},
+                        sections=["profile"], systems=[], versions={}, skipped={},
+                        rows=ROWS + rows)  # fmt: skip
+    (_headers, body), legend = report.profile_table(rep)
+
+    assert [row[0] for row in body[:4]] == [p.WALL, p.TICK_CPU, p.SERVER_CPU, p.GIL]
+    assert body[3][1:] == ["44.0", "100%"]
+    assert [f"· {p.START_UP}", "12.0", "27%"] in body  # 6 samples of 22
+    assert "50.0 us of CPU a run on 2 cores allows at most 40,000 runs/s" in legend
+    assert "one-process target asks for 15,000 runs/s over the timed drain" in legend

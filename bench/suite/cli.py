@@ -35,6 +35,7 @@ QUICK = Options(
     claim_probes=20,
     memory_jsonl_mb=(10, 100),
     memory_list_runs=100,
+    profile_n=10_000,
     cap_scale=0.25,
 )
 FULL = Options()
@@ -71,6 +72,11 @@ def _size_options(p: argparse.ArgumentParser) -> None:
         "--memory-list-runs",
         type=int,
         help=f"1 MB runs that list reads in the memory section (default {FULL.memory_list_runs})",
+    )
+    p.add_argument(
+        "--profile-n",
+        type=int,
+        help=f"runs each profiled drain takes (default {FULL.profile_n:,})",
     )
 
 
@@ -150,6 +156,7 @@ def options(args: argparse.Namespace) -> Options:
         cap_scale=base.cap_scale,
         memory_jsonl_mb=args.memory_jsonl_mb or base.memory_jsonl_mb,
         memory_list_runs=args.memory_list_runs or base.memory_list_runs,
+        profile_n=args.profile_n or base.profile_n,
     )
 
 

@@ -149,6 +149,22 @@ class Cluster:
         with self.admin() as conn:
             conn.execute("CHECKPOINT")
 
+    def cpu_seconds(self) -> float:
+        """CPU used so far by the server: the postmaster with the backends that exited, and
+        every live child (backends, WAL writer, autovacuum)."""
+        postmaster = int((self.datadir / "postmaster.pid").read_text().split()[0])
+        ticks = 0
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(stat.parent.name) == postmaster:
+                ticks += sum(int(f) for f in fields[11:15])
+            elif int(fields[1]) == postmaster:
+                ticks += int(fields[11]) + int(fields[12])
+        return ticks / os.sysconf("SC_CLK_TCK")
+
     def settings(self) -> dict[str, str]:
         with self.admin() as conn:
             rows = conn.execute(

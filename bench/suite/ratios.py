@@ -165,3 +165,34 @@ def targets(rows: list[Row], kinds: dict[str, str]) -> list[Target]:
         )
     )
     return out
+
+
+def machine_bound(cores: int, cpu_per_run_us: float) -> float:
+    """Runs a second with every core busy, when a run costs `cpu_per_run_us` of CPU in all:
+    no tick can go faster on this machine without costing less."""
+    return cores * 1e6 / cpu_per_run_us
+
+
+@dataclass(frozen=True)
+class Needed:
+    """What a per-process drain target asks of jobrunner in runs a second."""
+
+    processes: int
+    overall: float  # over the whole timed drain, start-up included
+    once_running: float | None  # after start-up; None when start-up alone takes too long
+
+
+def needed_rates(rows: list[Row], need: float = 1.5) -> list[Needed]:
+    """The rate each per-process target asks for: `need` times graphile-worker tuned's
+    over the same N, and, less the idle tick's time (the least a tick's start-up and
+    exit cost), what that leaves once the tick runs."""
+    idle = next((r for r in rows if r.section == "idle" and r.system == SUBJECT and r.ok), None)
+    out = []
+    for procs in (1, 2):
+        theirs = graphile_tuned(rows, procs)
+        if theirs is None or not theirs.median:
+            continue
+        overall, n = need * theirs.median, theirs.extra.get("n") or 0
+        left = n / overall - (idle.median or 0.0) / 1000 if idle and n else 0.0
+        out.append(Needed(procs, overall, n / left if left > 0 else None))
+    return out

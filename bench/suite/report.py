@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.suite import ratios
+from bench.suite import profile_section, ratios
 from bench.suite.procs import GNU_TIME
 from bench.suite.results import Row, find
 from bench.suite.sections import IDLE_ROUND
@@ -411,9 +411,66 @@ def async_table(report: Report) -> tuple[Table, str]:
     return (headers, body), legend
 
 
+def profile_table(report: Report) -> tuple[Table, str]:
+    rows = {r.variant: r for r in _section(report.rows, "profile") if r.ok}
+    headers = ["what, per run", "us", "share of the lock's time"]
+    gil = _median(rows.get(profile_section.GIL))
+    body = []
+    for what in profile_section.ORDER:
+        if what not in rows:
+            continue
+        value = _median(rows[what])
+        lock_time = what not in (profile_section.WALL, profile_section.TICK_CPU,
+                                 profile_section.SERVER_CPU)  # fmt: skip
+        share = f"{value / gil:.0%}" if lock_time and gil and value is not None else "-"
+        part = lock_time and what != profile_section.GIL
+        body.append([f"· {what}" if part else what, _num(value, 1), share])
+    not_run = [r.status for r in _section(report.rows, "profile") if not r.ok]
+    if not_run:
+        body.append(["-", not_run[0], "-"])
+    return (headers, body), _profile_legend(report, rows)
+
+
+def _profile_legend(report: Report, rows: dict[str, Row]) -> str:
+    first = next(iter(rows.values()), None)
+    n, flags = (first.settings.get(k) for k in ("n", "flags")) if first else (None, None)
+    legend = (
+        f"One `jobrunner tick {flags}` (the best flags), 1 process, draining {_num(n)} no-op "
+        "runs on analyzed tables, twice. Wall time, the tick's CPU (all its threads) and the "
+        "server's (backends, WAL writer, autovacuum) are from the plain drain, start-up "
+        "included; the interpreter-lock rows from the second, under `py-spy record --gil "
+        f"--rate {profile_section.RATE}`, each sample put under what its stack shows "
+        "(bench/suite/profile_section.py). py-spy slows the tick, so read those as shares."
+    )
+    tick, server = (_median(rows.get(k)) for k in (profile_section.TICK_CPU,
+                                                    profile_section.SERVER_CPU))  # fmt: skip
+    cores = int(report.machine.get("cores") or 0)
+    if not (tick and server and cores):
+        return legend
+    bound = ratios.machine_bound(cores, tick + server)
+    legend += (
+        f" Bound: {tick + server:.1f} us of CPU a run on {cores} cores allows at most "
+        f"{bound:,.0f} runs/s with every core busy."
+    )
+    for needed in ratios.needed_rates(report.rows):
+        word = {1: "one-process", 2: "two-process"}.get(needed.processes, "")
+        once = needed.once_running
+        legend += (
+            f" The {word} target asks for {needed.overall:,.0f} runs/s over the timed drain; "
+            + (
+                "start-up alone (the idle tick's time) takes longer than that allows."
+                if once is None
+                else f"less the idle tick's time, {once:,.0f} runs/s once running"
+                + (" (above the bound)." if once > bound else " (within the bound).")
+            )
+        )
+    return legend
+
+
 TABLES = {
     "drain": ("Drain throughput", drain_table),
     "idle": ("Idle one-shot", idle_table),
+    "profile": ("Where a tick's time goes", profile_table),
     "growth": ("Growth: finished history vs empty table", growth_table),
     "enqueue": ("Bulk enqueue", enqueue_table),
     "rss": ("Peak RSS while draining", rss_table),

@@ -9,7 +9,7 @@ from typing import Any
 
 @dataclass
 class Row:
-    section: str  # drain | idle | growth | enqueue | rss | schedules | memory | async
+    section: str  # drain | idle | profile | growth | enqueue | rss | schedules | memory | async
     system: str  # registry name, e.g. "pgqueuer"
     label: str  # display name
     variant: str  # e.g. "default", "tuned", "empty"

@@ -12,12 +12,13 @@ from bench.suite.common import MEASUREMENT_ERRORS, dbname, first_line, log
 from bench.suite.growth_section import GrowthSection
 from bench.suite.pgcluster import Cluster
 from bench.suite.procs import Command
+from bench.suite.profile_section import ProfileSection
 from bench.suite.results import Row
 from bench.suite.side_sections import SideSections
 from bench.suite.systems import Context, System, Variant
 from bench.suite.timing import WARMUP, time_command
 
-SECTIONS = ("drain", "idle", "growth", "enqueue", "rss", "schedules", "memory", "async")
+SECTIONS = ("drain", "idle", "profile", "growth", "enqueue", "rss", "schedules", "memory", "async")
 
 FLOOR_CODE = "import sys, psycopg; psycopg.connect(sys.argv[1]).execute('select 1')"
 FLOOR_HOW = "python -c 'import psycopg; psycopg.connect(URL).execute(\"select 1\")'"
@@ -36,6 +37,7 @@ class Options:
     cap_scale: float = 1.0  # --quick shrinks the caps along with N
     memory_jsonl_mb: tuple[int, ...] = (10, 1000)  # --jsonl inputs whose peak RSS is measured
     memory_list_runs: int = 1000  # runs of 1 MB payloads that `list --limit` reads
+    profile_n: int = 100_000  # runs drained by the profiled tick (twice: plain, sampled)
 
 
 def steady_state(url: str) -> None:
@@ -45,7 +47,7 @@ def steady_state(url: str) -> None:
         conn.execute("VACUUM ANALYZE")
 
 
-class Bench(GrowthSection, SideSections):
+class Bench(GrowthSection, ProfileSection, SideSections):
     def __init__(self, ctx: Context, opts: Options, systems: list[System]) -> None:
         self.ctx = ctx
         self.opts = opts
