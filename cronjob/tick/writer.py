@@ -106,9 +106,9 @@ class Writer:
         Its decisions stay in the producer's buffer: nothing reads the write's result
         here, so a failed one reconnects nothing.
         """
-        if self._opening is not None:  # a connection opened meanwhile is closed too
-            self._opening.done.wait()
-            self._take_opened()
+        if self._opening is not None:  # a connection opened meanwhile is closed too; a
+            self._opening.done.wait()  # fault in opening it no longer matters
+            self._keeper, self._opening = self._opening.keeper, None
         keeper, self._keeper = self._keeper, None
         if keeper is None:
             return
