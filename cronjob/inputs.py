@@ -7,6 +7,7 @@ line can exit 2 before anything is written.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import IO, Any
 
@@ -145,6 +146,32 @@ def parse_id(value: Any, *, what: str = "run id") -> int:
 
 def parse_run_id(text: str | int) -> int:
     return parse_id(text, what="run id")
+
+
+def parse_run_ids(values: Iterable[str | int]) -> list[int]:
+    """The run ids a command was given, each once, in the order given."""
+    return list(dict.fromkeys(parse_run_id(value) for value in values))
+
+
+def parse_statuses(
+    value: str | None, *, allowed: Sequence[str] | None = None, command: str = "select"
+) -> tuple[str, ...]:
+    """The run statuses a `--status` option names, each once, in the order given; () if none.
+
+    A name that is no status is refused in the same words by every command; with
+    `allowed`, so is a status `command` does not act on.
+    """
+    # Here rather than at the top: the models are no part of an idle tick's imports.
+    from cronjob.models import Status
+
+    known = [status.value for status in Status]
+    chosen = tuple(dict.fromkeys(comma_list(value)))
+    for name in chosen:
+        if name not in known:
+            raise BadInput(f"unknown status {excerpt(name)}: expected one of {', '.join(known)}")
+        if allowed is not None and name not in allowed:
+            raise BadInput(f"cannot {command} {name} runs: --status takes {', '.join(allowed)}")
+    return chosen
 
 
 def parse_count(value: Any, *, what: str, maximum: int = 2**31 - 1) -> int:

@@ -79,3 +79,21 @@ def test_text_that_only_looks_like_an_escaped_nul_is_accepted(conn):
     run_id = enqueue(conn, "t", {"a": "\\u0000", "brackets": "[[[[{{{{" * 20})
     stored = conn.execute("SELECT payload FROM job_runs WHERE id = %s", [run_id]).fetchone()[0]
     assert stored == {"a": "\\u0000", "brackets": "[[[[{{{{" * 20}
+
+
+SAME_MISTAKE = {
+    "unknown status": (
+        "exploded",
+        [[c, "--status", "exploded"] for c in ("list", "retry", "cancel", "prune")],
+    ),
+    "bad run id": ("abc", [[c, "abc"] for c in ("show", "retry", "cancel", "prune")]),
+}
+
+
+@pytest.mark.parametrize("value, commands", SAME_MISTAKE.values(), ids=SAME_MISTAKE.keys())
+def test_every_command_refuses_the_same_mistake_in_the_same_words(db_url, conn, value, commands):
+    results = [run_cli(*args, "--database-url", db_url) for args in commands]
+    assert [r.exit_code for r in results] == [2] * len(commands), [r.stderr for r in results]
+    [line] = {r.stderr.strip() for r in results}
+    assert "\n" not in line and repr(value) in line
+    assert count(conn, "SELECT count(*) FROM job_runs") == 0

@@ -188,11 +188,15 @@ def test_schedule_files(text):
 
 @FAST
 @given(any_text)
-def test_prune_status_filters(text):
-    from cronjob.commands.ops import prunable_statuses
+def test_status_filters(text):
+    from cronjob.inputs import parse_statuses
+    from cronjob.prune import PRUNABLE
 
-    _value_or_bad_input(lambda: prunable_statuses(text))
-    _linear(prunable_statuses, text)
+    def prune_statuses(value: str) -> tuple[str, ...]:
+        return parse_statuses(value, allowed=PRUNABLE, command="prune")
+
+    _value_or_bad_input(lambda: prune_statuses(text))
+    _linear(prune_statuses, text)
 
 
 URL_TEXT = st.text(alphabet="abcxyz019 =:'\"\\@?&%/é\x00", max_size=30)

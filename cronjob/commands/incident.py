@@ -76,17 +76,14 @@ def split(value: str | None, what: str) -> tuple[str, ...] | None:
 
 
 def statuses(value: str | None, allowed: tuple[str, ...], command: str) -> tuple[str, ...] | None:
-    from cronjob.models import Status
+    """retry's and cancel's --status: like their other filters, refused when it names nothing."""
+    from cronjob.inputs import parse_statuses
 
-    chosen = split(value, "--status")
-    for name in chosen or ():
-        if name not in {s.value for s in Status}:
-            raise BadInput(
-                f"unknown status {clip(name, 40)!r}: expected one of "
-                f"{', '.join(s.value for s in Status)}"
-            )
-        if name not in allowed:
-            raise BadInput(f"cannot {command} {name} runs: --status takes {', '.join(allowed)}")
+    if value is None:
+        return None
+    chosen = parse_statuses(value, allowed=allowed, command=command)
+    if not chosen:
+        raise BadInput("invalid --status: empty")
     return chosen
 
 

@@ -13,7 +13,7 @@ from cronjob.cli import Count, database_url_option, json_option
 from cronjob.commands import open_connection
 from cronjob.commands.render import iso, printable, table, when
 from cronjob.errors import BadInput
-from cronjob.inputs import comma_list, excerpt
+from cronjob.inputs import excerpt
 from cronjob.settings import DEFAULT_PRUNE_BATCH_SIZE
 
 SCHEDULES_SHOWN = 20
@@ -469,8 +469,9 @@ def prune(
     from dataclasses import replace
 
     from cronjob.commands import incident as selecting
-    from cronjob.inputs import parse_duration, parse_run_id
+    from cronjob.inputs import parse_duration, parse_run_ids, parse_statuses
     from cronjob.models import Selection
+    from cronjob.prune import PRUNABLE
 
     age = parse_duration(older_than, what="--older-than") if older_than is not None else None
     effects_age = parse_duration(keep_effects, what="--keep-effects")
@@ -479,8 +480,8 @@ def prune(
         if audit_older_than is not None
         else None
     )
-    chosen = prunable_statuses(statuses)
-    ids = list(dict.fromkeys(parse_run_id(v) for v in run_ids))
+    chosen = parse_statuses(statuses, allowed=PRUNABLE, command="prune") or PRUNABLE
+    ids = parse_run_ids(run_ids)
     selection = selecting.build_selection(ids, chosen if statuses else None, options)
     runs_too = bool(ids) or selection.filtered or age is not None
     # --older-than and --status alone are the retention job cron runs: no question asked.
@@ -561,21 +562,3 @@ def _report_prune(
         click.echo(f"{verb} {total} run(s){which} ({detail}){effects_text}")
     if audits is not None:
         click.echo(f"pruned {audits} audit entr{'y' if audits == 1 else 'ies'}")
-
-
-def prunable_statuses(value: str | None) -> tuple[str, ...]:
-    from cronjob.models import Status
-    from cronjob.prune import PRUNABLE
-
-    chosen = comma_list(value)
-    if not chosen:
-        return PRUNABLE
-    for name in chosen:
-        if name not in {s.value for s in Status}:
-            raise BadInput(f"unknown status {excerpt(name)}: prune takes {', '.join(PRUNABLE)}")
-        if name not in PRUNABLE:
-            raise BadInput(
-                f"cannot prune {name} runs: they have not finished; "
-                f"--status takes {', '.join(PRUNABLE)}"
-            )
-    return tuple(dict.fromkeys(chosen))

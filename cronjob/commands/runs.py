@@ -228,12 +228,6 @@ def _jsonl_lines(stream: IO[bytes]) -> Iterator[tuple[str, str]]:
             yield where, decode_text(content, source=where)
 
 
-def _ids(values: tuple[str, ...]) -> list[int]:
-    from cronjob.inputs import parse_run_id
-
-    return list(dict.fromkeys(parse_run_id(v) for v in values))
-
-
 def _change_runs(
     command: str, run_ids: tuple[str, ...], database_url: str | None, status_text: str | None,
     as_json: bool, options: dict[str, Any],
@@ -241,9 +235,10 @@ def _change_runs(
     """retry and cancel: by ids (one line per id) or by filters (counted, batched, audited)."""
     from cronjob import incident, store
     from cronjob.commands import incident as selecting
+    from cronjob.inputs import parse_run_ids
 
     chosen = incident.action(command)
-    ids = _ids(run_ids)
+    ids = parse_run_ids(run_ids)
     selection = selecting.build_selection(
         ids, selecting.statuses(status_text, chosen.eligible, command), options
     )
@@ -351,18 +346,14 @@ def list_runs(
     as_json: bool,
 ) -> None:
     """List runs, newest first."""
-    from cronjob.models import Status
+    from cronjob.inputs import parse_statuses
     from cronjob.store import runs_list
 
-    status_list = comma_list(statuses) or None
-    for status in status_list or []:
-        if status not in {s.value for s in Status}:
-            known = ", ".join(s.value for s in Status)
-            raise BadInput(f"unknown status {excerpt(status)}: expected one of {known}")
+    chosen = parse_statuses(statuses) or None
     conn = open_connection(database_url)
     with conn:
         found = runs_list(
-            conn, statuses=status_list, job_types=comma_list(job_types) or None, limit=limit,
+            conn, statuses=chosen, job_types=comma_list(job_types) or None, limit=limit,
             payloads=as_json,
         )  # fmt: skip
         if as_json:
