@@ -99,10 +99,8 @@ def resolve(conn: Any, selection: Selection) -> Selection:
     return replace(selection, definition_id=definitions.get(conn, selection.schedule).id)
 
 
-def count(
-    conn: Any, chosen: Action, selection: Selection, *, now: datetime | None = None
-) -> SelectionCount:
-    return store.runs_count_selected(conn, selection, eligible=chosen.eligible, now=now)
+def count(conn: Any, chosen: Action, selection: Selection) -> SelectionCount:
+    return store.runs_count_selected(conn, selection, eligible=chosen.eligible)
 
 
 @dataclass
@@ -127,7 +125,6 @@ def apply(
     actor: str,
     reason: str | None,
     batch_size: int = MAX_BATCH,
-    now: datetime | None = None,
 ) -> Applied:
     """Act on every run of `selection`, batch by batch, and record it in the audit trail.
 
@@ -142,9 +139,10 @@ def apply(
     while remaining is None or remaining > 0:
         limit = size if remaining is None else min(size, remaining)
         with conn.transaction():
-            batch = chosen.batch(conn, selection, eligible=chosen.eligible, after=after,
-                                 limit=limit, now=now)  # fmt: skip
-            _audit_batch(conn, applied, chosen.command, selection, batch.ids, actor, reason, now)
+            batch = chosen.batch(
+                conn, selection, eligible=chosen.eligible, after=after, limit=limit
+            )
+            _audit_batch(conn, applied, chosen.command, selection, batch.ids, actor, reason)
         applied.batches += 1
         for status in batch.statuses:
             applied.by_status[status] = applied.by_status.get(status, 0) + 1
@@ -158,12 +156,12 @@ def apply(
 
 def _audit_batch(
     conn: Any, applied: Applied, command: str, selection: Selection, ids: Sequence[int],
-    actor: str, reason: str | None, now: datetime | None,
+    actor: str, reason: str | None,
 ) -> None:  # fmt: skip
     if applied.audit_id is None:
         applied.audit_id = store.audit_insert(
             conn, actor=actor, command=command, selection=selection.as_json(),
-            changed=len(ids), sample_ids=ids, reason=reason, now=now,
+            changed=len(ids), sample_ids=ids, reason=reason,
         )  # fmt: skip
     elif ids:
         store.audit_add_changed(conn, applied.audit_id, ids)
@@ -179,7 +177,6 @@ def apply_ids(
     *,
     actor: str,
     reason: str | None,
-    now: datetime | None = None,
 ) -> list[Any]:
     """Retry or cancel runs by id, `MAX_BATCH` a transaction; returns one change per id."""
     changes: list[Any] = []
@@ -187,9 +184,9 @@ def apply_ids(
     selection = Selection(ids=tuple(ids))
     for start in range(0, len(ids), MAX_BATCH):
         with conn.transaction():
-            batch = change_many(conn, ids[start : start + MAX_BATCH], now=now)
+            batch = change_many(conn, ids[start : start + MAX_BATCH])
             done = [c.id for c in batch if c.changed]
-            _audit_batch(conn, applied, command, selection, done, actor, reason, now)
+            _audit_batch(conn, applied, command, selection, done, actor, reason)
         changes.extend(batch)
     return changes
 
@@ -202,11 +199,9 @@ def record(
     selection: dict[str, Any],
     changed: int,
     reason: str | None = None,
-    sample_ids: Sequence[int] = (),
-    now: datetime | None = None,
 ) -> int:
     """The audit row of a command that changes state in one transaction: call inside it."""
     return store.audit_insert(
         conn, actor=actor, command=command, selection=selection, changed=changed,
-        sample_ids=sample_ids, reason=reason, now=now,
+        sample_ids=(), reason=reason,
     )  # fmt: skip
