@@ -40,6 +40,7 @@ _encode_flat_record = _flat_record_encoder()
 # Set when events are JSON lines: the per-run events of a batch are then rendered
 # here in one pass and written at once (see `log_many`).
 _json_lines = False
+# The least severe level written (--log-level / JOBRUNNER_LOG_LEVEL), as logging numbers it.
 _min_level = logging.INFO
 
 
@@ -92,28 +93,27 @@ def _printable_values(_logger: Any, _method: str, event_dict: dict[str, Any]) ->
 
 
 LEVELS = ("debug", "info", "warning", "error")
-_level = "info"  # the least severe level written: --log-level / JOBRUNNER_LOG_LEVEL
 
 
 def set_level(level: str) -> None:
     """Write only lines at `level` or more severe, from now on; structlog is not imported."""
-    global _level, _min_level
-    _level, _min_level = level, _level_number(level)
+    global _min_level
+    _min_level = _level_number(level)
     if _configured:
-        configure(level)
+        configure()
 
 
 def configure(level: str | None = None, *, json: bool | None = None) -> None:
+    """Set structlog up, at `level` if given (from then on), else at the level set before."""
     global _configured, _json_lines, _min_level
     import structlog
 
-    level = level or _level
-
+    if level is not None:
+        _min_level = _level_number(level)
     if json is None:
         json = not sys.stderr.isatty()
     processors: list[Any]
     _json_lines = json
-    _min_level = _level_number(level)
     if json:
         processors = [
             _add_level,

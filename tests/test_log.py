@@ -15,7 +15,7 @@ from tests.conftest import ROOT
 @pytest.fixture(autouse=True)
 def _restore_logging():
     yield
-    log.configure()
+    log.configure("info")
 
 
 def _lines(text: str) -> list[dict]:
