@@ -93,6 +93,19 @@ def check_reason(reason: str | None) -> str | None:
     return None if reason is None else check_text(reason, what="--reason", max_length=1000)
 
 
+def record_audit(
+    conn: Any, command: str, actor: str | None, reason: str | None, *,
+    selection: dict[str, Any], changed: int = 1,
+) -> int:  # fmt: skip
+    """The audit row of a command's change, in its transaction, from --actor and --reason."""
+    from cronjob import incident
+
+    return incident.record(
+        conn, command, actor=incident.actor_name(actor), reason=check_reason(reason),
+        changed=changed, selection=selection,
+    )  # fmt: skip
+
+
 def build_selection(ids: list[int] | None, chosen_statuses: Any, options: dict[str, Any]) -> Any:
     """A Selection from the command's arguments; since/until stay text until the clock is read."""
     from cronjob.models import Selection

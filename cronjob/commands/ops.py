@@ -516,16 +516,15 @@ def _prune_effects(conn: Any, keep: float, batch_size: int) -> int:
 
 
 def _prune_audit(conn: Any, older_than: float, options: dict[str, Any]) -> int | None:
-    from cronjob import incident, store
-    from cronjob.commands.incident import check_reason
+    from cronjob import store
+    from cronjob.commands.incident import record_audit
 
     if options.get("dry_run"):
         return None
-    actor = incident.actor_name(options.get("actor"))
     with conn.transaction():
         deleted = store.audit_prune(conn, older_than=older_than)
-        incident.record(conn, "prune", actor=actor, reason=check_reason(options.get("reason")),
-                        changed=deleted, selection={"audit_older_than": older_than})  # fmt: skip
+        record_audit(conn, "prune", options.get("actor"), options.get("reason"),
+                     selection={"audit_older_than": older_than}, changed=deleted)  # fmt: skip
     return deleted
 
 

@@ -12,7 +12,7 @@ import click
 
 from cronjob.cli import Count, database_url_option, json_option, lock_wait_option
 from cronjob.commands import open_connection
-from cronjob.commands.incident import actor_option, reason_option
+from cronjob.commands.incident import actor_option, reason_option, record_audit
 from cronjob.commands.render import clip, iso, printable, table
 from cronjob.errors import BadInput
 
@@ -138,7 +138,7 @@ def add(
     conn = open_connection(database_url)
     with conn, conn.transaction():
         created = definitions.add(conn, spec)
-        _audit(conn, "schedule add", name, actor, reason)
+        record_audit(conn, "schedule add", actor, reason, selection={"name": name})
     click.echo(f"added schedule {created.name}: next run {_next_run(created)}")
     if scope == "tenant" and not os.environ.get("JOBRUNNER_TENANTS_SQL"):
         click.echo(
@@ -298,7 +298,8 @@ def pause(name: str, database_url: str | None, actor: str | None, reason: str | 
     conn = open_connection(database_url)
     with conn, conn.transaction():
         _, changed = definitions.pause(conn, name)
-        _audit(conn, "schedule pause", name, actor, reason, changed=int(changed))
+        record_audit(conn, "schedule pause", actor, reason, selection={"name": name},
+                     changed=int(changed))  # fmt: skip
     click.echo(f"paused {name}" if changed else f"{name} was already paused")
 
 
@@ -314,7 +315,8 @@ def resume(name: str, database_url: str | None, actor: str | None, reason: str |
     conn = open_connection(database_url)
     with conn, conn.transaction():
         found, changed = definitions.resume(conn, name)
-        _audit(conn, "schedule resume", name, actor, reason, changed=int(changed))
+        record_audit(conn, "schedule resume", actor, reason, selection={"name": name},
+                     changed=int(changed))  # fmt: skip
     if changed:
         click.echo(f"resumed {name}: next run {_next_run(found)}")
     else:
@@ -333,7 +335,7 @@ def remove(name: str, database_url: str | None, actor: str | None, reason: str |
     conn = open_connection(database_url)
     with conn, conn.transaction():
         definitions.remove(conn, name)
-        _audit(conn, "schedule remove", name, actor, reason)
+        record_audit(conn, "schedule remove", actor, reason, selection={"name": name})
     click.echo(f"removed {name}")
 
 
@@ -419,8 +421,8 @@ def apply_sync(
         items = definitions.sync(conn, specs, prune=prune, dry_run=dry_run, lock_wait=lock_wait)
         if not dry_run:
             changed = [i.name for i in items if i.action in ("add", "change", "remove")]
-            _audit(conn, "schedule sync", None, actor, reason, changed=len(changed),
-                   selection={"names": changed, "prune": prune})  # fmt: skip
+            record_audit(conn, "schedule sync", actor, reason, changed=len(changed),
+                         selection={"names": changed, "prune": prune})  # fmt: skip
     for item in items:
         detail = ""
         if item.changes:
@@ -538,17 +540,3 @@ def _definition_json(d: Any) -> dict[str, Any]:
         "next_fire_at": iso(d.next_fire_at), "created_at": iso(d.created_at),
         "updated_at": iso(d.updated_at),
     }  # fmt: skip
-
-
-def _audit(
-    conn: Any, command: str, name: str | None, actor: str | None, reason: str | None,
-    *, changed: int = 1, selection: dict[str, Any] | None = None,
-) -> None:  # fmt: skip
-    """The command's audit row, in the transaction of its change."""
-    from cronjob import incident
-    from cronjob.commands.incident import check_reason
-
-    incident.record(
-        conn, command, actor=incident.actor_name(actor), reason=check_reason(reason),
-        changed=changed, selection=selection if selection is not None else {"name": name},
-    )  # fmt: skip
