@@ -898,15 +898,17 @@ RUNS_MATERIALIZE_EXCLUSIVE_TENANT_KEYS = """
     WHERE jobrunner_tenant_id IS NOT NULL AND jobrunner_tenant_id::text <> ''
 """
 
-# Every definition with its last success and failure (migration 0012): one row each, read by
-# primary key, whatever the history holds.
-DEFINITIONS_LIST_HEALTH = f"""
+# Definitions with their last success and failure (migration 0012): each one's health row
+# read by primary key, whatever the history holds. Every definition (status, check,
+# metrics), or the one `schedule show` asks about.
+_DEFINITION_HEALTH = f"""
 SELECT {_NOW} AS now, d.name, d.schedule, d.timezone, d.scope, d.enabled, d.expect_within,
        d.created_at, d.updated_at, h.last_success_at, h.last_success_for, h.last_failure_at,
        h.last_failure_for, h.last_failure_error
 FROM job_definitions d LEFT JOIN job_schedule_health h ON h.definition_id = d.id
-ORDER BY d.name
 """
+DEFINITIONS_LIST_HEALTH = _DEFINITION_HEALTH + "ORDER BY d.name\n"
+DEFINITION_GET_HEALTH = _DEFINITION_HEALTH + "WHERE d.id = %(id)s\n"
 
 # Asked once by a busy tick: the schedules whose runs check in (index job_definitions_pinging).
 DEFINITIONS_LIST_PING_TARGETS = """

@@ -178,3 +178,32 @@ def test_show_summarises_the_tenants_of_the_newest_occurrence(db_url, conn):
     assert health["latest_occurrence_runs"] == {"succeeded": 3}
     text = run_cli("schedule", "show", "per-tenant", "--database-url", db_url).stdout
     assert ": 3 succeeded" in text and "ok: last success" in text
+
+
+def test_a_schedules_health_is_read_by_its_id_as_the_list_reads_it(db_url, conn, t0):
+    add(db_url, "fails", "test.give_up")
+    add(db_url, "succeeds", "test.ok")
+    start_at(conn, t0)
+    now = t0 + timedelta(minutes=5, seconds=10)
+    tick(db_url, "test.give_up", "test.ok", now=now)
+
+    listed = {row.name: row for row in store.definitions_list_health(conn, now=now)}
+    ids = dict(conn.execute("SELECT name, id FROM job_definitions").fetchall())
+    for name, definition_id in ids.items():
+        assert store.definition_get_health(conn, definition_id, now=now) == listed[name]
+    assert store.definition_get_health(conn, max(ids.values()) + 1) is None
+
+
+def test_show_gives_each_schedule_its_own_health(db_url, conn):
+    add(db_url, "fails", "test.give_up")
+    add(db_url, "succeeds", "test.ok")
+    an_hour_ago(conn)
+    tick(db_url, "test.give_up", "test.ok")
+
+    def health(name: str) -> dict:
+        result = run_cli("schedule", "show", name, "--json", "--database-url", db_url)
+        return json.loads(result.stdout)["health"]
+
+    failing, succeeding = health("fails"), health("succeeds")
+    assert failing["last_failure_at"] and not failing["last_success_at"]
+    assert succeeding["last_success_at"] and not succeeding["last_failure_at"]

@@ -185,7 +185,7 @@ def show(name: str, database_url: str | None, as_json: bool) -> None:
         counts = store.definition_runs_count_by_status(conn, found.id)
         recent = store.definition_runs_list_recent(conn, found.id, limit=RECENT_RUNS_SHOWN)
         skips = store.definition_skips_list_recent(conn, found.id, limit=RECENT_SKIPS_SHOWN)
-        health = _verdict(store.definitions_list_health(conn), name)
+        health = _verdict(store.definition_get_health(conn, found.id), name)
         latest = store.definition_runs_count_latest_occurrence(conn, found.id)
     upcoming, problem = _upcoming(found)
     local = _in_zone(found.timezone)
@@ -251,10 +251,14 @@ def show(name: str, database_url: str | None, as_json: bool) -> None:
     _echo_skips(skips, local)
 
 
-def _verdict(rows: list[Any], name: str) -> Any:
+def _verdict(row: Any, name: str) -> Any:
+    from cronjob.errors import DefinitionNotFound
+    from cronjob.inputs import excerpt
     from cronjob.staleness import assess
 
-    return assess(next(row for row in rows if row.name == name))
+    if row is None:  # removed since it was looked up, a statement earlier
+        raise DefinitionNotFound(f"schedule {excerpt(name)} not found")
+    return assess(row)
 
 
 def _health_line(verdict: Any) -> str:

@@ -889,6 +889,14 @@ def definitions_list_health(conn: Any, *, now: datetime | None = None) -> list[S
     return cursor.execute(queries.DEFINITIONS_LIST_HEALTH, {"now": now}).fetchall()
 
 
+def definition_get_health(
+    conn: Any, definition_id: int, *, now: datetime | None = None
+) -> ScheduleHealthRow | None:
+    cursor = conn.cursor(row_factory=class_row(ScheduleHealthRow))
+    params = {"id": definition_id, "now": now}
+    return cursor.execute(queries.DEFINITION_GET_HEALTH, params).fetchone()
+
+
 def definition_skips_list_recent(
     conn: Any, definition_id: int, *, limit: int
 ) -> list[ScheduleSkip]:
