@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -193,3 +194,16 @@ def jobrunner_process(
 
 def count(conn: psycopg.Connection[Any], sql: str, *params: Any) -> int:
     return conn.execute(sql, params or None).fetchone()[0]
+
+
+def wait_for(predicate: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
+    """Poll until `predicate()` is truthy, and return what it returned; the timeout only
+    bounds a hung test."""
+    until = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > until:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from typing import Any
 
 import psycopg
@@ -15,7 +14,7 @@ import tests.handlers.aio as aio
 import tests.handlers.basic  # noqa: F401 - registers the plain test handlers
 from cronjob import store
 from cronjob.api import enqueue, enqueue_async
-from tests.conftest import count
+from tests.conftest import count, wait_for
 from tests.test_lifecycle import run_row, tick
 
 
@@ -76,10 +75,7 @@ def test_an_async_handler_past_its_timeout_is_cancelled_and_the_attempt_is_a_tim
     report = tick(db_url, "aio.slow")
     run = run_row(conn, run_id)
     assert (report.failed, run.status, run.error_type) == (1, "failed", "timeout")
-    deadline = time.monotonic() + 5
-    while run_id not in aio.seen.get("cancelled", []):  # the task saw CancelledError
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_for(lambda: run_id in aio.seen.get("cancelled", []), "the task to see CancelledError", 5)
 
 
 def test_an_async_handler_awaiting_ctx_cancelled_learns_its_run_was_cancelled(db_url, conn):
@@ -89,10 +85,7 @@ def test_an_async_handler_awaiting_ctx_cancelled_learns_its_run_was_cancelled(db
         target=lambda: done.append(tick(db_url, "aio.waits_for_cancel", lease=1.5)), daemon=True
     )
     thread.start()
-    deadline = time.monotonic() + 10
-    while aio.seen.get("waiting") != run_id:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_for(lambda: aio.seen.get("waiting") == run_id, "the handler to await ctx.cancelled", 10)
     store.runs_cancel_many(conn, [run_id])
     thread.join(20)
 
@@ -162,13 +155,6 @@ def _start(db_url: str, exec_log: Any, *args: str) -> Any:
     )  # fmt: skip
 
 
-def _wait_for_line(path: Any, word: str, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not (path.exists() and word in path.read_text()):
-        assert time.monotonic() < deadline, f"no {word!r} in the execution log"
-        time.sleep(0.02)
-
-
 def test_a_tick_killed_after_an_async_handlers_write_leaves_neither_write_nor_success(
     effects_db, conn, tmp_path
 ):
@@ -177,7 +163,7 @@ def test_a_tick_killed_after_an_async_handlers_write_leaves_neither_write_nor_su
     exec_log = tmp_path / "executions.log"
     run_id = enqueue(conn, "aio.writes_then_waits", {"key": "k"})
     victim = _start(effects_db, exec_log)
-    _wait_for_line(exec_log, "wrote")
+    wait_for(lambda: exec_log.exists() and "wrote" in exec_log.read_text(), "the write")
 
     victim.send_signal(signal.SIGKILL)
     victim.wait(10)
@@ -195,10 +181,10 @@ def test_sigterm_hands_back_running_coroutines_past_the_grace_attempt_not_counte
     exec_log = tmp_path / "executions.log"
     ids = [enqueue(conn, "aio.sleeps", {"seconds": 30}) for _ in range(3)]
     tick_process = _start(db_url, exec_log, "--grace", "0.5s")
-    deadline = time.monotonic() + 20
-    while not exec_log.exists() or len(exec_log.read_text().splitlines()) < 3:
-        assert time.monotonic() < deadline, "the coroutines did not start"
-        time.sleep(0.02)
+    wait_for(
+        lambda: exec_log.exists() and len(exec_log.read_text().splitlines()) >= 3,
+        "the coroutines to start",
+    )
 
     tick_process.send_signal(signal.SIGTERM)
     out, err = tick_process.communicate(timeout=30)

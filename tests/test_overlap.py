@@ -19,8 +19,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.conftest import ROOT, count, run_cli
-from tests.faults.conftest import ExecLog, wait_for
+from tests.conftest import ROOT, count, run_cli, wait_for
+from tests.faults.conftest import ExecLog
 
 TICKS_PER_MINUTE = 3
 

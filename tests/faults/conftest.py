@@ -11,7 +11,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,19 +25,7 @@ from tests.conftest import jobrunner_process
 HANDLERS = "tests.handlers.faults"
 
 
-# -- waiting ---------------------------------------------------------------
-
-
-def wait_for(predicate: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
-    """Poll until `predicate()` is truthy; the timeout only bounds a hung test."""
-    until = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > until:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
+# -- the database clock -------------------------------------------------------
 
 
 def db_now(conn: psycopg.Connection[Any]) -> datetime:

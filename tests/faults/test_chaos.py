@@ -21,8 +21,8 @@ import pytest
 import tests.handlers.faults  # noqa: F401 - registers the fault handlers in this process too
 from cronjob import store
 from cronjob.api import new_run
-from tests.conftest import count, effect_table, run_cli
-from tests.faults.conftest import db_now, wait_for
+from tests.conftest import count, effect_table, run_cli, wait_for
+from tests.faults.conftest import db_now
 from tests.test_lifecycle import tick
 
 ARGS = ("--concurrency", "4", "--batch-size", "10")

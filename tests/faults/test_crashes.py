@@ -12,8 +12,8 @@ from datetime import timedelta
 import tests.handlers.faults  # noqa: F401 - registers the fault handlers in this process too
 from cronjob import store
 from cronjob.api import enqueue, new_run
-from tests.conftest import count, run_cli
-from tests.faults.conftest import db_now, wait_for
+from tests.conftest import count, run_cli, wait_for
+from tests.faults.conftest import db_now
 from tests.test_lifecycle import tick
 
 

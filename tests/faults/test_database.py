@@ -13,8 +13,8 @@ import tests.handlers.faults  # noqa: F401 - registers the fault handlers in thi
 from cronjob import store
 from cronjob.api import enqueue
 from cronjob.db import connect
-from tests.conftest import count, jobrunner_process
-from tests.faults.conftest import db_now, wait_for
+from tests.conftest import count, jobrunner_process, wait_for
+from tests.faults.conftest import db_now
 from tests.test_lifecycle import tick
 
 

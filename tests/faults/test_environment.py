@@ -13,8 +13,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from cronjob import store
-from tests.conftest import ROOT, count
-from tests.faults.conftest import HANDLERS, wait_for
+from tests.conftest import ROOT, count, wait_for
+from tests.faults.conftest import HANDLERS
 
 FAKETIME = shutil.which("faketime")
 

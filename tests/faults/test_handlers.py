@@ -11,8 +11,7 @@ import pytest
 import tests.handlers.faults  # noqa: F401 - registers the fault handlers in this process too
 from cronjob import store
 from cronjob.api import enqueue
-from tests.conftest import count, jobrunner_process, run_cli
-from tests.faults.conftest import wait_for
+from tests.conftest import count, jobrunner_process, run_cli, wait_for
 from tests.test_lifecycle import tick
 
 

@@ -7,8 +7,7 @@ import signal
 
 from cronjob import store
 from cronjob.api import enqueue
-from tests.conftest import count, run_cli
-from tests.faults.conftest import wait_for
+from tests.conftest import count, run_cli, wait_for
 
 
 def _started(exec_log, ids: list[int], n: int) -> bool:
