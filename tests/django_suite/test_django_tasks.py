@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -132,6 +133,132 @@ def test_a_failing_tasks_errors_come_from_its_attempts(project: str) -> None:
     assert len(result.worker_ids) == 2
     with pytest.raises(ValueError, match="failed"):
         result.return_value  # noqa: B018
+
+
+@pytest.fixture
+def signalled() -> Iterator[list[tuple[str, Any, Any]]]:
+    """What Django's task_started and task_finished were sent, in order."""
+    from django.tasks.signals import task_finished, task_started
+
+    sent: list[tuple[str, Any, Any]] = []
+
+    def started(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        sent.append(("started", sender, task_result))
+
+    def finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        sent.append(("finished", sender, task_result))
+
+    task_started.connect(started, weak=False)
+    task_finished.connect(finished, weak=False)
+    yield sent
+    task_started.disconnect(started)
+    task_finished.disconnect(finished)
+
+
+def test_a_tick_sends_task_started_then_task_finished_with_the_return_value(
+    project: str, signalled: list[tuple[str, Any, Any]]
+) -> None:
+    from shop.tasks import add
+
+    from cronjob.django import JobrunnerBackend
+
+    result = add.enqueue(2, 3)
+    tick(project)
+    assert [(name, sender, r.id, r.status) for name, sender, r in signalled] == [
+        ("started", JobrunnerBackend, result.id, TaskResultStatus.RUNNING),
+        ("finished", JobrunnerBackend, result.id, TaskResultStatus.SUCCESSFUL),
+    ]
+    started, finished = signalled[0][2], signalled[1][2]
+    assert started.attempts == 1 and started.args == [2, 3]
+    assert finished.return_value == 5 and finished.finished_at is not None
+    assert finished.worker_ids == add.get_result(result.id).worker_ids
+
+
+def test_an_async_task_sends_task_started_and_task_finished_too(
+    project: str, signalled: list[tuple[str, Any, Any]]
+) -> None:
+    from shop.tasks import attempt_number_async
+
+    attempt_number_async.enqueue()
+    tick(project)
+    assert [(name, r.status) for name, _, r in signalled] == [
+        ("started", TaskResultStatus.RUNNING),
+        ("finished", TaskResultStatus.SUCCESSFUL),
+    ]
+    assert signalled[1][2].return_value == 1
+
+
+def test_a_failed_attempt_finishes_ready_for_its_retry_and_the_last_one_failed(
+    project: str, signalled: list[tuple[str, Any, Any]]
+) -> None:
+    from shop.tasks import explode
+
+    result = explode.enqueue("boom")
+    tick(project)
+    tick(project, now=db_now(project) + HOUR)
+    assert [(name, r.status) for name, _, r in signalled] == [
+        ("started", TaskResultStatus.RUNNING),
+        ("finished", TaskResultStatus.READY),  # as get_result() reads a run due for a retry
+        ("started", TaskResultStatus.RUNNING),
+        ("finished", TaskResultStatus.FAILED),
+    ]
+    failed, read = signalled[-1][2], explode.get_result(result.id)
+    assert failed.errors[-1].exception_class is ValueError and "boom" in failed.errors[-1].traceback
+    assert failed.errors[0] == read.errors[0]  # the first attempt's, as recorded
+    assert [e.exception_class_path for e in failed.errors] == [
+        e.exception_class_path for e in read.errors
+    ]
+    with pytest.raises(ValueError, match="failed"):
+        failed.return_value  # noqa: B018
+
+
+def test_an_atomic_tasks_task_finished_comes_once_its_writes_committed(project: str) -> None:
+    from django.tasks.signals import task_finished
+    from shop.tasks import place_order
+
+    seen = []
+
+    def finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        # Read on a connection of its own: only what has committed shows.
+        run = rows(project, "SELECT status FROM job_runs WHERE id = %s", int(task_result.id))
+        seen.append((task_result.status, rows(project, "SELECT ref FROM shop_order"), run))
+
+    task_finished.connect(finished, weak=False)
+    try:
+        place_order.enqueue("A-1")
+        tick(project)
+    finally:
+        task_finished.disconnect(finished)
+    assert seen == [(TaskResultStatus.SUCCESSFUL, [("A-1",)], [("succeeded",)])]
+
+
+def test_a_receiver_that_raises_changes_no_outcome(
+    project: str, signalled: list[tuple[str, Any, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from django.tasks.signals import task_finished, task_started
+    from shop.models import Order
+    from shop.tasks import add, explode, place_order
+
+    def broken(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        raise RuntimeError("a receiver's bug")
+
+    task_started.connect(broken, weak=False)
+    task_finished.connect(broken, weak=False)
+    try:
+        plain = add.enqueue(1, 2)
+        atomic = place_order.enqueue("C-1")
+        failing = explode.enqueue("boom")
+        report = tick(project)
+    finally:
+        task_started.disconnect(broken)
+        task_finished.disconnect(broken)
+    assert (report.succeeded, report.failed) == (2, 1)
+    assert add.get_result(plain.id).return_value == 3
+    assert place_order.get_result(atomic.id).return_value == "C-1"
+    assert list(Order.objects.values_list("ref", flat=True)) == ["C-1"]
+    assert [e.exception_class for e in explode.get_result(failing.id).errors] == [ValueError]
+    assert [name for name, _, _ in signalled] == ["started", "finished"] * 3  # the others still
+    assert capsys.readouterr().err.count("task signal receiver failed") == 6
 
 
 def test_a_deferred_task_waits_for_its_time(project: str) -> None:
