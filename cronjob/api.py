@@ -16,7 +16,7 @@ from cronjob.inputs import (
     parse_duration,
     parse_int,
     parse_integer,
-    parse_positive_int,
+    parse_max_attempts,
 )
 from cronjob.store import NewRun, runs_insert_many
 
@@ -53,9 +53,7 @@ def new_run(
             max_length=MAX_IDEMPOTENCY_KEY_BYTES,
             max_bytes=MAX_IDEMPOTENCY_KEY_BYTES,
         ),
-        max_attempts=None
-        if max_attempts is None
-        else parse_positive_int(max_attempts, what="max attempts", maximum=1000),
+        max_attempts=None if max_attempts is None else parse_max_attempts(max_attempts),
         priority=None if priority is None else parse_int(priority, what="priority"),
         tenant_id=None
         if tenant_id is None

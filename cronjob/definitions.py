@@ -21,6 +21,7 @@ from cronjob.inputs import (
     clip_line,
     excerpt,
     parse_int,
+    parse_max_attempts,
     parse_positive_int,
 )
 from cronjob.locks import DEFAULT_LOCK_WAIT
@@ -30,7 +31,6 @@ SCOPES = ("global", "tenant")
 CATCH_UP_POLICIES = ("latest", "all", "none")  # as in cronjob.schedule, without importing it
 OVERLAP_POLICIES = ("allow", "skip", "queue")
 MAX_CATCH_UP_LIMIT = 10000
-MAX_ATTEMPTS_LIMIT = 1000
 # A schedule file is read no further than this: thousands of definitions fit in it.
 MAX_FILE_BYTES = 10_000_000
 
@@ -118,9 +118,7 @@ def definition_spec(
         timezone=timezone,
         payload=check_payload({} if payload is None else payload),
         scope=scope,
-        max_attempts=None
-        if max_attempts is None
-        else parse_positive_int(max_attempts, what="max attempts", maximum=MAX_ATTEMPTS_LIMIT),
+        max_attempts=None if max_attempts is None else parse_max_attempts(max_attempts),
         priority=0 if priority is None else parse_int(priority, what="priority"),
         catch_up=catch_up,
         catch_up_limit=DEFAULT_CATCH_UP_LIMIT

@@ -9,7 +9,7 @@ from inspect import CO_COROUTINE
 from typing import Any
 
 from cronjob.errors import BadInput, HandlerImportError
-from cronjob.inputs import parse_duration
+from cronjob.inputs import excerpt, parse_duration, parse_max_attempts
 
 DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_LEASE = 120.0
@@ -80,21 +80,42 @@ def handler(
     """Register `func(ctx, payload)` as the handler for `job_type`."""
     if not isinstance(job_type, str) or not job_type.strip():
         raise ValueError("job type must be a non-empty string")
-    if not isinstance(max_attempts, int) or max_attempts < 1:
-        raise ValueError(f"max_attempts for {job_type!r} must be a positive integer")
-    spec_backoff = Backoff.of(backoff)
-    spec_lease = parse_duration(lease, what="lease")
-    if spec_lease < 1:
-        raise ValueError(f"lease for {job_type!r} must be at least 1s")
-    spec_timeout = None if timeout is None else parse_duration(timeout, what="timeout")
+    try:
+        options = handler_options(
+            max_attempts=max_attempts, backoff=backoff, lease=lease, timeout=timeout
+        )
+    except BadInput as exc:
+        raise BadInput(f"handler {job_type[:200]!r}: {exc}") from None
 
     def register(func: Callable[..., Any]) -> Callable[..., Any]:
-        _registry[job_type] = HandlerSpec(
-            job_type, func, max_attempts, spec_backoff, spec_lease, spec_timeout
-        )
+        _registry[job_type] = HandlerSpec(job_type, func, **options)
         return func
 
     return register
+
+
+def handler_options(
+    *,
+    max_attempts: Any = None,
+    backoff: Any = None,
+    lease: Any = None,
+    timeout: Any = None,
+) -> dict[str, Any]:
+    """A handler's options, checked as every door checks them (`@handler`, a Django task's
+    own options), by HandlerSpec's field names; those given as None are left out, so
+    HandlerSpec's defaults stand. Raises BadInput naming the first bad one."""
+    options: dict[str, Any] = {}
+    if max_attempts is not None:
+        options["max_attempts"] = parse_max_attempts(max_attempts, what="max_attempts")
+    if backoff is not None:
+        options["backoff"] = Backoff.of(backoff)
+    if lease is not None:
+        options["lease"] = parse_duration(lease, what="lease")
+        if options["lease"] < 1:
+            raise BadInput(f"invalid lease {excerpt(lease)}: must be at least 1s")
+    if timeout is not None:
+        options["timeout"] = parse_duration(timeout, what="timeout")
+    return options
 
 
 def is_coroutine_function(func: Any) -> bool:

@@ -25,6 +25,10 @@ MAX_ID = 2**63 - 1
 # An idempotency key is checked in bytes before the database sees it: its unique index
 # holds keys of at most 2704 bytes and refuses a longer one with an obscure error.
 MAX_IDEMPOTENCY_KEY_BYTES = 1000
+# The most attempts a run may have, whoever asks: a handler, a Django task, a run enqueued,
+# a schedule. Enough for any retry policy with backoff; the claim passes handlers' budgets
+# as PostgreSQL integers, which a larger number would not fit.
+MAX_ATTEMPTS = 1000
 # What a bad value shown in an error message is clipped to.
 EXCERPT_CHARS = 80
 # The times jobrunner stores from its users: wide enough for any real schedule, narrow
@@ -181,6 +185,10 @@ def parse_count(value: Any, *, what: str, maximum: int = 2**31 - 1) -> int:
 
 def parse_positive_int(value: Any, *, what: str, maximum: int = 2**31 - 1) -> int:
     return parse_integer(value, what=what, low=1, high=maximum)
+
+
+def parse_max_attempts(value: Any, *, what: str = "max attempts") -> int:
+    return parse_integer(value, what=what, low=1, high=MAX_ATTEMPTS)
 
 
 def parse_int(value: Any, *, what: str) -> int:

@@ -127,6 +127,25 @@ def test_the_python_api_refuses_an_idempotency_key_over_1000_bytes_and_takes_100
     assert enqueue(conn, "t", idempotency_key="é" * 500) == first
 
 
+@pytest.mark.parametrize("door", ["@handler", "enqueue", "schedule"])
+def test_every_door_takes_1000_attempts_and_refuses_1001(door, fresh_registry):
+    from cronjob.api import new_run
+    from cronjob.definitions import definition_spec
+    from cronjob.errors import BadInput
+    from cronjob.handlers import handler
+
+    def ask(attempts: int) -> object:
+        if door == "@handler":
+            return handler("t", max_attempts=attempts)(lambda ctx, payload: None)
+        if door == "enqueue":
+            return new_run("t", max_attempts=attempts)
+        return definition_spec("s", cron="* * * * *", job_type="t", max_attempts=attempts)
+
+    ask(1000)
+    with pytest.raises(BadInput, match="1001: expected an integer from 1 to 1000"):
+        ask(1001)
+
+
 # -- 3: ids and counts in ASCII digits --------------------------------------------------------
 
 

@@ -103,10 +103,10 @@ class JobrunnerBackend(BaseTaskBackend):
 
     def validate_task(self, task: Task) -> None:
         super().validate_task(task)
-        from cronjob.django.runner import handler_options
+        from cronjob.django.runner import task_options
 
         try:
-            handler_options(task)
+            task_options(task)
         except (BadInput, ValueError) as exc:
             raise InvalidTask(f"{task.module_path}: {exc}") from None
 
@@ -148,7 +148,7 @@ def _new_run(task: Task, args: Any, kwargs: Any) -> Any:
     from django.utils.json import normalize_json
 
     from cronjob.api import new_run
-    from cronjob.django.runner import handler_options
+    from cronjob.django.runner import task_options
 
     run_after = task.run_after
     if run_after is not None and not settings.USE_TZ and timezone.is_naive(run_after):
@@ -163,7 +163,7 @@ def _new_run(task: Task, args: Any, kwargs: Any) -> Any:
         run_at=run_after,
         # Django runs larger priorities first; jobrunner claims smaller numbers first.
         priority=-task.priority,
-        max_attempts=handler_options(task).get("max_attempts"),
+        max_attempts=task_options(task).get("max_attempts"),
     )
     return dataclasses.replace(run, queue=task.queue_name)
 

@@ -17,28 +17,18 @@ from cronjob.django.connection import ServerBinding, backend_options, database_a
 from cronjob.handlers import Fail, HandlerSpec, is_coroutine_function, registry
 
 
-def handler_options(task: Any) -> dict[str, Any]:
-    """The task's own retry options, checked, as @handler takes them (unset ones left out)."""
-    from cronjob.handlers import Backoff
-    from cronjob.inputs import parse_duration, parse_positive_int
+def task_options(task: Any) -> dict[str, Any]:
+    """The task's own retry options, checked as @handler checks them (unset ones left out)."""
+    from cronjob.handlers import handler_options
 
-    options: dict[str, Any] = {}
-    if getattr(task, "max_attempts", None) is not None:
-        options["max_attempts"] = parse_positive_int(
-            task.max_attempts, what="max_attempts", maximum=1000
-        )
-    if getattr(task, "backoff", None) is not None:
-        options["backoff"] = Backoff.of(task.backoff)
-    if getattr(task, "lease", None) is not None:
-        lease = parse_duration(task.lease, what="lease")
-        if lease < 1:
-            raise ValueError("lease must be at least 1s")
-        options["lease"] = lease
-    if getattr(task, "timeout", None) is not None:
-        options["timeout"] = parse_duration(task.timeout, what="timeout")
     if getattr(task, "atomic", False) and is_coroutine_function(task.func):
         raise ValueError("atomic=True needs a plain def task: Django's ORM transactions are sync")
-    return options
+    return handler_options(
+        max_attempts=getattr(task, "max_attempts", None),
+        backoff=getattr(task, "backoff", None),
+        lease=getattr(task, "lease", None),
+        timeout=getattr(task, "timeout", None),
+    )
 
 
 def register_tasks(conn: Any, queues: Sequence[str] | None) -> list[str]:
@@ -94,7 +84,7 @@ def task_handler(task: Any) -> HandlerSpec:
 
     Each attempt sends Django's task_started and task_finished (cronjob.django.signals).
     """
-    options = handler_options(task)
+    options = task_options(task)
     if is_coroutine_function(task.func):
 
         async def run_async(ctx: Any, payload: Any) -> None:

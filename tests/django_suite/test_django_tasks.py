@@ -417,6 +417,48 @@ def test_bad_inputs_are_refused(project: str) -> None:
     assert "too large" in result.errors[0].traceback
 
 
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"max_attempts": 0}, "invalid max_attempts 0: expected an integer from 1 to 1000"),
+        ({"max_attempts": 1001}, "invalid max_attempts 1001: expected an integer from 1 to 1000"),
+        ({"lease": "500ms"}, "invalid lease '500ms': must be at least 1s"),
+        ({"timeout": "soon"}, "invalid timeout 'soon': expected a number with an optional unit"),
+    ],
+)
+def test_a_task_and_a_handler_refuse_the_same_options_alike(
+    options: dict[str, Any], message: str, fresh_registry: dict[str, Any]
+) -> None:
+    from shop.tasks import add
+
+    from cronjob import handler
+    from cronjob.django import task as jobrunner_task
+    from cronjob.errors import BadInput
+
+    with pytest.raises(InvalidTask) as task_refused:
+        jobrunner_task(**options)(add.func)
+    with pytest.raises(BadInput) as handler_refused:
+        handler("shop.refused", **options)
+    assert str(task_refused.value).startswith(f"shop.tasks.add: {message}")
+    assert str(handler_refused.value).startswith(f"handler 'shop.refused': {message}")
+
+
+def test_a_task_and_a_handler_take_the_same_most_attempts(
+    project: str, fresh_registry: dict[str, Any]
+) -> None:
+    from shop.tasks import add
+
+    from cronjob import handler
+    from cronjob.django import task as jobrunner_task
+
+    handler("shop.patient", max_attempts=1000)(add.func)
+    result = jobrunner_task(max_attempts=1000)(add.func).enqueue(1, 2)
+    assert fresh_registry["shop.patient"].max_attempts == 1000
+    assert rows(project, "SELECT max_attempts FROM job_runs WHERE id = %s", int(result.id)) == [
+        (1000,)
+    ]
+
+
 def test_the_database_comes_from_django_settings_and_its_password_stays_hidden(
     project: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
