@@ -90,7 +90,10 @@ def test_without_django_installed_its_settings_variable_is_ignored_with_a_word(
         pytest.skip("Django is installed here; the Django suite covers this case")
     env = {"DJANGO_SETTINGS_MODULE": "project.settings", "DATABASE_URL": db_url}
     assert run_cli("status", env=env).exit_code == 0  # DATABASE_URL, as without Django
-    for args in (["sync"], ["tick", "--queues", "emails"]):
+    for args, what in [
+        (["sync"], "sync reads Django's settings"),
+        (["tick", "--queues", "emails"], "--queues selects Django tasks"),
+    ]:
         result = run_cli(*args, env=env)
         assert result.exit_code == 2
-        assert "needs Django installed and DJANGO_SETTINGS_MODULE set" in result.stderr
+        assert f"{what}: it needs Django installed and DJANGO_SETTINGS_MODULE set" in result.stderr

@@ -75,3 +75,23 @@ def load_handlers(settings: Settings) -> None:
     from cronjob.handlers import load_handler_modules
 
     load_handler_modules(list(settings.handler_modules))
+
+
+def django_setup(needed_for: str | None = None) -> bool:
+    """Set Django up if this is a Django project's command (Django installed and
+    DJANGO_SETTINGS_MODULE set); False if it is not. `needed_for` says what of the command
+    needs one, and makes a missing project BadInput saying so."""
+    from cronjob.db import django_project
+
+    if not django_project():
+        if needed_for:
+            from cronjob.errors import BadInput
+
+            raise BadInput(
+                f"{needed_for}: it needs Django installed and DJANGO_SETTINGS_MODULE set"
+            )
+        return False
+    from cronjob.django.connection import setup
+
+    setup()
+    return True

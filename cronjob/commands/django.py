@@ -23,16 +23,10 @@ def sync(
     `jobrunner schedule sync` applies a file: upserted by name, checked whole before
     anything is written. A deploy step, next to `manage.py migrate`.
     """
+    from cronjob.commands import django_setup
     from cronjob.commands.schedule import apply_sync
-    from cronjob.db import django_project
-    from cronjob.django.connection import setup
-    from cronjob.errors import BadInput
 
-    if not django_project():
-        raise BadInput(
-            "sync reads Django's settings: it needs Django installed and DJANGO_SETTINGS_MODULE set"
-        )
-    setup()
+    django_setup("sync reads Django's settings")
     from cronjob.django.runner import schedule_specs
 
     apply_sync(

@@ -137,7 +137,7 @@ def tick(
     --grace, hand back the rest (due again, attempt not counted), exit 0.
     """
     from cronjob import log
-    from cronjob.commands import load_handlers, open_database
+    from cronjob.commands import django_setup, load_handlers, open_database
     from cronjob.errors import ConnectionLost
     from cronjob.handlers import require_types
     from cronjob.inputs import comma_list
@@ -149,7 +149,8 @@ def tick(
 
         metrics_path = textfile_path(metrics_textfile)
     settings = Settings.build(database_url, handlers, tenants_sql)
-    django = _django_project(queues)
+    # A Django project's tick runs its tasks; --queues selects some of them, so needs one.
+    django = django_setup("--queues selects Django tasks" if queues else None)
     load_handlers(settings)
     # Checked before connecting; a Django tick first learns which tasks have runs waiting.
     specs = None if django else require_types(comma_list(types) or None)
@@ -185,22 +186,3 @@ def tick(
         from cronjob.materialize import describe_problems
 
         raise ScheduleProblems(describe_problems(report.problems))
-
-
-def _django_project(queues: str | None) -> bool:
-    """Set Django up when this is a Django project's tick (DJANGO_SETTINGS_MODULE set)."""
-    from cronjob.db import django_project
-
-    if not django_project():
-        if queues:
-            from cronjob.errors import BadInput
-
-            raise BadInput(
-                "--queues selects Django tasks: it needs Django installed and"
-                " DJANGO_SETTINGS_MODULE set"
-            )
-        return False
-    from cronjob.django.connection import setup
-
-    setup()
-    return True
