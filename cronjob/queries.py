@@ -257,6 +257,21 @@ WHERE r.status = 'running' AND r.lease_token = %(token)s
 RETURNING r.id
 """
 
+# Which decisions a claim whose answer was lost wrote with it: each run still as its decision
+# left it, in the attempt the claim held. Later changes show in the attempt number, the
+# status, or who finished it: a rescue records no finisher and its own error type, a retry
+# or a cancel another status.
+RUNS_LIST_DECIDED = """
+SELECT r.id
+FROM job_runs r
+JOIN unnest(%(ids)b::bigint[], %(attempts)b::int[], %(statuses)b::text[],
+            %(error_types)b::text[]) AS d(id, attempt, status, error_type) ON d.id = r.id
+WHERE r.id = ANY(%(ids)b::bigint[])
+  AND r.attempts = d.attempt AND r.status = d.status AND r.lease_token IS NULL
+  AND CASE WHEN d.status = 'failed' THEN r.error_type = d.error_type
+           ELSE r.finished_by = %(worker)s END
+"""
+
 # Crash recovery: a running run whose lease expired lost its worker. The lost
 # attempt is recorded, and the run is due again or, out of attempts, dead.
 RUNS_RESCUE_MANY = f"""

@@ -203,3 +203,68 @@ def test_decisions_carried_by_a_claim_whose_answer_was_lost_are_counted_as_writt
     assert report.lost == 0  # and counted so, not as a lease lost
     assert report.succeeded == sum(s == "succeeded" for s in statuses.values())
     assert report.handed_back == 1 and set(statuses.values()) == {"succeeded", "queued"}
+
+
+def test_decisions_carried_by_a_lost_claim_of_an_empty_queue_are_counted_as_written(
+    db_url, conn, monkeypatch
+):
+    # The claim that carries the last outcome finds the queue empty, so no run is found
+    # under its token: the run the outcome wrote is what shows that the commit landed.
+    from cronjob import store as the_store
+
+    claim = the_store.runs_finalize_and_claim_many
+    lost: list[Any] = []
+
+    def lose_the_answer_of_an_empty_claim_that_carries_decisions(c: Any, *a: Any, **kw: Any) -> Any:
+        kept, runs = claim(c, *a, **kw)
+        if kw["decisions"] and not runs and not lost:
+            lost.append(kw["decisions"])
+            c.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+        return kept, runs
+
+    lose = lose_the_answer_of_an_empty_claim_that_carries_decisions
+    monkeypatch.setattr(the_store, "runs_finalize_and_claim_many", lose)
+    # One run each for two claims of one; the third claim carries the first outcome.
+    ids = [enqueue(conn, "test.ok", {"n": n}) for n in range(2)]
+
+    report = tick(db_url, "test.ok", concurrency=1, batch_size=1)
+
+    [[carried]] = lost
+    statuses = {i: store.run_get(conn, i).status for i in ids}
+    assert statuses[carried.run.id] == "succeeded"
+    assert report.lost == 0  # counted as written, not as a lease lost
+    assert report.succeeded == sum(s == "succeeded" for s in statuses.values())
+    assert set(statuses.values()) <= {"succeeded", "queued"}
+
+
+def test_what_a_lost_claim_wrote_is_told_apart_from_what_happened_to_its_runs_since(db_url, conn):
+    from cronjob import transitions
+    from cronjob.handlers import Backoff
+    from cronjob.models import Errored
+
+    ids = [enqueue(conn, "test.ok", max_attempts=3) for _ in range(5)]
+    held = store.runs_claim_many(
+        conn, job_types=["test.ok"], leases=[60], max_attempts=[3], limit=5, worker="w:1"
+    )
+    wrote, elsewhere, rescued, cancelled, never = held
+    failing = Errored("ValueError", "no", retry_delay=0.0)
+    decisions = [
+        transitions.succeeded(wrote),
+        transitions.succeeded(elsewhere),
+        transitions.decide(rescued, failing, Backoff()),
+        transitions.decide(cancelled, failing, Backoff()),
+        transitions.succeeded(never),
+    ]
+    store.runs_finalize_many(conn, decisions[:1], worker="w:1")
+    # The others changed otherwise: succeeded under another tick, its lease expired and
+    # rescued, cancelled; the last is still running, as if the write never happened.
+    conn.execute("UPDATE job_runs SET status = 'succeeded', finished_at = now(), finished_by ="
+                 " 'w:2', locked_by = NULL, locked_until = NULL, lease_token = NULL"
+                 " WHERE id = %s", (elsewhere.id,))  # fmt: skip
+    store.runs_rescue_many(conn, now=db_now(conn) + timedelta(minutes=2))
+    store.runs_cancel_many(conn, [cancelled.id])
+    conn.execute("UPDATE job_runs SET status = 'running', locked_until = now() + interval '1h',"
+                 " lease_token = gen_random_uuid(), finished_at = NULL WHERE id = %s",
+                 (never.id,))  # fmt: skip
+
+    assert store.runs_list_decided(conn, decisions, worker="w:1") == {ids[0]}

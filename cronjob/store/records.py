@@ -334,6 +334,20 @@ def runs_hand_back_claim(conn: Any, token: UUID, *, now: datetime | None = None)
     return sorted(row[0] for row in rows)
 
 
+def runs_list_decided(conn: Any, decisions: Sequence[Decision], *, worker: str) -> set[int]:
+    """The runs of `decisions` that are as those decisions, written by `worker`, left them."""
+    if not decisions:
+        return set()
+    rows = conn.execute(queries.RUNS_LIST_DECIDED, {
+        "ids": [d.run.id for d in decisions],
+        "attempts": [d.run.attempt for d in decisions],
+        "statuses": [d.status.value for d in decisions],
+        "error_types": [d.error.error_type if d.error else None for d in decisions],
+        "worker": worker,
+    })  # fmt: skip
+    return {row[0] for row in rows.fetchall()}
+
+
 def runs_rescue_many(conn: Any, *, limit: int = 1000, now: datetime | None = None) -> list[int]:
     rows = conn.execute(queries.RUNS_RESCUE_MANY, {"limit": limit, "now": now}).fetchall()
     return [row[0] for row in rows]

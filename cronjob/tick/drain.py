@@ -122,20 +122,28 @@ class Drain:
     def _recover_claim(self, token: UUID, carried: int) -> None:
         """Hand back what a failed claim holds, if its commit took effect after all.
 
-        Runs found under its token prove the commit landed, and with it the decisions it
-        carried. Finding none proves nothing when the old connection may still be
-        committing: the token is tried once more at the end of the drain.
+        Runs found under its token, or runs of the decisions it carried found as those
+        decisions left them, prove the commit landed (a claim of an empty queue holds no
+        runs). Finding neither proves nothing when the old connection may still be
+        committing: the token is tried once more at the end of the drain, and the
+        decisions, fenced, are written again.
         """
-        try:
+        held: list[int] = []
+        with contextlib.suppress(StatementFailed):
             held = self.leases.hand_back_claim(self.connection, token)
-        except StatementFailed:
-            held = []
-        if not held:
+        found: set[int] | None = None  # the carried decisions found written; None: not known
+        if carried:
+            with contextlib.suppress(StatementFailed):
+                found = self.connection.run("check", self.producer.written_check(carried))
+        if not held and not found:
             self._lost_claims.append(token)
             return
         written = self.producer.written_after_all(carried)
-        self.tally.finalized(written, {d.run.id for d in written})
-        self.tally.claim_recovered(held)
+        # Landed, and the check failed: as a rule, every decision it carried was written.
+        kept = found if found is not None else {d.run.id for d in written}
+        self.tally.finalized(written, kept)
+        if held:
+            self.tally.claim_recovered(held)
 
     def _recover_lost_claims(self) -> None:
         for token in self._lost_claims:

@@ -147,6 +147,12 @@ class Producer:
         (carried, _limit, token), self._sent = self._sent, None
         return token, carried
 
+    def written_check(self, carried: int) -> Finalize:
+        """The statement that finds which of the `carried` oldest decisions a claim whose
+        answer was lost wrote: the ids it returns are those."""
+        return partial(store.runs_list_decided, decisions=self.decisions[:carried],
+                       worker=self._worker)  # fmt: skip
+
     def written_after_all(self, carried: int) -> list[Decision]:
         """A claim committed, its answer lost or not: the `carried` oldest decisions are written."""
         written, self.decisions = self.decisions[:carried], self.decisions[carried:]
