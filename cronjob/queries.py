@@ -1013,8 +1013,7 @@ TASK_RESULT_GET = """
 SELECT r.id, r.job_type, r.payload::text AS payload, r.status, r.priority, r.queue,
        r.run_at, r.created_at, r.started_at, r.finished_at, r.locked_by, r.finished_by,
        r.return_value::text AS return_value,
-       coalesce(a.attempts, '[]') AS attempts,
-       statement_timestamp() AS read_at
+       coalesce(a.attempts, '[]') AS attempts
 FROM job_runs r
 LEFT JOIN LATERAL (
     SELECT json_agg(json_build_object(

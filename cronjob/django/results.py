@@ -15,8 +15,6 @@ from django.utils.dateparse import parse_datetime
 from django.utils.module_loading import import_string
 
 if TYPE_CHECKING:
-    from datetime import datetime
-
     from cronjob.models import Errored
 
 # A run waiting for a retry is, to Django, ready to run again.
@@ -90,11 +88,15 @@ def task_result(row: dict[str, Any], backend_alias: str) -> TaskResult:
 
 
 def attempt_ended(
-    started: TaskResult, status: str, error: Errored | None, ended_at: datetime, value: Any = None
+    started: TaskResult, status: str, error: Errored | None, value: Any = None
 ) -> TaskResult:
-    """`started`, the run as its attempt began, once the attempt is over at `ended_at`: as
-    `task_result` will read the run when the tick has recorded `status` (a run's) and `error`
-    for it."""
+    """`started`, the run as its attempt began, once the attempt is over: as `task_result`
+    will read the run when the tick has recorded `status` (a run's) and `error` for it.
+
+    finished_at is the moment as Django's own backends give it, this host's; the run's
+    own, from the database clock, is what get_result() reads later.
+    """
+    from django.utils import timezone
     from django.utils.json import normalize_json
 
     django_status = STATUSES[status]
@@ -106,7 +108,7 @@ def attempt_ended(
     ended = dataclasses.replace(
         started,
         status=django_status,
-        finished_at=ended_at if finished else None,
+        finished_at=timezone.now() if finished else None,
         errors=errors,
     )
     if django_status == TaskResultStatus.SUCCESSFUL and value is not None:

@@ -28,8 +28,6 @@ bug must not fail tasks that succeeded.)
 
 from __future__ import annotations
 
-import time
-from datetime import timedelta
 from typing import Any
 
 from cronjob.context import JobContext, LeaseLost
@@ -49,9 +47,6 @@ class TaskAttempt:
 
         self.task = task
         self.result = task_result(row, task.backend)  # RUNNING: the run as it starts
-        # The database clock, read with the run, carried forward by this host's steady
-        # clock: the attempt's end as the run's own times are told, without asking again.
-        self._read_at, self._read_when = row["read_at"], time.monotonic()
         self._ctx = ctx
         self._outcome: Outcome = Succeeded()
         self._value: Any = None
@@ -129,8 +124,7 @@ class TaskAttempt:
         # Failed or dead as the tick decides it (only the status is read, not the delay).
         status = transitions.decide(self._ctx._run, outcome, Backoff()).status
         error = outcome if isinstance(outcome, Errored) else None
-        ended_at = self._read_at + timedelta(seconds=time.monotonic() - self._read_when)
-        return attempt_ended(self.result, status.value, error, ended_at, self._value)
+        return attempt_ended(self.result, status.value, error, self._value)
 
     def _send(self, name: str, result: Any) -> None:
         from django.tasks import signals
