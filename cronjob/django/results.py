@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import dataclasses
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.tasks import Task, TaskResult, TaskResultStatus
 from django.tasks.base import TaskError
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.utils.dateparse import parse_datetime
 from django.utils.module_loading import import_string
-
-if TYPE_CHECKING:
-    from cronjob.models import Errored
 
 # A run waiting for a retry is, to Django, ready to run again.
 STATUSES = {
@@ -85,35 +81,6 @@ def task_result(row: dict[str, Any], backend_alias: str) -> TaskResult:
     if row["return_value"] is not None:
         object.__setattr__(result, "_return_value", json.loads(row["return_value"]))
     return result
-
-
-def attempt_ended(
-    started: TaskResult, status: str, error: Errored | None, value: Any = None
-) -> TaskResult:
-    """`started`, the run as its attempt began, once the attempt is over: as `task_result`
-    will read the run when the tick has recorded `status` (a run's) and `error` for it.
-
-    finished_at is the moment as Django's own backends give it, this host's; the run's
-    own, from the database clock, is what get_result() reads later.
-    """
-    from django.utils import timezone
-    from django.utils.json import normalize_json
-
-    django_status = STATUSES[status]
-    errors = list(started.errors)
-    if error is not None:
-        recorded = {"error_type": error.error_type, "message": error.message}
-        errors.append(_error({**recorded, "traceback": error.traceback}))
-    finished = django_status in (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
-    ended = dataclasses.replace(
-        started,
-        status=django_status,
-        finished_at=timezone.now() if finished else None,
-        errors=errors,
-    )
-    if django_status == TaskResultStatus.SUCCESSFUL and value is not None:
-        object.__setattr__(ended, "_return_value", normalize_json(value))
-    return ended
 
 
 def _workers(row: dict[str, Any], attempts: list[dict[str, Any]]) -> list[str]:

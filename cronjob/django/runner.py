@@ -80,90 +80,32 @@ def importable_task(job_type: str) -> Any:
 
 
 def task_handler(task: Any) -> HandlerSpec:
-    """A handler running `task` with the run's args and kwargs, storing what it returns.
-
-    Each attempt sends Django's task_started and task_finished (cronjob.django.signals).
-    """
+    """A handler running `task` with the run's args and kwargs, storing what it returns."""
     options = task_options(task)
     if is_coroutine_function(task.func):
 
         async def run_async(ctx: Any, payload: Any) -> None:
-            await _attempt_async(task, ctx, payload)
+            args, kwargs = _arguments(payload)
+            value = await task.func(*await _context_async(task, ctx), *args, **kwargs)
+            await _store_return_value_async(task, ctx, value)
 
         func: Callable[..., Any] = run_async
-    elif getattr(task, "atomic", False):
-
-        def run_atomic(ctx: JobContext, payload: Any) -> None:
-            _attempt_atomic(task, ctx, payload)
-
-        func = run_atomic
     else:
 
         def run(ctx: JobContext, payload: Any) -> None:
-            _attempt(task, ctx, payload)
+            if getattr(task, "atomic", False):
+                join_django_transaction(ctx)  # ends with the transaction
+                _run(task, ctx, payload)
+                return
+            _fresh_connections()
+            try:
+                _run(task, ctx, payload)
+            finally:
+                _end_of_task()
 
         func = run
     # The task's options bear HandlerSpec's field names; unset ones keep its defaults.
     return HandlerSpec(task.module_path, func, **options)
-
-
-def _attempt(task: Any, ctx: JobContext, payload: Any) -> None:
-    from cronjob.django.signals import TaskAttempt
-
-    args, kwargs = _arguments(payload)
-    _fresh_connections()
-    try:
-        attempt = TaskAttempt.start(task, ctx)
-        try:
-            _call(task, ctx, attempt, args, kwargs)
-        except BaseException as exc:
-            attempt.raised(exc)
-            attempt.finish()  # in the except clause, as Django sends it: receivers see exc_info
-            raise
-        attempt.finish()
-    finally:
-        _end_of_task()
-
-
-def _attempt_atomic(task: Any, ctx: JobContext, payload: Any) -> None:
-    """As `_attempt`, inside a transaction on Django's connection, ended by the tick: it
-    commits the run's success with the task's writes, or rolls them back."""
-    from cronjob.django.signals import TaskAttempt
-
-    args, kwargs = _arguments(payload)
-    _fresh_connections()
-    attempt = None
-    try:
-        # Both signals are sent outside the transaction: see cronjob.django.signals.
-        attempt = TaskAttempt.start(task, ctx)
-        _open_transaction(ctx, ended=attempt.ended)
-        _call(task, ctx, attempt, args, kwargs)
-    except BaseException as exc:
-        if attempt is not None:
-            attempt.raised(exc)
-        if not ctx.used_db:  # no transaction took the attempt over: it ends here
-            try:
-                if attempt is not None:
-                    attempt.finish()
-            finally:
-                _end_of_task()
-        raise
-
-
-async def _attempt_async(task: Any, ctx: Any, payload: Any) -> None:
-    from cronjob.django.signals import TaskAttempt
-
-    args, kwargs = _arguments(payload)
-    attempt = await TaskAttempt.start_async(task, ctx)
-    try:
-        value = await task.func(*_context(task, attempt), *args, **kwargs)
-        await _store_return_value_async(task, ctx, value)
-        attempt.returned(value)
-    except BaseException as exc:
-        attempt.raised(exc)
-        await attempt.finish_async()
-        raise
-    await attempt.finish_async()
 
 
 def _fresh_connections() -> None:
@@ -190,12 +132,10 @@ def _end_of_task() -> None:
     close_old_connections()
 
 
-def _call(
-    task: Any, ctx: JobContext, attempt: Any, args: list[Any], kwargs: dict[str, Any]
-) -> None:
-    value = task.func(*_context(task, attempt), *args, **kwargs)
+def _run(task: Any, ctx: JobContext, payload: Any) -> None:
+    args, kwargs = _arguments(payload)
+    value = task.func(*_context(task, ctx), *args, **kwargs)
     _store_return_value(task, ctx, value)
-    attempt.returned(value)
 
 
 def _arguments(payload: Any) -> tuple[list[Any], dict[str, Any]]:
@@ -206,13 +146,34 @@ def _arguments(payload: Any) -> tuple[list[Any], dict[str, Any]]:
     return args, kwargs
 
 
-def _context(task: Any, attempt: Any) -> tuple[Any, ...]:
-    """A `takes_context` task's TaskContext: the TaskResult its task_started was sent with."""
+def _context(task: Any, ctx: JobContext) -> tuple[Any, ...]:
     if not task.takes_context:
         return ()
     from django.tasks import TaskContext
 
-    return (TaskContext(task_result=attempt.result),)
+    from cronjob.django.connection import django_connection
+    from cronjob.django.results import task_result
+    from cronjob.store import task_result_get
+
+    row = task_result_get(django_connection(), ctx.run_id)
+    return (TaskContext(task_result=task_result(row, task.backend)),)
+
+
+async def _context_async(task: Any, ctx: Any) -> tuple[Any, ...]:
+    """As `_context`, read on a connection of the tick's own: Django's are sync only."""
+    if not task.takes_context:
+        return ()
+    from django.tasks import TaskContext
+
+    from cronjob.django.results import task_result
+    from cronjob.store import task_result_get_async
+
+    conn = await ctx._connect_async(autocommit=True)
+    try:
+        row = await task_result_get_async(conn, ctx.run_id)
+    finally:
+        await conn.close()
+    return (TaskContext(task_result=task_result(row, task.backend)),)
 
 
 def _return_json(task: Any, value: Any) -> str | None:
@@ -253,39 +214,31 @@ class DjangoTransaction(ServerBinding):
 
     Opened in the worker thread before the handler runs, so its ORM writes go into it;
     `commit()` (after the tick recorded success in it) leaves the block, committing;
-    `close()` leaves it rolling back, if it is still open. Either way `ended` is told
-    (with None once committed, else the error that ended it), and the thread's
+    `close()` leaves it rolling back, if it is still open. Either way the thread's
     connection is then handled as at the end of a request.
     """
 
-    def __init__(
-        self, alias: str, ended: Callable[[BaseException | None], None] | None = None
-    ) -> None:
+    def __init__(self, alias: str) -> None:
         from django.db import connections, transaction
 
         self._django = connections[alias]
         if self._django.in_atomic_block:
             raise HandlerTransactionError("Django's connection is already in a transaction")
-        self._ended = ended
-        self._refused: HandlerTransactionError | None = None
         self._atomic: Any = transaction.atomic(using=alias)
         self._atomic.__enter__()
         super().__init__(self._django.connection)
 
     def commit(self) -> None:
         if self._django.needs_rollback:
-            self._refused = HandlerTransactionError(
+            raise HandlerTransactionError(
                 "the handler marked Django's transaction for rollback, so its success could"
                 " not commit with it"
             )
-            raise self._refused
         atomic, self._atomic = self._atomic, None
-        failed: BaseException | None = None
         try:
             atomic.__exit__(None, None, None)
         except Exception as exc:
             if not self._django.run_commit_hooks_on_set_autocommit_on:
-                failed = exc
                 raise  # the COMMIT itself failed: nothing of the run's success is kept
             # Committed, success and all; a transaction.on_commit() callback raised after.
             self._django.run_commit_hooks_on_set_autocommit_on = False
@@ -296,37 +249,22 @@ class DjangoTransaction(ServerBinding):
                 error=f"{type(exc).__name__}: {str(exc)[:500]}",
             )
         finally:
-            self._end(failed)
+            _end_of_task()
 
     def close(self) -> None:
         atomic, self._atomic = self._atomic, None
         if atomic is not None:
-            error = self._refused or HandlerTransactionError(
-                "rolled back: the run's success was not recorded in it"
-            )
+            error = HandlerTransactionError("rolled back")
             try:
                 atomic.__exit__(type(error), error, None)
             finally:
-                self._end(error)
-
-    def _end(self, error: BaseException | None) -> None:
-        try:
-            if self._ended is not None:
-                self._ended(error)
-        finally:
-            _end_of_task()
+                _end_of_task()
 
 
 def join_django_transaction(ctx: JobContext) -> None:
     """Make a new transaction on Django's connection this run's `ctx.db` (see `atomic`)."""
     _fresh_connections()
-    _open_transaction(ctx)
-
-
-def _open_transaction(
-    ctx: JobContext, ended: Callable[[BaseException | None], None] | None = None
-) -> None:
-    joined = DjangoTransaction(database_alias(), ended)
+    joined = DjangoTransaction(database_alias())
     try:
         ctx.join_transaction(joined)
     except BaseException:
