@@ -18,7 +18,7 @@ from cronjob.errors import DatabaseUnavailable
 from cronjob.handlers import handler, registry
 from cronjob.tick import TickOptions, run_tick
 from cronjob.tick.writer import STREAMING_CLAIM
-from tests.conftest import count
+from tests.conftest import count, wait_for
 from tests.test_history_cost import actual, counted
 
 WRITER = "jobrunner-second"  # the application name of the connections the tick opens
@@ -28,10 +28,11 @@ class Connections:
     """The tick's `connect`: real connections, counted, under a name a test can find."""
 
     def __init__(
-        self, db_url: str, *, refuse: bool = False, refuse_after: int = 0, slow_until: int = 0
-    ) -> None:
+        self, db_url: str, *, refuse: bool = False, refuse_after: int = 0, slow_until: int = 0,
+        patience: float = 10.0,
+    ) -> None:  # fmt: skip
         self.db_url, self.refuse, self.refuse_after, self.opened = db_url, refuse, refuse_after, 0
-        self.slow_until = slow_until
+        self.slow_until, self.patience = slow_until, patience
         self.waited_for: str | None = None
 
     def __call__(self, autocommit: bool = True) -> Any:
@@ -44,16 +45,15 @@ class Connections:
 
     def _until_succeeded(self, runs: int) -> str:
         """A server slow to answer: the connect returns once `runs` runs succeeded, which only
-        a drain that goes on meanwhile can bring about."""
+        a drain that goes on meanwhile can bring about, or when its patience runs out."""
+        until = time.monotonic() + self.patience
         with psycopg.connect(self.db_url, autocommit=True) as watcher:
-            for _ in range(1000):
-                if (
-                    count(watcher, "SELECT count(*) FROM job_runs WHERE status = 'succeeded'")
-                    >= runs
-                ):
+            while time.monotonic() < until:
+                done = count(watcher, "SELECT count(*) FROM job_runs WHERE status = 'succeeded'")
+                if done >= runs:
                     return "the runs"
                 time.sleep(0.01)
-        return "ten seconds"
+        return "its patience"
 
 
 def _tick(db_url: str, connections: Connections, **options: Any) -> Any:
@@ -152,11 +152,27 @@ def test_the_drain_goes_on_while_its_second_connection_is_being_opened(db_url, c
 
     report = _tick(db_url, connections)
 
+    # The connect returned only once the drain was done: the drain did not wait for it.
+    assert wait_for(lambda: connections.waited_for, "the connect") == "the runs"
     assert connections.opened == 1
-    assert connections.waited_for == "the runs"  # the drain did not wait for the connect
     assert report.succeeded == 3000
     assert counted(conn) == actual(conn) == {("writer.ok", "succeeded"): 3000}
-    assert _second_connections(db_url) == []  # opened too late to write, closed all the same
+    # Opened too late to write, and closed all the same.
+    wait_for(lambda: _second_connections(db_url) == [], "the second connection to close")
+
+
+def test_a_drain_that_ends_while_its_second_connection_is_being_opened_does_not_wait_for_it(
+    db_url, conn, probe
+):
+    _enqueue(conn, 3000)
+    connections = Connections(db_url, slow_until=10**9, patience=5.0)  # never, then gives up
+
+    report = _tick(db_url, connections)
+
+    assert connections.waited_for is None  # the tick is done; the connect is still under way
+    assert report.succeeded == 3000
+    assert wait_for(lambda: connections.waited_for, "the connect") == "its patience"
+    wait_for(lambda: _second_connections(db_url) == [], "the late connection to be closed")
 
 
 def test_when_no_second_connection_can_be_opened_the_tick_writes_through_its_own(

@@ -106,15 +106,16 @@ class Writer:
         Its decisions stay in the producer's buffer: nothing reads the write's result
         here, so a failed one reconnects nothing.
         """
-        if self._opening is not None:  # a connection opened meanwhile is closed too; a
-            self._opening.done.wait()  # fault in opening it no longer matters
-            self._keeper, self._opening = self._opening.keeper, None
+        if self._opening is not None:
+            # Not waited for: a connect to a server that does not answer may take seconds
+            # past --grace. Whatever it opens, its own thread closes.
+            self._opening.abandon()
+            self._opening = None
         keeper, self._keeper = self._keeper, None
         if keeper is None:
             return
         keeper.settle()
-        with contextlib.suppress(Exception):  # a broken connection has nothing left to release
-            keeper.conn.close()
+        _close(keeper)
 
 
 class _Opening:
@@ -124,14 +125,36 @@ class _Opening:
         self.keeper: ConnectionKeeper | None = None
         self.error: BaseException = RuntimeError("the connection was not opened")
         self.done = threading.Event()
+        self._lock = threading.Lock()
+        self._abandoned = False
         threading.Thread(
             target=self._open, args=(open_keeper,), name="jobrunner-writer-connect", daemon=True
         ).start()
 
+    def abandon(self) -> None:
+        """The drain is over: a connection opened from now on is closed at once."""
+        with self._lock:
+            self._abandoned = True
+            keeper, self.keeper = self.keeper, None
+        if keeper is not None:
+            _close(keeper)
+
     def _open(self, open_keeper: Callable[[], ConnectionKeeper]) -> None:
         try:
-            self.keeper = open_keeper()
+            keeper = open_keeper()
         except BaseException as exc:  # connect translates the driver's errors; taken on the
             self.error = exc  # main thread, which tells a refusal from a fault
-        finally:
             self.done.set()
+            return
+        with self._lock:
+            abandoned = self._abandoned
+            if not abandoned:
+                self.keeper = keeper
+        if abandoned:
+            _close(keeper)
+        self.done.set()
+
+
+def _close(keeper: ConnectionKeeper) -> None:
+    with contextlib.suppress(Exception):  # a broken connection has nothing left to release
+        keeper.conn.close()
