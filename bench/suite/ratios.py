@@ -179,7 +179,9 @@ class Needed:
 
     processes: int
     overall: float  # over the whole timed drain, start-up included
-    once_running: float | None  # after start-up; None when start-up alone takes too long
+    # After start-up: inf when start-up alone takes longer than the target allows; None
+    # when not known (no idle figure, or no N).
+    once_running: float | None
 
 
 def needed_rates(rows: list[Row], need: float = 1.5) -> list[Needed]:
@@ -193,6 +195,9 @@ def needed_rates(rows: list[Row], need: float = 1.5) -> list[Needed]:
         if theirs is None or not theirs.median:
             continue
         overall, n = need * theirs.median, theirs.extra.get("n") or 0
-        left = n / overall - (idle.median or 0.0) / 1000 if idle and n else 0.0
-        out.append(Needed(procs, overall, n / left if left > 0 else None))
+        once: float | None = None
+        if idle is not None and idle.median is not None and n:
+            left = n / overall - idle.median / 1000
+            once = n / left if left > 0 else float("inf")
+        out.append(Needed(procs, overall, once))
     return out

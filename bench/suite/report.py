@@ -449,21 +449,21 @@ def _profile_legend(report: Report, rows: dict[str, Row]) -> str:
         return legend
     bound = ratios.machine_bound(cores, tick + server)
     legend += (
-        f" Bound: {tick + server:.1f} us of CPU a run on {cores} cores allows at most "
-        f"{bound:,.0f} runs/s with every core busy."
+        f" Bound: {tick + server:.1f} us of CPU a run (start-up included) on {cores} cores "
+        f"allows at most {bound:,.0f} runs/s with every core busy, at that cost a run."
     )
     for needed in ratios.needed_rates(report.rows):
         word = {1: "one-process", 2: "two-process"}.get(needed.processes, "")
         once = needed.once_running
-        legend += (
-            f" The {word} target asks for {needed.overall:,.0f} runs/s over the timed drain; "
-            + (
-                "start-up alone (the idle tick's time) takes longer than that allows."
-                if once is None
-                else f"less the idle tick's time, {once:,.0f} runs/s once running"
-                + (" (above the bound)." if once > bound else " (within the bound).")
-            )
-        )
+        legend += f" The {word} target asks for {needed.overall:,.0f} runs/s over the timed drain"
+        if once is None:
+            legend += "."
+        elif once == float("inf"):
+            legend += "; start-up alone (the idle tick's time) takes longer than that allows."
+        else:
+            where = "above" if once > bound else "within"
+            legend += f"; less the idle tick's time, {once:,.0f} runs/s once running"
+            legend += f" ({where} the bound)."
     return legend
 
 
