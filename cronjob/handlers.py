@@ -44,6 +44,8 @@ class Backoff:
         if isinstance(value, Backoff):
             return value
         if isinstance(value, tuple):
+            if len(value) != 2:
+                raise BadInput(f"invalid backoff: a (base, cap) pair, not {len(value)} values")
             base, cap = value
             return cls(
                 parse_duration(base, what="backoff base"), parse_duration(cap, what="backoff cap")

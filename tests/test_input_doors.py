@@ -146,6 +146,16 @@ def test_every_door_takes_1000_attempts_and_refuses_1001(door, fresh_registry):
         ask(1001)
 
 
+def test_handler_names_a_backoff_that_is_no_pair(fresh_registry):
+    from cronjob.errors import BadInput
+    from cronjob.handlers import handler
+
+    with pytest.raises(
+        BadInput, match=r"^handler 't': invalid backoff: a \(base, cap\) pair, not 3"
+    ):
+        handler("t", backoff=("1s", "2s", "3s"))
+
+
 # -- 3: ids and counts in ASCII digits --------------------------------------------------------
 
 
