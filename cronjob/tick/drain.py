@@ -122,19 +122,12 @@ class Drain:
     def _recover_claim(self, token: UUID, carried: int) -> None:
         """Hand back what a failed claim holds, if its commit took effect after all.
 
-        Runs found under its token, or runs of the decisions it carried found as those
-        decisions left them, prove the commit landed (a claim of an empty queue holds no
-        runs). Finding neither proves nothing when the old connection may still be
-        committing: the token is tried once more at the end of the drain, and the
-        decisions, fenced, are written again.
+        Finding nothing proves nothing when the old connection may still be committing:
+        the token is tried once more at the end of the drain, and the decisions it
+        carried, fenced, are written again.
         """
-        held: list[int] = []
-        with contextlib.suppress(StatementFailed):
-            held = self.leases.hand_back_claim(self.connection, token)
-        found: set[int] | None = None  # the carried decisions found written; None: not known
-        if carried:
-            with contextlib.suppress(StatementFailed):
-                found = self.connection.run("check", self.producer.written_check(carried))
+        check = self.producer.written_check(carried)
+        held, found = self.leases.recover_claim(self.connection, token, check)
         if not held and not found:
             self._lost_claims.append(token)
             return

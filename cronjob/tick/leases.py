@@ -20,6 +20,7 @@ counted: `queued`, or `failed` when an earlier attempt of theirs did run.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -30,7 +31,7 @@ from uuid import UUID
 from cronjob import store
 from cronjob.db import describe
 from cronjob.handlers import HandlerSpec
-from cronjob.tick.connection import ConnectionKeeper
+from cronjob.tick.connection import ConnectionKeeper, StatementFailed
 from cronjob.tick.pool import Flight
 
 
@@ -99,6 +100,20 @@ class LeaseKeeper:
         return connection.run(
             "hand back", partial(store.runs_hand_back_claim, token=token, now=self._now)
         )
+
+    def recover_claim(
+        self, connection: ConnectionKeeper, token: UUID, written_check: Callable[[Any], set[int]]
+    ) -> tuple[list[int], set[int] | None]:
+        """For a claim whose answer was lost: what it held, handed back (`hand_back_claim`),
+        and which of the decisions it carried it wrote (`written_check`; None: not known).
+        Either one found proves its commit landed; a failed statement finds nothing."""
+        held: list[int] = []
+        found: set[int] | None = None
+        with contextlib.suppress(StatementFailed):
+            held = self.hand_back_claim(connection, token)
+        with contextlib.suppress(StatementFailed):
+            found = connection.run("check", written_check)
+        return held, found
 
     def hand_back(self, connection: ConnectionKeeper, flights: Sequence[Flight]) -> set[int]:
         """Return `flights` to the queue, attempt not counted; returns the ids still held."""
