@@ -4,6 +4,7 @@ database: leases, stopping, and a connection that goes away under the tick."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -176,23 +177,31 @@ def test_a_claim_whose_commit_landed_but_whose_answer_was_lost_hands_its_runs_ba
     assert (run.status, run.attempts) == ("succeeded", 1)
 
 
-def test_decisions_carried_by_a_claim_whose_answer_was_lost_are_counted_as_written(
-    db_url, conn, monkeypatch
-):
+def _lose_the_answer(
+    monkeypatch: pytest.MonkeyPatch, when: Callable[[list[Any], list[Any]], bool]
+) -> list[Any]:
+    """The first claim whose decisions and runs meet `when` commits, then its connection dies
+    before the answer arrives; returns [the decisions it carried] once that has happened."""
     from cronjob import store as the_store
 
     claim = the_store.runs_finalize_and_claim_many
     lost: list[Any] = []
 
-    def lose_the_answer_of_the_first_that_carries_decisions(c: Any, *a: Any, **kw: Any) -> Any:
-        result = claim(c, *a, **kw)
-        if kw["decisions"] and not lost:
+    def claim_and_lose_the_answer(c: Any, *a: Any, **kw: Any) -> Any:
+        kept, runs = claim(c, *a, **kw)
+        if not lost and when(kw["decisions"], runs):
             lost.append(kw["decisions"])
             c.execute("SELECT pg_terminate_backend(pg_backend_pid())")
-        return result
+        return kept, runs
 
-    lose = lose_the_answer_of_the_first_that_carries_decisions
-    monkeypatch.setattr(the_store, "runs_finalize_and_claim_many", lose)
+    monkeypatch.setattr(the_store, "runs_finalize_and_claim_many", claim_and_lose_the_answer)
+    return lost
+
+
+def test_decisions_carried_by_a_claim_whose_answer_was_lost_are_counted_as_written(
+    db_url, conn, monkeypatch
+):
+    lost = _lose_the_answer(monkeypatch, lambda decisions, runs: bool(decisions))
     ids = [enqueue(conn, "test.ok", {"n": n}) for n in range(3)]
 
     report = tick(db_url, "test.ok", concurrency=1, batch_size=1)
@@ -210,20 +219,7 @@ def test_decisions_carried_by_a_lost_claim_of_an_empty_queue_are_counted_as_writ
 ):
     # The claim that carries the last outcome finds the queue empty, so no run is found
     # under its token: the run the outcome wrote is what shows that the commit landed.
-    from cronjob import store as the_store
-
-    claim = the_store.runs_finalize_and_claim_many
-    lost: list[Any] = []
-
-    def lose_the_answer_of_an_empty_claim_that_carries_decisions(c: Any, *a: Any, **kw: Any) -> Any:
-        kept, runs = claim(c, *a, **kw)
-        if kw["decisions"] and not runs and not lost:
-            lost.append(kw["decisions"])
-            c.execute("SELECT pg_terminate_backend(pg_backend_pid())")
-        return kept, runs
-
-    lose = lose_the_answer_of_an_empty_claim_that_carries_decisions
-    monkeypatch.setattr(the_store, "runs_finalize_and_claim_many", lose)
+    lost = _lose_the_answer(monkeypatch, lambda decisions, runs: bool(decisions) and not runs)
     # One run each for two claims of one; the third claim carries the first outcome.
     ids = [enqueue(conn, "test.ok", {"n": n}) for n in range(2)]
 
