@@ -6,7 +6,9 @@ from typing import Any
 
 from cronjob.handlers import Backoff, Fail, handler
 
-# No backoff, so the demo's retry happens within the same tick.
+# No backoff: a failed attempt's retry is due at once. The tick retries it before it ends
+# only if other runs were still running when it found nothing more due, so the demo shows
+# it failed (to be retried) or succeeded on a later attempt, as the machine's pace has it.
 _IMMEDIATE = Backoff(base=0, cap=0)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import shutil
 import stat
 import subprocess
@@ -77,7 +78,8 @@ def test_as_root_the_demo_runs_on_a_throwaway_server_and_leaves_nothing_behind(t
         env = _bare_env(Path.home(), JOBRUNNER_DATA_DIR=str(data))
         result = _jobrunner("demo", env=env, cwd=tmp_path)
         assert result.returncode == 0, result.stderr
-        assert "demo.flaky   failed" in result.stdout
+        # Its retry is due at once: retried before the tick ends if other runs still ran.
+        assert re.search(r"demo\.flaky +(failed|succeeded) ", result.stdout), result.stdout
         assert "throwaway server is gone" in result.stdout
         assert not data.exists()  # not the embedded server's data directory
         assert set(Path(tempfile.gettempdir()).glob("jobrunner-demo-*")) == leftovers
