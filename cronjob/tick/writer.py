@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 from cronjob.db import describe
@@ -44,7 +45,7 @@ class Writer:
     @property
     def active(self) -> bool:
         """Decisions go through this writer: its connection is open (taken here once it is)."""
-        if self._opening is not None and self._opening.done.is_set():
+        if self._opening is not None and self._opening.future.done():
             self._take_opened()
         return self._keeper is not None
 
@@ -66,15 +67,16 @@ class Writer:
     def _take_opened(self) -> None:
         opening, self._opening = self._opening, None
         assert opening is not None
-        if opening.keeper is not None:
-            self._keeper = opening.keeper
+        error = opening.future.exception()
+        if error is None:
+            self._keeper = opening.future.result()
             return
-        if not isinstance(opening.error, JobrunnerError | OSError):
-            raise opening.error  # not the database's refusal: a fault, raised where it shows
+        if not isinstance(error, JobrunnerError | OSError):
+            raise error  # not the database's refusal: a fault, raised where it shows
         self._refused = True
         self._log.info(
             "writing outcomes through the tick's one connection: a second one could not be opened",
-            error=describe(opening.error),
+            error=describe(error),
         )
 
     def begin(self, decisions: list[Decision], write: Callable[[Any], set[int]],
@@ -122,39 +124,27 @@ class _Opening:
     """The writer's connection, being opened on a thread of its own."""
 
     def __init__(self, open_keeper: Callable[[], ConnectionKeeper]) -> None:
-        self.keeper: ConnectionKeeper | None = None
-        self.error: BaseException = RuntimeError("the connection was not opened")
-        self.done = threading.Event()
-        self._lock = threading.Lock()
-        self._abandoned = False
+        self.future: Future[ConnectionKeeper] = Future()
         threading.Thread(
             target=self._open, args=(open_keeper,), name="jobrunner-writer-connect", daemon=True
         ).start()
 
     def abandon(self) -> None:
-        """The drain is over: a connection opened from now on is closed at once."""
-        with self._lock:
-            self._abandoned = True
-            keeper, self.keeper = self.keeper, None
-        if keeper is not None:
-            _close(keeper)
+        """The drain is over: the connection is closed as soon as it is open, if ever."""
+        self.future.add_done_callback(_close_opened)
 
     def _open(self, open_keeper: Callable[[], ConnectionKeeper]) -> None:
         try:
-            keeper = open_keeper()
+            self.future.set_result(open_keeper())
         except BaseException as exc:  # connect translates the driver's errors; taken on the
-            self.error = exc  # main thread, which tells a refusal from a fault
-            self.done.set()
-            return
-        with self._lock:
-            abandoned = self._abandoned
-            if not abandoned:
-                self.keeper = keeper
-        if abandoned:
-            _close(keeper)
-        self.done.set()
+            self.future.set_exception(exc)  # main thread, which tells a refusal from a fault
 
 
 def _close(keeper: ConnectionKeeper) -> None:
     with contextlib.suppress(Exception):  # a broken connection has nothing left to release
         keeper.conn.close()
+
+
+def _close_opened(future: Future[ConnectionKeeper]) -> None:
+    if future.exception() is None:
+        _close(future.result())
