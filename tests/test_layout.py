@@ -170,19 +170,34 @@ def _statements() -> dict[str, str]:
 
 
 def _store_functions() -> dict[str, set[str]]:
-    """Each public store function, and the queries it names."""
+    """Each public store function, and the queries it names, itself or through the private
+    functions of its module it calls (one that builds a statement for two callers)."""
     functions = {}
     for path in sorted(STORE.glob("*.py")):
-        for node in ast.parse(path.read_text()).body:
+        defined = [node for node in ast.parse(path.read_text()).body
+                   if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)]  # fmt: skip
+        private = {node.name: _queries_named(node) for node in defined if node.name[0] == "_"}
+        for node in defined:
             if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
-                functions[node.name] = {
-                    used.attr
-                    for used in ast.walk(node)
-                    if isinstance(used, ast.Attribute)
-                    and isinstance(used.value, ast.Name)
-                    and used.value.id == "queries"
+                called = {
+                    call.func.id
+                    for call in ast.walk(node)
+                    if isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
                 }
+                functions[node.name] = _queries_named(node).union(
+                    *(private[name] for name in called & private.keys())
+                )
     return functions
+
+
+def _queries_named(node: ast.AST) -> set[str]:
+    return {
+        used.attr
+        for used in ast.walk(node)
+        if isinstance(used, ast.Attribute)
+        and isinstance(used.value, ast.Name)
+        and used.value.id == "queries"
+    }
 
 
 def test_every_statement_is_run_by_the_store_function_that_bears_its_name():

@@ -89,11 +89,8 @@ def runs_insert_many(
 ) -> list[Enqueued]:
     if not runs:
         return []
-    # Only a Django task names a queue (and so needs migration 0014's column).
-    queued = any(r.queue is not None for r in runs)
-    statement = queries.RUNS_INSERT_MANY_QUEUED if queued else queries.RUNS_INSERT_MANY
     cursor = conn.cursor(row_factory=dict_row)
-    rows = cursor.execute(statement, _insert_params(runs, now, queued)).fetchall()
+    rows = cursor.execute(*_inserting(runs, now)).fetchall()
     missing = [row["idempotency_key"] for row in rows if row["id"] is None]
     found: dict[str, dict[str, Any]] = {}
     if missing:
@@ -106,8 +103,12 @@ def runs_insert_many(
     return _enqueued(rows, found)
 
 
-def _insert_params(runs: Sequence[NewRun], now: datetime | None, queued: bool) -> dict[str, Any]:
-    return {
+def _inserting(runs: Sequence[NewRun], now: datetime | None) -> tuple[str, dict[str, Any]]:
+    """The insert for `runs`, and its parameters."""
+    # Only a Django task names a queue (and so needs migration 0014's column).
+    queued = any(r.queue is not None for r in runs)
+    statement = queries.RUNS_INSERT_MANY_QUEUED if queued else queries.RUNS_INSERT_MANY
+    return statement, {
         "job_types": [r.job_type for r in runs],
         "payloads": [r.payload_json for r in runs],
         "run_ats": [r.run_at for r in runs],
@@ -936,9 +937,7 @@ async def runs_insert_many_async(
     if not runs:
         return []
     cursor = conn.cursor(row_factory=dict_row)
-    queued = any(r.queue is not None for r in runs)
-    statement = queries.RUNS_INSERT_MANY_QUEUED if queued else queries.RUNS_INSERT_MANY
-    await cursor.execute(statement, _insert_params(runs, now, queued))
+    await cursor.execute(*_inserting(runs, now))
     rows = await cursor.fetchall()
     missing = [row["idempotency_key"] for row in rows if row["id"] is None]
     found: dict[str, dict[str, Any]] = {}
