@@ -15,8 +15,9 @@ from typing import Any
 
 import click
 
-from cronjob.db import database_errors, redact
+from cronjob.db import database_errors
 from cronjob.errors import JobrunnerError
+from cronjob.text import one_line, printable, redact
 
 COMMANDS = {
     "migrate": "cronjob.commands.migrate:migrate",
@@ -220,11 +221,5 @@ _LONGEST_WORD_SHOWN = 300
 
 
 def _one_line(exc: BaseException) -> str:
-    from cronjob.commands.render import printable
-
     message = exc.format_message() if isinstance(exc, click.ClickException) else str(exc)
-    words = [
-        word if len(word) <= _LONGEST_WORD_SHOWN else f"[{len(word)} characters]"
-        for word in message.split()
-    ]
-    return printable(redact(" ".join(words)))
+    return printable(redact(one_line(message, longest_word=_LONGEST_WORD_SHOWN)))

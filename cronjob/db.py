@@ -6,7 +6,6 @@ password removed from the message.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import stat
@@ -23,6 +22,7 @@ from cronjob.errors import (
     DatabaseUnavailable,
     SchemaNotReady,
 )
+from cronjob.text import one_line, redact, remember_password
 
 URL_ENV_VARS = ("JOBRUNNER_DATABASE_URL", "DATABASE_URL")
 
@@ -30,84 +30,6 @@ URL_ENV_VARS = ("JOBRUNNER_DATABASE_URL", "DATABASE_URL")
 RUNNER_OPTIONS = (
     "-c statement_timeout=30000 -c lock_timeout=5000 -c idle_in_transaction_session_timeout=600000"
 )
-
-# Passwords jobrunner connects with, in every spelling they may take in a message:
-# as written, percent-decoded, quoted and escaped. Replaced literally wherever text
-# leaves the program or enters the database (`redact`).
-_KNOWN_PASSWORDS: set[str] = set()
-# Shorter than this, a literal replacement would blot out ordinary words; the
-# patterns below still catch such a password in a URL or a key=value string.
-_MIN_LITERAL = 4
-
-# Patterns for passwords jobrunner was not told about (a handler's own URL). Each
-# character class excludes the character that ends it and the characters that can
-# start another attempt, so no attempt backtracks and the scan is linear in the text.
-_PASSWORD_IN_URL = r"(://[^:/@\s]*:)[^\s\"'/@]*@"
-_PASSWORD_BARE = r"((?:^|[\s\"'(=])[^:/@\s\"'=(]+:)[^\s\"'/@=(]*@"
-_PASSWORD_PARAM = r"(?i)(password\s*=\s*)(?:'(?:[^'\\]|\\.)*'?|\S+)"
-
-
-def remember_password(dsn: str) -> None:
-    """Note the password in connection string `dsn` (URL or key=value), and PGPASSWORD,
-    so that `redact` removes them from any text, even where no pattern would match."""
-    from urllib.parse import unquote
-
-    found = _passwords_in(dsn)
-    env = os.environ.get("PGPASSWORD")
-    if env:
-        found.append(env)
-    for password in found:
-        for form in (password, unquote(password), password.replace("'", "\\'")):
-            as_json = (json.dumps(form, ensure_ascii=ascii)[1:-1] for ascii in (False, True))
-            for spelling in (form, *as_json, repr(form)[1:-1]):
-                if len(spelling) >= _MIN_LITERAL:
-                    _KNOWN_PASSWORDS.add(spelling)
-
-
-def _passwords_in(dsn: str) -> list[str]:
-    """Every reading of the password in `dsn`, parseable or not: libpq ends a URL's
-    password at the last @, a careless reader at the first, and a value may be quoted."""
-    found = []
-    scheme, sep, rest = dsn.partition("://")
-    if sep and " " not in scheme and "=" not in scheme:
-        head = rest.rsplit("@", 1)[0] if "@" in rest else ""
-        if ":" in head:
-            found.append(head.split(":", 1)[1])
-            first = rest.split("@", 1)[0]
-            if ":" in first:
-                found.append(first.split(":", 1)[1])
-    for match in re.finditer(r"(?i)password\s*=\s*('(?:[^'\\]|\\.)*'?|\S+)", dsn):
-        value = match.group(1)
-        if value.startswith("'"):
-            inner = value[1:-1] if len(value) > 1 and value.endswith("'") else value[1:]
-            found.extend((inner, re.sub(r"\\(.)", r"\1", inner)))
-        else:
-            found.extend((value, re.sub(r"\\(.)", r"\1", value)))
-            # A space ends an unquoted value for libpq, which then complains about
-            # the words that follow it: they are the rest of the password.
-            words = [value]
-            for word in dsn[match.end(1) :].split():
-                if "=" in word:
-                    break
-                words.append(word)
-            found.extend([*words[1:], " ".join(words)])
-    return [p for p in found if p]
-
-
-def redact(text: str) -> str:
-    """`text` without passwords: the ones jobrunner knows, and any in a URL or a
-    key=value connection string. Linear in the length of `text`."""
-    for password in sorted(_KNOWN_PASSWORDS, key=len, reverse=True):
-        if password in text:
-            text = text.replace(password, "***")
-    # Each pattern needs an @ or the word password: most text (every log line of a
-    # tick) has neither, and is not scanned further.
-    if "@" in text:
-        text = re.sub(_PASSWORD_IN_URL, r"\1***@", text)
-        text = re.sub(_PASSWORD_BARE, r"\1***@", text)
-    if re.search("(?i)password", text):
-        text = re.sub(_PASSWORD_PARAM, r"\1***", text)
-    return text
 
 
 def resolve_url(explicit: str | None) -> tuple[str, str]:
@@ -321,8 +243,7 @@ def read_times_beyond_the_calendar(conn: Any) -> None:
 
 def describe(exc: BaseException) -> str:
     """One line, no password."""
-    message = " ".join(str(exc).split()) or type(exc).__name__
-    return redact(message)
+    return redact(one_line(str(exc)) or type(exc).__name__)
 
 
 @contextmanager
@@ -352,7 +273,7 @@ def database_errors(*, passing: tuple[type[BaseException], ...] = ()) -> Iterato
             f"database: {description}",
             description=description,
             sqlstate=exc.sqlstate,
-            primary=redact(" ".join(primary.split())) if primary else None,
+            primary=redact(one_line(primary)) if primary else None,
         ) from exc
 
 

@@ -18,7 +18,6 @@ from cronjob.errors import BadInput, DefinitionExists, DefinitionNotFound
 from cronjob.inputs import (
     check_payload,
     check_text,
-    clip_line,
     excerpt,
     parse_int,
     parse_max_attempts,
@@ -26,6 +25,7 @@ from cronjob.inputs import (
 )
 from cronjob.locks import DEFAULT_LOCK_WAIT
 from cronjob.models import DEFAULT_CATCH_UP_LIMIT, Definition, DefinitionSpec
+from cronjob.text import one_line
 
 SCOPES = ("global", "tenant")
 CATCH_UP_POLICIES = ("latest", "all", "none")  # as in cronjob.schedule, without importing it
@@ -318,7 +318,7 @@ def load_file(text: str, *, source: str) -> list[DefinitionSpec]:
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise BadInput(f"{source}: invalid TOML: {clip_line(str(exc))}") from None
+        raise BadInput(f"{source}: invalid TOML: {one_line(str(exc), limit=200)}") from None
     except RecursionError:
         raise BadInput(f"{source}: invalid TOML: nested too deep") from None
     except ValueError:

@@ -10,6 +10,7 @@ from typing import Any
 
 from cronjob.errors import BadInput, HandlerImportError
 from cronjob.inputs import excerpt, parse_duration, parse_max_attempts
+from cronjob.text import one_line
 
 DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_LEASE = 120.0
@@ -145,7 +146,7 @@ def load_handler_modules(names: list[str], *, entry_points: bool = True) -> None
             raise
         except BaseException as exc:
             raise HandlerImportError(
-                f"cannot import handler module {name!r}: {type(exc).__name__}: {_one_line(exc)}"
+                f"cannot import handler module {name!r}: {_exception_line(exc)}"
             ) from None
     if entry_points:
         _load_entry_points()
@@ -169,12 +170,12 @@ def _load_entry_points() -> None:
         except BaseException as exc:
             raise HandlerImportError(
                 f"cannot import handler module {ep.value!r} (entry point {ep.name!r}): "
-                f"{type(exc).__name__}: {_one_line(exc)}"
+                f"{_exception_line(exc)}"
             ) from None
 
 
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or "(no message)"
+def _exception_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {one_line(str(exc)) or '(no message)'}"
 
 
 def require_types(types: list[str] | None) -> dict[str, HandlerSpec]:

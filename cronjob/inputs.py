@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import IO, Any
 
 from cronjob.errors import BadInput
+from cronjob.text import one_line
 
 # "ms" before "s" and "m": the first unit the text ends with wins.
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -288,7 +289,7 @@ def decode_json(text: str, *, source: str) -> Any:
     except RecursionError:
         raise BadInput(f"{source} nested deeper than {MAX_PAYLOAD_DEPTH} levels") from None
     except ValueError as exc:
-        raise BadInput(f"invalid JSON in {source}: {_one_line(str(exc))}") from None
+        raise BadInput(f"invalid JSON in {source}: {one_line(str(exc))}") from None
 
 
 def _reject_constant(name: str) -> Any:
@@ -382,16 +383,6 @@ def _check_string(value: str, source: str) -> None:
         raise BadInput(
             f"{source} contains an unpaired surrogate, which is not valid UTF-8"
         ) from None
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
-def clip_line(text: str, limit: int = 200) -> str:
-    """A message from elsewhere (a parser's, the driver's) on one line, at most `limit` long."""
-    text = _one_line(text[: limit * 4])
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def check_tenants_sql(text: str | None) -> str | None:

@@ -12,6 +12,8 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
+from cronjob.text import printable, redact
+
 _configured = False
 # One encoder for every event: json.dumps with options builds a new one per call,
 # which adds up at one event per run.
@@ -49,8 +51,6 @@ class _Stderr:
     log lines leave the program: the database password is removed here, once."""
 
     def write(self, text: str) -> int:
-        from cronjob.db import redact
-
         return sys.stderr.write(redact(text))
 
     def flush(self) -> None:
@@ -84,8 +84,6 @@ def _render_json(_logger: Any, _method: str, event_dict: dict[str, Any]) -> str:
 def _printable_values(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
     """On a terminal, a job type or error message written by anyone must not drive it:
     control characters in values are shown escaped (a traceback keeps its lines)."""
-    from cronjob.commands.render import printable
-
     return {
         key: printable(value, keep_newlines=key == "exception") if isinstance(value, str) else value
         for key, value in event_dict.items()

@@ -19,6 +19,7 @@ from typing import Any
 from cronjob import store
 from cronjob.inputs import check_tenants_sql
 from cronjob.models import Advance, DueDefinition
+from cronjob.text import one_line
 
 # Due definitions locked and written per transaction. A claim batch is bounded by how many
 # runs a tick can start at once; this one only by how long its row locks last (tens of
@@ -286,6 +287,6 @@ def _evaluate(
         # A definition written by someone else's SQL can hold anything (a field of
         # thousands of digits, a zone since removed): it is reported and skipped, and
         # never stops the others or the tick.
-        message = " ".join(str(exc).split())[:200]
+        message = one_line(str(exc))[:200]
         return f"its schedule cannot be evaluated ({type(exc).__name__}: {message})"
     return Evaluation(earliest, depth, tuple(tail), upcoming[0] if upcoming else None)

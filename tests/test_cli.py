@@ -383,6 +383,7 @@ IDLE_TICK_MODULES = [
     "cronjob.settings",
     "cronjob.store",
     "cronjob.store.preflight",
+    "cronjob.text",
     "cronjob.tick",  # the story (run_tick) alone: its parts load only when there is work
 ]
 

@@ -10,7 +10,7 @@ from urllib.parse import quote
 import pytest
 from psycopg import conninfo
 
-from cronjob.db import redact, remember_password
+from cronjob.text import redact, remember_password
 from tests.conftest import jobrunner_process, run_cli
 
 HANDLERS = "tests.handlers.leaky"

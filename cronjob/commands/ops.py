@@ -11,10 +11,11 @@ import click
 
 from cronjob.cli import Count, database_url_option, json_option
 from cronjob.commands import open_connection
-from cronjob.commands.render import iso, printable, table, when
+from cronjob.commands.render import iso, table, when
 from cronjob.errors import BadInput
 from cronjob.inputs import excerpt
 from cronjob.settings import DEFAULT_PRUNE_BATCH_SIZE
+from cronjob.text import printable
 
 SCHEDULES_SHOWN = 20
 

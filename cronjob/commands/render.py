@@ -7,6 +7,8 @@ from typing import Any
 
 import click
 
+from cronjob.text import one_line, printable
+
 
 def table(
     headers: Sequence[str],
@@ -46,19 +48,5 @@ def iso(value: Any) -> Any:
 def clip(text: str, width: int) -> str:
     """`text` on one line, printable, cut to `width` characters with an ellipsis if it is
     longer."""
-    text = printable(" ".join(text.split()))
+    text = printable(one_line(text))
     return text if len(text) <= width else text[: width - 1] + "…"
-
-
-# Control characters (C0, DEL, C1) and the bidirectional overrides that reorder what a
-# terminal shows: a job type, tenant or error message is anyone's text, and must not
-# move the cursor, recolour, retitle or rewrite the operator's screen.
-_BIDI = [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]
-_ESCAPES = {code: ascii(chr(code))[1:-1] for code in (*range(0x20), *range(0x7F, 0xA0), *_BIDI)}
-_ESCAPES_KEEPING_NEWLINES = {code: s for code, s in _ESCAPES.items() if code != ord("\n")}
-
-
-def printable(text: str, *, keep_newlines: bool = False) -> str:
-    """`text` with control characters written as escapes (`\\x1b`, `\\r`, `\\u202e`), for
-    human-readable output; `--json` output stays exact."""
-    return text.translate(_ESCAPES_KEEPING_NEWLINES if keep_newlines else _ESCAPES)

@@ -11,7 +11,7 @@ import click
 from cronjob.api import new_run
 from cronjob.cli import Count, database_url_option, json_option, lock_wait_option
 from cronjob.commands import open_connection
-from cronjob.commands.render import clip, iso, printable, table, when
+from cronjob.commands.render import clip, iso, table, when
 from cronjob.errors import BadInput
 from cronjob.inputs import (
     MAX_PAYLOAD_BYTES,
@@ -23,6 +23,7 @@ from cronjob.inputs import (
     parse_timestamp,
     read_text,
 )
+from cronjob.text import printable
 
 JSONL_KEYS = {
     "type", "payload", "run_at", "delay", "idempotency_key", "max_attempts", "priority", "tenant",

@@ -13,8 +13,9 @@ import click
 from cronjob.cli import Count, database_url_option, json_option, lock_wait_option
 from cronjob.commands import open_connection
 from cronjob.commands.incident import actor_option, reason_option, record_audit
-from cronjob.commands.render import clip, iso, printable, table
+from cronjob.commands.render import clip, iso, table
 from cronjob.errors import BadInput
+from cronjob.text import printable
 
 UPCOMING_SHOWN = 5
 RECENT_RUNS_SHOWN = 10

@@ -65,7 +65,7 @@ def database_conninfo() -> str:
     from psycopg import pq
     from psycopg.conninfo import make_conninfo
 
-    from cronjob.db import remember_password
+    from cronjob.text import remember_password
 
     connection = connections[database_alias()]
     params = connection.get_connection_params()

@@ -12,9 +12,9 @@ from datetime import datetime
 
 from cronjob import store, transitions
 from cronjob.context import AsyncJobContext, JobContext
-from cronjob.db import redact
 from cronjob.handlers import Fail, HandlerSpec, Retry
 from cronjob.models import ClaimedRun, Errored, Outcome, Succeeded, UnreadablePayload
+from cronjob.text import one_line, redact
 
 TRACEBACK_LIMIT = 8000
 
@@ -114,7 +114,7 @@ def errored(exc: BaseException) -> Errored:
 def _message(exc: BaseException) -> str:
     # A handler's exception is arbitrary code: its __str__ may itself raise.
     try:
-        return " ".join(str(exc).split())
+        return one_line(str(exc))
     except BaseException:
         return f"<{type(exc).__name__} whose message could not be read>"
 
