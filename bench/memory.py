@@ -137,9 +137,10 @@ def _scratch_database() -> tuple[str, str]:
     import psycopg
     from psycopg import conninfo
 
-    from cronjob import db, migrate
+    from cronjob import migrate
+    from cronjob.location import resolve_url
 
-    server, _ = db.resolve_url(None)
+    server, _ = resolve_url(None)
     name = f"jobrunner_bench_memory_{os.getpid()}"
     with psycopg.connect(server, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')

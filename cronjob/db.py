@@ -1,7 +1,8 @@
-"""Connections: where the database is, how to reach it, and whether its schema is ready.
+"""Connections: how to reach the database, and what its driver's errors mean.
 
 Driver errors are translated here, once, into the project's own errors, with any
-password removed from the message.
+password removed from the message. Where the database is comes from
+`cronjob.location`, whether its schema is ready from `cronjob.schema`.
 """
 
 from __future__ import annotations
@@ -13,55 +14,19 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 from cronjob.errors import (
     DatabaseError,
     DatabaseInterrupted,
     DatabaseUnavailable,
-    SchemaNotReady,
 )
 from cronjob.text import one_line, redact, remember_password
-
-URL_ENV_VARS = ("JOBRUNNER_DATABASE_URL", "DATABASE_URL")
 
 # The runner's own statements must never hang a tick behind a stuck lock.
 RUNNER_OPTIONS = (
     "-c statement_timeout=30000 -c lock_timeout=5000 -c idle_in_transaction_session_timeout=600000"
 )
-
-
-def resolve_url(explicit: str | None) -> tuple[str, str]:
-    """The database URL and where it came from: a flag, JOBRUNNER_DATABASE_URL, a Django
-    project's settings (with DJANGO_SETTINGS_MODULE set), DATABASE_URL, or the embedded
-    server."""
-    if explicit:
-        remember_password(explicit)
-        return explicit, "--database-url"
-    for name in URL_ENV_VARS:
-        if name == "DATABASE_URL" and django_project():
-            # A Django project's own database, where enqueue writes its runs.
-            from cronjob.django.connection import database_conninfo
-
-            return database_conninfo(), "Django settings"
-        value = os.environ.get(name)
-        if value:
-            remember_password(value)
-            return value, name
-    from cronjob import embedded
-
-    return embedded.url(), "embedded"
-
-
-def django_project() -> bool:
-    """DJANGO_SETTINGS_MODULE names a project's settings and Django is installed (a shell may
-    export the variable to a jobrunner installed on its own): the database is the project's."""
-    if not os.environ.get("DJANGO_SETTINGS_MODULE"):
-        return False  # imports nothing more: the idle tick's path
-    import importlib.util
-
-    return importlib.util.find_spec("django") is not None
 
 
 def connect(
@@ -280,49 +245,3 @@ def database_errors(*, passing: tuple[type[BaseException], ...] = ()) -> Iterato
 # PostgreSQL error codes (SQLSTATE) that callers of database_errors tell apart.
 UNDEFINED_TABLE = "42P01"
 INSUFFICIENT_PRIVILEGE = "42501"
-
-
-def require_schema(conn: Any) -> None:
-    """Refuse to work on a missing or outdated schema."""
-    from cronjob.store import migrations_get_latest_version
-
-    try:
-        with database_errors():
-            current = migrations_get_latest_version(conn)
-    except DatabaseError as exc:
-        if exc.sqlstate != UNDEFINED_TABLE:
-            raise
-        if not conn.autocommit:
-            conn.rollback()
-        raise SchemaNotReady(
-            "the jobrunner schema is missing from this database: run `jobrunner migrate`"
-        ) from None
-    latest = latest_shipped_version()
-    if current < latest:
-        raise SchemaNotReady(
-            f"the jobrunner schema is at version {current}, this jobrunner needs {latest}: "
-            "run `jobrunner migrate`"
-        )
-    if current > latest:
-        raise SchemaNotReady(
-            f"the jobrunner schema is at version {current}, newer than this jobrunner "
-            f"understands ({latest}): upgrade jobrunner"
-        )
-
-
-def migrations_dir() -> Path:
-    here = Path(__file__).resolve().parent
-    shipped = here / "sql"
-    return shipped if shipped.is_dir() else here.parent / "sql"
-
-
-# Migrations ship as sql/NNNN_name.sql.
-MIGRATION_FILENAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
-
-
-def latest_shipped_version() -> int:
-    """The schema version this jobrunner needs: the number of its last migration."""
-    # From the file names alone: every command asks, and a tick with nothing to do
-    # should not load the migration machinery to learn one number.
-    matches = map(MIGRATION_FILENAME.match, os.listdir(migrations_dir()))
-    return max((int(match.group(1)) for match in matches if match), default=0)

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from cronjob import locks, store
-from cronjob.db import MIGRATION_FILENAME, migrations_dir
 from cronjob.locks import DEFAULT_LOCK_WAIT
+from cronjob.schema import MIGRATION_FILENAME, migrations_dir
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from cronjob.db import database_errors, latest_shipped_version
+from cronjob.db import database_errors
 from cronjob.errors import DatabaseError, DatabaseInterrupted
+from cronjob.schema import latest_shipped_version
 from tests.conftest import run_cli
 
 

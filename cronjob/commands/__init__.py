@@ -32,14 +32,14 @@ def open_database(
 
     With `embedded_only`, the embedded server whatever URL is configured.
     """
-    from cronjob import db
+    from cronjob import location, schema
 
     if embedded_only:
         from cronjob import embedded
 
         url, source = embedded.url(), "embedded"
     else:
-        url, source = db.resolve_url(settings.database_url)
+        url, source = location.resolve_url(settings.database_url)
     database = Database(url, source)
     conn = database.connect()
     if source == "embedded":
@@ -52,7 +52,7 @@ def open_database(
             **({"migrated": [m.version for m in applied]} if applied else {}),
         )
     elif require_schema:
-        db.require_schema(conn)
+        schema.require_schema(conn)
     return database, conn
 
 
@@ -81,7 +81,7 @@ def django_setup(needed_for: str | None = None) -> bool:
     """Set Django up if this is a Django project's command (Django installed and
     DJANGO_SETTINGS_MODULE set); False if it is not. `needed_for` says what of the command
     needs one, and makes a missing project BadInput saying so."""
-    from cronjob.db import django_project
+    from cronjob.location import django_project
 
     if not django_project():
         if needed_for:

@@ -15,12 +15,12 @@ def migrate(database_url: str | None, lock_wait: float) -> None:
     Safe to run from several hosts at once: they queue on an advisory lock (saying so
     in the log, for at most --lock-wait) and the later ones find the work done.
     """
-    from cronjob import db
+    from cronjob import db, location, schema
     from cronjob import migrate as migrations
     from cronjob.errors import DatabaseError, JobrunnerError
     from cronjob.log import get_logger
 
-    url, source = db.resolve_url(Settings.build(database_url).database_url)
+    url, source = location.resolve_url(Settings.build(database_url).database_url)
     conn = db.connect(url)
     try:
         with db.database_errors():
@@ -40,4 +40,4 @@ def migrate(database_url: str | None, lock_wait: float) -> None:
             "migrated", applied=[f"{m.version:04d}_{m.name}" for m in applied], database=source
         )
     else:
-        log.info("schema up to date", version=db.latest_shipped_version(), database=source)
+        log.info("schema up to date", version=schema.latest_shipped_version(), database=source)

@@ -337,7 +337,7 @@ def test_the_database_comes_from_django_settings_and_its_password_stays_hidden(
 ) -> None:
     from django.db import connections
 
-    from cronjob.db import resolve_url
+    from cronjob.location import resolve_url
     from cronjob.text import redact
 
     url, source = resolve_url(None)
