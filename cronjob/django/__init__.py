@@ -11,8 +11,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from cronjob.django.backend import JobrunnerBackend, JobrunnerTask, task
+    from cronjob.django.backend import JobrunnerBackend
     from cronjob.django.runner import atomic
+    from cronjob.django.tasks import JobrunnerTask, task
 
 __all__ = ["JobrunnerBackend", "JobrunnerTask", "atomic", "task"]
 
@@ -20,10 +21,14 @@ __all__ = ["JobrunnerBackend", "JobrunnerTask", "atomic", "task"]
 def __getattr__(name: str) -> Any:
     # Django imports this package while it populates its app registry, before the
     # backend's own imports (django.tasks) may be ready to load.
-    if name in ("JobrunnerBackend", "JobrunnerTask", "task"):
-        from cronjob.django import backend
+    if name == "JobrunnerBackend":
+        from cronjob.django.backend import JobrunnerBackend
 
-        return getattr(backend, name)
+        return JobrunnerBackend
+    if name in ("JobrunnerTask", "task"):
+        from cronjob.django import tasks
+
+        return getattr(tasks, name)
     if name == "atomic":
         from cronjob.django.runner import atomic
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import Any
 
 from django.tasks import Task, TaskResult
@@ -11,53 +10,8 @@ from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued
 
+from cronjob.django.tasks import JobrunnerTask, task_options
 from cronjob.errors import BadInput
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class JobrunnerTask(Task):
-    """A Django Task with jobrunner's per-task options, given to `@task(...)`.
-
-    `max_attempts`, `backoff` (a duration, or a (base, cap) pair), `lease` and `timeout`
-    default to jobrunner's; `atomic=True` runs the task inside a transaction on Django's
-    connection in which the run's success is recorded too: its ORM writes and
-    "succeeded" commit together or not at all.
-    """
-
-    max_attempts: int | None = None
-    backoff: Any = None
-    lease: Any = None
-    timeout: Any = None
-    atomic: bool = False
-
-
-def task(
-    function: Any = None,
-    *,
-    priority: int = 0,
-    queue_name: str = "default",
-    backend: str = "default",
-    takes_context: bool = False,
-    max_attempts: int | None = None,
-    backoff: Any = None,
-    lease: Any = None,
-    timeout: Any = None,
-    atomic: bool = False,
-) -> Any:
-    """Django's `@task`, with jobrunner's per-task options (see JobrunnerTask).
-
-    On Django 6.1 and later `django.tasks.task` takes the same options; this one works
-    from 6.0 on.
-    """
-
-    def wrapper(func: Any) -> JobrunnerTask:
-        return JobrunnerTask(
-            func=func, priority=priority, queue_name=queue_name, backend=backend,
-            takes_context=takes_context, run_after=None, max_attempts=max_attempts, backoff=backoff,
-            lease=lease, timeout=timeout, atomic=atomic,
-        )  # fmt: skip
-
-    return wrapper(function) if function is not None else wrapper
 
 
 class JobrunnerBackend(BaseTaskBackend):
@@ -103,8 +57,6 @@ class JobrunnerBackend(BaseTaskBackend):
 
     def validate_task(self, task: Task) -> None:
         super().validate_task(task)
-        from cronjob.django.runner import task_options
-
         try:
             task_options(task)
         except (BadInput, ValueError) as exc:
@@ -142,13 +94,28 @@ class JobrunnerBackend(BaseTaskBackend):
         return task_result(row, self.alias)
 
 
+def importable_task(job_type: str) -> Any:
+    """The task at import path `job_type`, if it is a task of this backend; else ValueError
+    saying why not."""
+    from django.utils.module_loading import import_string
+
+    try:
+        task = import_string(job_type)
+    except Exception as exc:
+        raise ValueError(f"cannot import it: {type(exc).__name__}: {str(exc)[:300]}") from None
+    if not isinstance(task, Task):
+        raise ValueError("it is not a Django task (a function decorated with @task)")
+    if not isinstance(task.get_backend(), JobrunnerBackend):
+        raise ValueError(f"its backend {task.backend!r} is not jobrunner's")
+    return task
+
+
 def _new_run(task: Task, args: Any, kwargs: Any) -> Any:
     from django.conf import settings
     from django.utils import timezone
     from django.utils.json import normalize_json
 
     from cronjob.api import new_run
-    from cronjob.django.runner import task_options
 
     run_after = task.run_after
     if run_after is not None and not settings.USE_TZ and timezone.is_naive(run_after):

@@ -17,20 +17,6 @@ from cronjob.django.connection import ServerBinding, backend_options, database_a
 from cronjob.handlers import Fail, HandlerSpec, is_coroutine_function, registry
 
 
-def task_options(task: Any) -> dict[str, Any]:
-    """The task's own retry options, checked as @handler checks them (unset ones left out)."""
-    from cronjob.handlers import handler_options
-
-    if getattr(task, "atomic", False) and is_coroutine_function(task.func):
-        raise ValueError("atomic=True needs a plain def task: Django's ORM transactions are sync")
-    return handler_options(
-        max_attempts=getattr(task, "max_attempts", None),
-        backoff=getattr(task, "backoff", None),
-        lease=getattr(task, "lease", None),
-        timeout=getattr(task, "timeout", None),
-    )
-
-
 def register_tasks(conn: Any, queues: Sequence[str] | None) -> list[str]:
     """Make handlers of the Django tasks this tick may claim; returns the job types added.
 
@@ -40,6 +26,7 @@ def register_tasks(conn: Any, queues: Sequence[str] | None) -> list[str]:
     backend is logged, and its runs wait.
     """
     from cronjob import log, store
+    from cronjob.django.backend import importable_task
 
     added = []
     waiting = store.task_types_waiting(conn, queues)
@@ -62,25 +49,10 @@ def register_tasks(conn: Any, queues: Sequence[str] | None) -> list[str]:
     return added
 
 
-def importable_task(job_type: str) -> Any:
-    from django.tasks import Task
-    from django.utils.module_loading import import_string
-
-    from cronjob.django.backend import JobrunnerBackend
-
-    try:
-        task = import_string(job_type)
-    except Exception as exc:
-        raise ValueError(f"cannot import it: {type(exc).__name__}: {str(exc)[:300]}") from None
-    if not isinstance(task, Task):
-        raise ValueError("it is not a Django task (a function decorated with @task)")
-    if not isinstance(task.get_backend(), JobrunnerBackend):
-        raise ValueError(f"its backend {task.backend!r} is not jobrunner's")
-    return task
-
-
 def task_handler(task: Any) -> HandlerSpec:
     """A handler running `task` with the run's args and kwargs, storing what it returns."""
+    from cronjob.django.tasks import task_options
+
     options = task_options(task)
     if is_coroutine_function(task.func):
 

@@ -78,7 +78,7 @@ def _task_path(task: Any) -> str:
     """The task's import path, once it imports as a task of jobrunner's backend."""
     from django.tasks import Task
 
-    from cronjob.django.runner import importable_task
+    from cronjob.django.backend import importable_task
 
     if isinstance(task, Task):
         task = task.module_path
