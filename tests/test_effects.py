@@ -28,8 +28,9 @@ from cronjob.api import enqueue
 from cronjob.context import JobContext
 from cronjob.report import TickReport
 from cronjob.tick.connection import ConnectionKeeper
+from cronjob.tick.flight import Flight, FlightState
 from cronjob.tick.leases import LeaseKeeper
-from cronjob.tick.pool import Flight, FlightState, Pool
+from cronjob.tick.pool import Pool
 from tests.conftest import ROOT, count, jobrunner_process
 from tests.test_lifecycle import db_now, run_row, tick
 

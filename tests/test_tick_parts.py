@@ -16,8 +16,9 @@ from cronjob.errors import JobrunnerError
 from cronjob.handlers import HandlerSpec
 from cronjob.models import ClaimedRun
 from cronjob.tick.connection import ConnectionKeeper, StatementFailed
+from cronjob.tick.flight import Flight, FlightState
 from cronjob.tick.leases import LeaseKeeper
-from cronjob.tick.pool import Flight, FlightState, Pool
+from cronjob.tick.pool import Pool
 from cronjob.tick.producer import CLAIM_HORIZON, Producer
 from cronjob.tick.shutdown import Shutdown
 

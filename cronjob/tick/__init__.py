@@ -17,6 +17,7 @@ The parts, one role each:
 | `drain`         | `Drain`           | the loop: passes values between the parts until done      |
 | `producer`      | `Producer`        | pacing, the claim, the decision buffer, finalize-and-claim |
 | `pool`          | `Pool`            | worker threads, and each run's in-flight state            |
+| `flight`        | `Flight`          | a run in flight and its handler's result, as values       |
 | `execute`       | `execute()`       | runs one handler and captures its outcome                 |
 | `leases`        | `LeaseKeeper`     | heartbeats, lost leases, hand-back; the fencing rule      |
 | `shutdown`      | `Shutdown`        | signals, grace, urgency                                   |

@@ -24,7 +24,7 @@ from typing import Any
 
 from cronjob.models import Outcome, Succeeded
 from cronjob.tick.execute import commit_success_async, errored, execute_async
-from cronjob.tick.pool import Result
+from cronjob.tick.flight import Result
 
 BEAT = 0.25
 LAG_WARNING = 1.0  # seconds the loop may fall behind before the run holding it is named

@@ -18,8 +18,9 @@ from uuid import UUID
 from cronjob import transitions
 from cronjob.models import Decision, Errored
 from cronjob.tick.connection import ConnectionKeeper, ReconnectFailed, StatementFailed
+from cronjob.tick.flight import Flight, FlightState, Result
 from cronjob.tick.leases import LeaseKeeper
-from cronjob.tick.pool import Flight, FlightState, Pool, Result
+from cronjob.tick.pool import Pool
 from cronjob.tick.producer import Producer
 from cronjob.tick.shutdown import Shutdown
 from cronjob.tick.tally import Tally

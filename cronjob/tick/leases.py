@@ -32,7 +32,7 @@ from cronjob import store
 from cronjob.db import describe
 from cronjob.handlers import HandlerSpec
 from cronjob.tick.connection import ConnectionKeeper, StatementFailed
-from cronjob.tick.pool import Flight
+from cronjob.tick.flight import Flight
 
 
 class LeaseKeeper:

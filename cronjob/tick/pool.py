@@ -1,8 +1,8 @@
 """The worker pool: handler threads, and the in-flight state of every run the tick holds.
 
-Each claimed run becomes a `Flight`. Its state changes only here, under one lock,
-so a worker finishing a handler and the main thread giving the run up (handed
-back, timed out, lease lost) can never both decide its fate:
+Each claimed run becomes a `Flight` (`cronjob.tick.flight`). Its state changes only
+here, under one lock, so a worker finishing a handler and the main thread giving
+the run up (handed back, timed out, lease lost) can never both decide its fate:
 
     state    | meaning                                 | moves to | by
     ---------+-----------------------------------------+----------+-----------------------------
@@ -40,63 +40,26 @@ the main thread can still settle them, and when it retires a worker mid-chunk
 
 from __future__ import annotations
 
-import enum
 import queue
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from cronjob.context import AsyncJobContext, JobContext
 from cronjob.handlers import HandlerSpec
-from cronjob.models import ClaimedRun, Outcome, Succeeded
+from cronjob.models import ClaimedRun, Succeeded
 from cronjob.settings import DEFAULT_ASYNC_CONCURRENCY
 from cronjob.tick.execute import commit_success, errored, execute
+from cronjob.tick.flight import Flight, FlightState, Result, Slot
 
 if TYPE_CHECKING:
     from cronjob.tick.aio import AsyncExecutor
 
 CHUNK = 32  # runs per hand-off to a single worker
 HANDED_AHEAD = 64  # runs handed to the workers beyond those they are running
-
-
-class FlightState(enum.Enum):
-    QUEUED = "queued"
-    STARTED = "started"
-    DONE = "done"
-    SETTLED = "settled"
-
-
-@dataclass(slots=True)
-class Slot:
-    """A worker thread's place; retired when its handler overran its timeout."""
-
-    retired: bool = False
-    chunk: Sequence[Flight] = ()  # the runs it was handed last
-
-
-@dataclass(slots=True)  # made once per run: slots make it cheaper to build and read
-class Flight:
-    run: ClaimedRun
-    spec: HandlerSpec
-    ctx: JobContext
-    state: FlightState = FlightState.QUEUED
-    started: float | None = None
-    slot: Slot | None = None
-
-
-@dataclass(slots=True)
-class Result:
-    flight: Flight
-    outcome: Outcome
-    duration: float
-    # The handler used ctx.db: its worker already recorded success in that
-    # transaction; `kept` says whether the lease was still held when it did.
-    finalized: bool = False
-    kept: bool = False
 
 
 class Pool:

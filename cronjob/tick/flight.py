@@ -1,0 +1,53 @@
+"""A run in flight, and what its handler returned: the values the pool and the async
+executor share.
+
+A `Flight` is made by the pool for each claimed run, and its `state` is changed by
+the pool alone, under the pool's lock; `cronjob.tick.pool`'s docstring has the table
+of states and of who moves a run from one to the next.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cronjob.context import JobContext
+from cronjob.handlers import HandlerSpec
+from cronjob.models import ClaimedRun, Outcome
+
+
+class FlightState(enum.Enum):
+    QUEUED = "queued"
+    STARTED = "started"
+    DONE = "done"
+    SETTLED = "settled"
+
+
+@dataclass(slots=True)
+class Slot:
+    """A worker thread's place; retired when its handler overran its timeout."""
+
+    retired: bool = False
+    chunk: Sequence[Flight] = ()  # the runs it was handed last
+
+
+@dataclass(slots=True)  # made once per run: slots make it cheaper to build and read
+class Flight:
+    run: ClaimedRun
+    spec: HandlerSpec
+    ctx: JobContext
+    state: FlightState = FlightState.QUEUED
+    started: float | None = None
+    slot: Slot | None = None
+
+
+@dataclass(slots=True)
+class Result:
+    flight: Flight
+    outcome: Outcome
+    duration: float
+    # The handler used ctx.db: its worker already recorded success in that
+    # transaction; `kept` says whether the lease was still held when it did.
+    finalized: bool = False
+    kept: bool = False
