@@ -1,0 +1,161 @@
+"""How the package's modules depend on each other: no import cycles, and the core never
+reaches up into the command line.
+
+Read from the source with ast: an import inside a function, or under TYPE_CHECKING, ties
+two modules together as much as one at the top of the file, and counts the same.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# The command line: click commands, each turning options into one library call.
+COMMAND_LAYER = ("cronjob.cli", "cronjob.commands")
+# What starts the command line, and so may import it (but not its commands).
+ENTRY_POINTS = {"cronjob.__main__", "cronjob.django.management.commands.jobrunner"}
+
+
+def modules(root: Path, package: str) -> dict[str, Path]:
+    """Every module of `package` (a directory under `root`), by its dotted name."""
+    found = {}
+    for path in sorted((root / package).rglob("*.py")):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def named_imports(name: str, path: Path) -> set[str]:
+    """The absolute names the imports of module `name` (at `path`) give, wherever they stand.
+
+    `from a.b import c` gives `a.b` and `a.b.c`: c may be a submodule or a name in `a.b`.
+    """
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                module = ".".join([*base, module] if module else base)
+            names.add(module)
+            names.update(f"{module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def import_graph(root: Path, package: str) -> dict[str, set[str]]:
+    """Each module of `package`, and the modules of `package` that importing it imports.
+
+    Importing `a.b.c` runs `a` and `a.b` first, so they count too; a module's own
+    packages do not (they run before it, whatever it imports).
+    """
+    found = modules(root, package)
+    graph = {}
+    for name, path in found.items():
+        deps = set()
+        for imported in named_imports(name, path):
+            while imported and imported not in found:
+                imported = imported.rpartition(".")[0]
+            while imported:
+                if imported != name and not name.startswith(imported + "."):
+                    deps.add(imported)
+                imported = imported.rpartition(".")[0]
+        graph[name] = deps
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[str]:
+    """Each group of modules that import each other: one shortest cycle through it, as
+    `a -> b -> a` from its first module by name, and the group's other modules."""
+    importers: dict[str, set[str]] = {name: set() for name in graph}
+    for name, deps in graph.items():
+        for dep in deps:
+            importers[dep].add(name)
+    found, placed = [], set()
+    for start in sorted(graph):
+        if start in placed:
+            continue
+        # Breadth first, each module reached remembering the one it was reached from.
+        reached_from: dict[str, str] = {}
+        frontier = [start]
+        while frontier and start not in reached_from:
+            following = []
+            for module in frontier:
+                for dep in sorted(graph[module] - reached_from.keys()):
+                    reached_from[dep] = module
+                    following.append(dep)
+            frontier = following
+        if start not in reached_from:
+            continue
+        path = [start, reached_from[start]]
+        while path[-1] != start:
+            path.append(reached_from[path[-1]])
+        group = _reachable(graph, start) & _reachable(importers, start)
+        others = sorted(group - set(path))
+        found.append(
+            " -> ".join(reversed(path)) + (f" (with {', '.join(others)})" if others else "")
+        )
+        placed |= group
+    return found
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    reached, frontier = {start}, {start}
+    while frontier:
+        frontier = set().union(*(graph[module] for module in frontier)) - reached
+        reached |= frontier
+    return reached
+
+
+def _in_command_layer(name: str) -> bool:
+    return any(name == layer or name.startswith(layer + ".") for layer in COMMAND_LAYER)
+
+
+def test_no_module_of_the_package_imports_one_that_imports_it_back():
+    graph = import_graph(ROOT, "cronjob")
+    assert "cronjob.tick.drain" in graph  # the walk reaches subpackages
+    found = cycles(graph)
+    assert not found, "import cycles:\n" + "\n".join(found)
+
+
+def test_nothing_below_the_command_line_imports_it():
+    graph = import_graph(ROOT, "cronjob")
+    reaching_up = {
+        f"{name} imports {dep}"
+        for name, deps in graph.items()
+        if not _in_command_layer(name)
+        for dep in deps
+        if _in_command_layer(dep) and not (name in ENTRY_POINTS and dep == "cronjob.cli")
+    }
+    assert not reaching_up, "\n".join(sorted(reaching_up))
+
+
+def test_the_graph_counts_imports_in_functions_under_type_checking_and_relative(tmp_path):
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "top.py").write_text("from pkg.sub import inner\n")
+    (package / "sub" / "__init__.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..other import X\n"
+    )
+    (package / "sub" / "inner.py").write_text("def f():\n    from . import deep\n")
+    (package / "sub" / "deep.py").write_text("def g():\n    import pkg.top\n")
+    (package / "other.py").write_text("import json\n")
+
+    graph = import_graph(tmp_path, "pkg")
+
+    assert graph == {
+        "pkg": set(),
+        "pkg.top": {"pkg.sub", "pkg.sub.inner"},
+        "pkg.sub": {"pkg.other"},
+        "pkg.sub.inner": {"pkg.sub.deep"},
+        "pkg.sub.deep": {"pkg.top"},
+        "pkg.other": set(),
+    }
+    assert cycles(graph) == ["pkg.sub.deep -> pkg.top -> pkg.sub.inner -> pkg.sub.deep"]
