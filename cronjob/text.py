@@ -110,9 +110,8 @@ def one_line(text: str, *, limit: int | None = None, longest_word: int | None = 
 
     `limit`: at most that many characters, ending in "..." when cut; only about four
     times as many are read, so a message of megabytes costs no more than a short one.
-    `longest_word`: a longer word is a value echoed whole, and is left out, not cut
-    (`[N characters]` in its place), so that no part of a password it might hold is
-    shown, and the line stays short whatever was typed.
+    `longest_word`: a longer word is left out, not cut, and `[N characters]` shown in
+    its place: no part of a value echoed whole, which may hold a password.
     """
     words = (text if limit is None else text[: limit * 4]).split()
     if longest_word is not None:
