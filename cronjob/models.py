@@ -28,7 +28,7 @@ TERMINAL = frozenset({Status.SUCCEEDED, Status.DEAD, Status.CANCELLED})
 class ClaimedRun(NamedTuple):
     """A run this tick holds the lease on.
 
-    Built by position from the claim's columns, queries.RUNS_CLAIM_MANY_COLUMNS, which
+    Built by position from the claim's columns, queries.runs.RUNS_CLAIM_MANY_COLUMNS, which
     name these fields in this order (all but lease_token, the caller's own): add a field to
     both, in step.
     """

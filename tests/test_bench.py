@@ -16,7 +16,7 @@ from bench.suite.results import Row
 from bench.suite.systems import REGISTRY
 from bench.suite.systems.base import Variant, base_name, side_by_side
 from bench.suite.systems.ceiling import pgbench_path
-from cronjob import queries
+from cronjob.queries.runs import RUNS_CLAIM_MANY, RUNS_CLAIM_MANY_COLUMNS, RUNS_FINALIZE_MANY
 
 KINDS = {cls.name: cls.kind for cls in REGISTRY}
 
@@ -180,18 +180,18 @@ def _placeholders(sql: str) -> str:
 
 def test_the_pgbench_finalize_is_the_ticks_finalize():
     assert _as_psycopg(statements.tick_finalize_for_pgbench()) == _placeholders(
-        queries.RUNS_FINALIZE_MANY.strip()
+        RUNS_FINALIZE_MANY.strip()
     )
 
 
 def test_the_pgbench_claim_is_the_ticks_claim_up_to_its_final_select():
     claim = _as_psycopg(statements.tick_claim_for_pgbench())
-    tick = _placeholders(queries.RUNS_CLAIM_MANY.strip())
+    tick = _placeholders(RUNS_CLAIM_MANY.strip())
     head = tick[: tick.index("-- Handed to the workers")]
 
     assert claim.startswith(head)
     # The tick's final SELECT is kept whole, wrapped to hand back one row.
-    assert f"FROM (SELECT {queries.RUNS_CLAIM_MANY_COLUMNS}" in claim
+    assert f"FROM (SELECT {RUNS_CLAIM_MANY_COLUMNS}" in claim
     assert "FROM claimed ORDER BY priority, run_at, id) AS handed" in claim
 
 
@@ -266,13 +266,13 @@ MAIN = "<module> (<string>:1);main (cronjob/cli.py:177)"
 DRAIN = f"{MAIN};Drain.run (cronjob/tick/drain.py:56)"
 THREAD = "Thread._bootstrap (threading.py:995)"
 BACKGROUND = f"{THREAD};background (cronjob/tick/connection.py:89)"
-RECORDS = "(cronjob/store/records.py:1)"
+RUNS = "(cronjob/store/runs.py:1)"
 RAW = "\n".join([
     f"{MAIN};connect (cronjob/db.py:159) 6",
     f"{DRAIN};Pool.collect (cronjob/tick/pool.py:200) 5",
-    f"{BACKGROUND};runs_finalize_and_claim_many {RECORDS};_claimed_runs {RECORDS} 3",
-    f"{BACKGROUND};runs_claim_many {RECORDS} 2",
-    f"{BACKGROUND};runs_finalize_many {RECORDS} 2",
+    f"{BACKGROUND};runs_finalize_and_claim_many {RUNS};_claimed_runs {RUNS} 3",
+    f"{BACKGROUND};runs_claim_many {RUNS} 2",
+    f"{BACKGROUND};runs_finalize_many {RUNS} 2",
     f"{THREAD};Pool._work_loop (cronjob/tick/pool.py:90);execute (cronjob/tick/execute.py:40) 1",
     f"{DRAIN};Drain._record (cronjob/tick/drain.py:160) 1",
     f"{DRAIN};Drain._pass (cronjob/tick/drain.py:90) 1",

@@ -380,6 +380,7 @@ IDLE_TICK_MODULES = [
     "cronjob.location",
     "cronjob.log",
     "cronjob.queries",
+    "cronjob.queries.preflight",
     "cronjob.report",
     "cronjob.schema",
     "cronjob.settings",

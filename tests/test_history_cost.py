@@ -8,8 +8,9 @@ from typing import Any
 import psycopg
 
 import tests.handlers.basic  # noqa: F401 - registers the test handlers
-from cronjob import queries, store
+from cronjob import store
 from cronjob.api import enqueue
+from cronjob.queries.tally import RUNS_SNAPSHOT
 from tests.conftest import run_cli
 from tests.test_lifecycle import tick
 
@@ -71,9 +72,7 @@ def test_the_snapshot_reads_no_finished_run(db_url, conn):
     )
     enqueue(conn, "test.ok", {})
     conn.execute("ANALYZE job_runs")
-    [[plan]] = conn.execute(
-        "EXPLAIN (FORMAT JSON) " + queries.RUNS_SNAPSHOT, {"now": None}
-    ).fetchall()
+    [[plan]] = conn.execute("EXPLAIN (FORMAT JSON) " + RUNS_SNAPSHOT, {"now": None}).fetchall()
 
     def scans(node: dict[str, Any]) -> list[str]:
         found = [node["Node Type"]] if node.get("Relation Name") == "job_runs" else []

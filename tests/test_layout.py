@@ -6,17 +6,21 @@ Nothing here needs a database: these read the source and the modules themselves.
 from __future__ import annotations
 
 import ast
+import importlib
+import pkgutil
 import re
 import uuid
 from pathlib import Path
+from types import ModuleType
 
 from cronjob import queries
 from cronjob.models import ClaimedRun
+from cronjob.queries.runs import RUNS_CLAIM_MANY_COLUMNS
 
 
 def _claim_columns() -> list[str]:
     """The names the claim's columns come back under, in order."""
-    columns = re.split(r",(?![^()]*\))", queries.RUNS_CLAIM_MANY_COLUMNS)  # not inside (...)
+    columns = re.split(r",(?![^()]*\))", RUNS_CLAIM_MANY_COLUMNS)  # not inside (...)
     return [column.split(" AS ")[-1].strip() for column in columns]
 
 
@@ -44,6 +48,7 @@ def test_a_claimed_run_takes_each_column_of_the_claim_into_the_field_of_its_name
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "cronjob"
+QUERIES = PACKAGE / "queries"
 STORE = PACKAGE / "store"
 
 # The start of a statement, as opposed to SQL named in prose: keywords in capitals (as
@@ -117,7 +122,7 @@ def test_no_module_but_queries_and_the_store_holds_or_executes_sql():
     outside = [
         path
         for path in sorted(PACKAGE.rglob("*.py"))
-        if path != PACKAGE / "queries.py" and STORE not in path.parents
+        if QUERIES not in path.parents and STORE not in path.parents
     ]
     assert PACKAGE / "cli.py" in outside  # the walk reaches the package, subpackages too
     assert PACKAGE / "commands" / "demo.py" in outside
@@ -156,37 +161,61 @@ def step(conn, rows):
     ]  # fmt: skip
 
 
-# -- one name per statement --
+# -- one name per statement, and one module of each for a table --
+
+
+def _query_modules() -> dict[str, ModuleType]:
+    """cronjob.queries' modules by name; the package itself holds only shared fragments."""
+    return {
+        info.name: importlib.import_module(f"cronjob.queries.{info.name}")
+        for info in pkgutil.iter_modules(queries.__path__)
+    }
 
 
 def _statements() -> dict[str, str]:
-    """queries' statements by name; column lists are parts of statements, not statements."""
+    """Every statement by name; column lists are parts of statements, not statements."""
     return {
         name: value
-        for name, value in vars(queries).items()
+        for module in _query_modules().values()
+        for name, value in vars(module).items()
         if name.isupper() and not name.startswith("_") and not name.endswith("_COLUMNS")
         and isinstance(value, str)
     }  # fmt: skip
 
 
-def _store_functions() -> dict[str, set[str]]:
-    """Each public store function, and the queries it names, itself or through the private
-    functions of its module it calls (one that builds a statement for two callers)."""
+def _statement_homes() -> dict[str, str]:
+    """Each statement's name, and the queries module it is written in."""
+    statements = _statements()
+    return {
+        name: module_name
+        for module_name, module in _query_modules().items()
+        for name in vars(module).keys() & statements.keys()
+    }
+
+
+def _store_modules() -> list[Path]:
+    """The store's modules but the facade, which runs nothing of its own."""
+    return [path for path in sorted(STORE.glob("*.py")) if path.stem != "__init__"]
+
+
+def _store_functions() -> dict[str, tuple[str, set[str]]]:
+    """Each public store function: the module it lives in, and the statements it names
+    (as `queries.<NAME>`), itself or through the private functions of its module it calls (one
+    that builds a statement for two callers)."""
     functions = {}
-    for path in sorted(STORE.glob("*.py")):
+    for path in _store_modules():
         defined = [node for node in ast.parse(path.read_text()).body
                    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)]  # fmt: skip
         private = {node.name: _queries_named(node) for node in defined if node.name[0] == "_"}
         for node in defined:
-            if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
+            if not node.name.startswith("_"):
                 called = {
                     call.func.id
                     for call in ast.walk(node)
                     if isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
                 }
-                functions[node.name] = _queries_named(node).union(
-                    *(private[name] for name in called & private.keys())
-                )
+                through = [private[name] for name in called & private.keys()]
+                functions[node.name] = (path.stem, _queries_named(node).union(*through))
     return functions
 
 
@@ -200,21 +229,65 @@ def _queries_named(node: ast.AST) -> set[str]:
     }
 
 
-def test_every_statement_is_run_by_the_store_function_that_bears_its_name():
+def test_every_statement_is_written_in_one_queries_module():
+    statements = _statements()
+    written = [name for module in _query_modules().values() for name in vars(module)]
+    assert sorted(name for name in written if name in statements) == sorted(statements)
+
+
+def test_each_store_module_runs_the_statements_of_the_queries_module_of_its_name():
+    runs = {}
+    for path in _store_modules():
+        statements = getattr(importlib.import_module(f"cronjob.store.{path.stem}"), "queries", None)
+        if statements is not None:
+            runs[path.stem] = statements
+    assert runs == _query_modules()
+
+
+def test_every_statement_is_run_by_the_store_function_that_bears_its_name_in_its_module():
     functions = _store_functions()
-    unnamed, unused = [], []
-    for name in _statements():
-        owners = [f for f in functions if name == f.upper() or name.startswith(f.upper() + "_")]
+    unnamed, unused, elsewhere = [], [], []
+    for name, home in _statement_homes().items():
+        owners = [
+            f
+            for f in functions
+            if not f.endswith("_async") and (name == f.upper() or name.startswith(f.upper() + "_"))
+        ]
         if not owners:
             unnamed.append(name)
-        elif name not in functions[max(owners, key=len)]:
-            unused.append(f"{name} (not run by {max(owners, key=len)})")
+            continue
+        owner = max(owners, key=len)
+        module, named = functions[owner]
+        if name not in named:
+            unused.append(f"{name} (not run by {owner})")
+        if module != home:
+            elsewhere.append(f"{name} (in queries.{home}, run by store.{module}.{owner})")
     assert unnamed == []
     assert unused == []
+    assert elsewhere == []
 
 
 def test_every_store_function_is_reached_through_cronjob_store():
     from cronjob import store
 
-    missing = [name for name in _store_functions() if not hasattr(store, name)]
+    missing = [
+        f"store.{module}.{name}"
+        for name, (module, _) in _store_functions().items()
+        if getattr(store, name, None)
+        is not getattr(importlib.import_module(f"cronjob.store.{module}"), name)
+    ]
     assert missing == []
+
+
+def test_each_async_twin_sits_beside_its_function():
+    apart = []
+    for path in _store_modules():
+        names = [
+            node.name
+            for node in ast.parse(path.read_text()).body
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        ]
+        for before, name in zip(["", *names], names, strict=False):
+            if name.endswith("_async") and before != name.removesuffix("_async"):
+                apart.append(f"store.{path.stem}.{name}")
+    assert apart == []

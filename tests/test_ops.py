@@ -560,11 +560,11 @@ def test_prune_refuses_unfinished_statuses(db_url, conn, aged):
 
 
 def test_prune_never_deletes_unfinished_runs_whatever_it_is_asked(conn, aged):
-    from cronjob import queries
+    from cronjob.queries.runs import RUNS_PRUNE_BATCH
 
     before = remaining(conn)
     conn.execute(
-        queries.RUNS_PRUNE_BATCH,
+        RUNS_PRUNE_BATCH,
         {"statuses": list(STATUSES), "older_than": 0, "limit": 1000, "now": None},
     )
     assert remaining(conn) == before - set(aged["old"]) - {aged["recent"]}

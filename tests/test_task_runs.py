@@ -8,8 +8,10 @@ from typing import Any
 
 import psycopg
 
-from cronjob import queries, store
+from cronjob import store
 from cronjob.api import insert_runs, new_run
+from cronjob.queries.runs import RUNS_INSERT_MANY, RUNS_INSERT_MANY_QUEUED
+from cronjob.queries.tasks import TASK_TYPES_WAITING
 
 
 def _enqueue(conn: psycopg.Connection[Any], job_type: str, queue: str | None) -> int:
@@ -23,8 +25,8 @@ def test_only_task_runs_name_a_queue(conn: psycopg.Connection[Any]) -> None:
     queues = dict(conn.execute("SELECT id, queue FROM job_runs").fetchall())
     assert queues == {plain: None, task: "emails"}
     # Plain enqueues leave the column out, so they work on a schema without it.
-    assert "queue" not in queries.RUNS_INSERT_MANY
-    assert "queue" in queries.RUNS_INSERT_MANY_QUEUED
+    assert "queue" not in RUNS_INSERT_MANY
+    assert "queue" in RUNS_INSERT_MANY_QUEUED
 
 
 def test_waiting_task_types_are_found_by_one_probe_per_queue_and_type(
@@ -48,7 +50,7 @@ def test_waiting_task_types_are_found_by_one_probe_per_queue_and_type(
     ]  # fmt: skip
     assert store.task_types_waiting(conn, ["nowhere"]) == []
     plan = conn.execute(
-        f"EXPLAIN (ANALYZE, FORMAT JSON) {queries.TASK_TYPES_WAITING}", {"queues": None}
+        f"EXPLAIN (ANALYZE, FORMAT JSON) {TASK_TYPES_WAITING}", {"queues": None}
     ).fetchone()[0]
     assert _most_rows_read(plan[0]["Plan"]) < 10  # not the 20,000 runs of the default queue
 

@@ -12,10 +12,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from cronjob import queries
 from cronjob.db import connect
 from cronjob.errors import DatabaseUnavailable
 from cronjob.handlers import handler, registry
+from cronjob.queries.runs import RUNS_FINALIZE_MANY
 from cronjob.tick import TickOptions, run_tick
 from cronjob.tick.writer import STREAMING_CLAIM
 from tests.conftest import count, wait_for
@@ -130,7 +130,7 @@ def test_a_streaming_drain_writes_its_outcomes_on_a_second_connection(db_url, co
     [(_pid, last_query)] = probe  # it wrote the finalize, while the first claimed
     # The server keeps the first kilobyte of a statement's text (track_activity_query_size).
     seen = _shape(last_query)[:900]
-    assert len(seen) == 900 and _shape(queries.RUNS_FINALIZE_MANY).startswith(seen)
+    assert len(seen) == 900 and _shape(RUNS_FINALIZE_MANY).startswith(seen)
     assert counted(conn) == actual(conn) == {("writer.ok", "succeeded"): 3000,
                                              ("writer.probe", "succeeded"): 1}  # fmt: skip
     assert _second_connections(db_url) == []  # closed when the drain ended

@@ -488,14 +488,14 @@ METHOD = """\
   `VACUUM ANALYZE` runs on the system's database, as autovacuum would have done by the
   time a queue runs steadily; every system alike. One extra row, jobrunner `default, cold
   tables`, drains on never-analyzed tables. (A tick's claim still plans with bitmap and
-  sequential scans off, queries.RUNS_CLAIM_MANY_PLAN, whatever the statistics.)
+  sequential scans off, queries.runs.RUNS_CLAIM_MANY_PLAN, whatever the statistics.)
 - One log level: every worker logs at warning. graphile-worker through its preset's
   `logger` (it has no level setting), PgQueuer with `pgq run --log-level WARNING`,
   Procrastinate with `procrastinate --log-level warning`, jobrunner with
   `tick --log-level warning` (failed runs logged, succeeded ones not). One extra row,
   jobrunner `default, log info`, runs at jobrunner's default level, info.
 - The ceiling is pgbench running the tick's own claim and finalize statements, read from
-  cronjob.queries at run time, 2 clients, batch 100, with the planner settings of the
+  cronjob.queries.runs at run time, 2 clients, batch 100, with the planner settings of the
   tick's claim: `pgbench two-commit` (claim, commit; finalize, commit) is the baseline of
   the ceiling ratio, `pgbench one-commit` (finalize the previous batch and claim the next
   in one transaction, as a busy tick does) is shown beside it. The psycopg client running

@@ -1,7 +1,7 @@
 """The ceiling's statements.
 
 The pgbench ceiling runs the tick's own claim and finalize, taken from
-cronjob.queries when the run starts (`pgbench_two_commit`, `pgbench_one_commit`):
+cronjob.queries.runs when the run starts (`pgbench_two_commit`, `pgbench_one_commit`):
 it can never drift from what a tick sends. Only the parameters become pgbench
 variables, and the claim's last SELECT hands back its ids as one array row so
 that pgbench's gset can keep them for the finalize.
@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 import uuid
 
-# A tick plans its claim with bitmap and sequential scans off (queries.RUNS_CLAIM_MANY_PLAN),
+# A tick plans its claim with bitmap and sequential scans off (queries.runs.RUNS_CLAIM_MANY_PLAN),
 # so a fresh, never analyzed table is still claimed by walking the dispatch index.
 # The ceiling's clients and the growth section's claim probes set the same for their
 # whole session.
@@ -65,14 +65,14 @@ def _pgbench_params(sql: str) -> str:
 
 
 def tick_claim_for_pgbench() -> str:
-    """queries.RUNS_CLAIM_MANY whose final SELECT is wrapped to one row: the claimed ids,
+    """queries.runs.RUNS_CLAIM_MANY whose final SELECT is wrapped to one row: the claimed ids,
     how many, and the finalize's other arrays for a batch of successes (the parameters a
     tick's finalize gets for it), all for pgbench's gset."""
-    from cronjob import queries
+    from cronjob.queries import runs
 
-    final = f"SELECT {queries.RUNS_CLAIM_MANY_COLUMNS}\nFROM claimed ORDER BY priority, run_at, id"
-    if final not in queries.RUNS_CLAIM_MANY:
-        raise RuntimeError("queries.RUNS_CLAIM_MANY no longer ends as the ceiling expects")
+    final = f"SELECT {runs.RUNS_CLAIM_MANY_COLUMNS}\nFROM claimed ORDER BY priority, run_at, id"
+    if final not in runs.RUNS_CLAIM_MANY:
+        raise RuntimeError("queries.runs.RUNS_CLAIM_MANY no longer ends as the ceiling expects")
     n = "count(*)::int"
     wrapped = (
         f"SELECT coalesce(array_agg(id), '{{}}') AS ids, {n} AS n,\n"
@@ -84,14 +84,14 @@ def tick_claim_for_pgbench() -> str:
         f"       array_fill(NULL::text, ARRAY[{n}]) AS tracebacks\n"
         f"FROM ({final}) AS handed"
     )
-    return _pgbench_params(queries.RUNS_CLAIM_MANY.replace(final, wrapped).strip())
+    return _pgbench_params(runs.RUNS_CLAIM_MANY.replace(final, wrapped).strip())
 
 
 def tick_finalize_for_pgbench() -> str:
-    """queries.RUNS_FINALIZE_MANY as it stands, its parameters as pgbench variables."""
-    from cronjob import queries
+    """queries.runs.RUNS_FINALIZE_MANY as it stands, its parameters as pgbench variables."""
+    from cronjob.queries import runs
 
-    return _pgbench_params(queries.RUNS_FINALIZE_MANY.strip())
+    return _pgbench_params(runs.RUNS_FINALIZE_MANY.strip())
 
 
 def pgbench_variables(limit: int) -> dict[str, str]:

@@ -1,15 +1,17 @@
 """One function per query: takes a connection, returns models, never commits on its own.
 
-With queries.py, the only code that executes SQL. Each function bears the name of
-its statement (`runs_finalize_many` runs queries.RUNS_FINALIZE_MANY); a function that
-needs more than one statement names the others after itself plus a qualifier.
+With cronjob.queries, the only code that executes SQL. Each function bears the name of
+its statement (`runs_finalize_many` runs RUNS_FINALIZE_MANY); a function that needs
+more than one statement names the others after itself plus a qualifier. The modules
+follow those of cronjob.queries, one for one: `store.runs` runs `queries.runs`, and so
+on, each async twin beside its function.
 
-The functions live in two modules, and are all reached through this one:
+All of them are reached through this one, `store.<name>`:
 - `preflight`, what runs before anything is known: migrating, checking the schema
   version, asking whether a tick has work. It builds no models, so an idle tick,
   which asks and leaves, never imports them.
-- `records`, everything that reads or writes runs, definitions and effects, as
-  models. Imported the first time one of its names is used.
+- the rest (`runs`, `definitions`, `tally`, `effects`, `incidents`, `tasks`), which
+  read and write as models: each imported the first time one of its names is used.
 """
 
 from __future__ import annotations
@@ -28,7 +30,12 @@ from cronjob.store.preflight import (
 )
 
 if TYPE_CHECKING:
-    from cronjob.store.records import *  # noqa: F403
+    from cronjob.store.definitions import *  # noqa: F403
+    from cronjob.store.effects import *  # noqa: F403
+    from cronjob.store.incidents import *  # noqa: F403
+    from cronjob.store.runs import *  # noqa: F403
+    from cronjob.store.tally import *  # noqa: F403
+    from cronjob.store.tasks import *  # noqa: F403
 
 __all__ = [
     "lock_wait_limits",
@@ -40,15 +47,19 @@ __all__ = [
     "tick_work_exists",
 ]
 
+# Searched in this order: a busy tick's names first, so it imports only what it uses.
+MODULES = ("runs", "definitions", "tally", "effects", "incidents", "tasks")
+
 
 def __getattr__(name: str) -> Any:
     # Importing the models costs an idle tick more than its one question does.
-    if name.startswith("__"):
-        raise AttributeError(f"module 'cronjob.store' has no attribute {name!r}")
-    records = importlib.import_module("cronjob.store.records")
-    try:
-        value = getattr(records, name)
-    except AttributeError:
-        raise AttributeError(f"module 'cronjob.store' has no attribute {name!r}") from None
-    globals()[name] = value
-    return value
+    if name in MODULES:
+        return importlib.import_module(f"cronjob.store.{name}")
+    if not name.startswith("__"):
+        for module in MODULES:
+            found = importlib.import_module(f"cronjob.store.{module}")
+            if hasattr(found, name):
+                value = getattr(found, name)
+                globals()[name] = value
+                return value
+    raise AttributeError(f"module 'cronjob.store' has no attribute {name!r}")

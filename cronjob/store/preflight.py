@@ -1,7 +1,7 @@
 """What runs before any work: migrating, checking the schema, asking whether there is work.
 
-Plain values in and out, and no import beyond the statements: an idle tick runs two
-of these and nothing else.
+Plain values in and out, and no import beyond the statements (queries.preflight): an
+idle tick runs two of these and nothing else.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from cronjob import queries
+from cronjob.queries import preflight as queries
 
 
 def tick_work_exists(conn: Any, job_types: Iterable[str], *, now: datetime | None = None) -> bool:

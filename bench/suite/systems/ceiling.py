@@ -66,15 +66,15 @@ class Ceiling(System):
     )
     how_run = (
         f"`pgbench -M extended -c {CLIENTS} -j {CLIENTS}` running the tick's own "
-        "queries.RUNS_CLAIM_MANY and queries.RUNS_FINALIZE_MANY (read from cronjob.queries at "
-        "run time; parameters as pgbench variables, the claim's last SELECT wrapped to hand "
-        "back its ids as one array row), batch 100, each client until its claim finds "
-        "nothing. two-commit: the claim commits, then the finalize of that batch commits "
-        "(one round trip each, as in a tick). one-commit: finalize the previous batch and "
-        "claim the next in one transaction, as a busy tick does (three round trips where "
-        "the tick pipelines one: pgbench cannot keep a result inside a pipeline). "
+        "queries.runs.RUNS_CLAIM_MANY and queries.runs.RUNS_FINALIZE_MANY (read from "
+        "cronjob.queries.runs at run time; parameters as pgbench variables, the claim's last "
+        "SELECT wrapped to hand back its ids as one array row), batch 100, each client until "
+        "its claim finds nothing. two-commit: the claim commits, then the finalize of that "
+        "batch commits (one round trip each, as in a tick). one-commit: finalize the previous "
+        "batch and claim the next in one transaction, as a busy tick does (three round trips "
+        "where the tick pipelines one: pgbench cannot keep a result inside a pipeline). "
         f"PGOPTIONS={CLAIM_PLAN_OPTIONS!r}, the planner settings of a tick's claim "
-        "(queries.RUNS_CLAIM_MANY_PLAN). psycopg core: 2 client processes looping a "
+        "(queries.runs.RUNS_CLAIM_MANY_PLAN). psycopg core: 2 client processes looping a "
         "claim and a finish reduced to their core (bench/suite/statements.py). "
         "Schema: jobrunner's migrations (sql/*.sql) read at run time."
     )

@@ -1,0 +1,88 @@
+"""Every SQL statement jobrunner runs but the migration files, named entity-verb-qualifier.
+
+One module per table or concern, each run by the store module of the same name
+(`queries.runs.RUNS_CLAIM_MANY` by `store.runs.runs_claim_many`):
+
+| module        | its statements                                                          |
+|---------------|-------------------------------------------------------------------------|
+| `preflight`   | what an idle tick and migrate ask: is there work, the migrations, waits |
+| `runs`        | a run's life: insert, claim, finalize, heartbeat, hand back, rescue,    |
+|               | read, retry and cancel by id, the handler's transaction, prune          |
+| `definitions` | schedules: definitions, materializing, health, pings, skips, sync lock  |
+| `incidents`   | an operator's selections of runs, paused job types, the audit trail     |
+| `effects`     | the effects ledger                                                      |
+| `tasks`       | Django's Tasks backend                                                  |
+| `tally`       | status and metrics: the snapshot, the finished-run tally, durations     |
+
+This module holds only the fragments several of them share, each written once: a
+fragment that guards correctness (the lease fence, the lease release) is named here
+and reused, never typed again. An idle tick imports it with `preflight`, so it
+stays a handful of strings.
+
+Time-dependent statements take an optional `now` parameter so tests can drive the
+clock; in production it is NULL and the database clock decides.
+"""
+
+from __future__ import annotations
+
+_NOW = "coalesce(%(now)s::timestamptz, now())"
+# For statements that may run late in a longer transaction (a success recorded in
+# the handler's own ctx.db transaction): now() would be when that transaction began.
+_STATEMENT_NOW = "coalesce(%(now)s::timestamptz, statement_timestamp())"
+
+
+def _claimable(job_types: str) -> str:
+    """The tick's job types less the paused ones (job_type_pauses), as an array.
+
+    An uncorrelated subquery: PostgreSQL evaluates it once per statement, and the
+    claim's scan then compares each row against the shorter array, as it did before.
+    """
+    return (
+        f"ARRAY(SELECT t FROM unnest({job_types}::text[]) AS t"
+        " WHERE NOT EXISTS (SELECT 1 FROM job_type_pauses p WHERE p.job_type = t))"
+    )
+
+
+# The one rule for failed or dead: an attempt that used up its run's budget is the
+# final one. The claim hands its verdict to the runner's decision
+# (ClaimedRun.final_attempt, read by transitions.decide) and rescue applies it to
+# the runs it recovers, so the two can never disagree. Columns are unqualified:
+# both statements read them from the only relation that has them.
+_FINAL_ATTEMPT = "attempts >= coalesce(max_attempts, 1)"
+
+
+def _lease_fence(token: str, run: str | None = None) -> str:
+    """The lease fence: a write by a run's worker applies only while the run is still
+    running under that worker's lease token (`token`, a parameter or a column).
+
+    A worker that lost its lease (stalled, cancelled, rescued, re-claimed) can then
+    never overwrite a newer outcome. `run` qualifies the run's columns, in a statement
+    where another relation has columns of the same names.
+    """
+    row = f"{run}." if run else ""
+    return f"{row}lease_token = {token} AND {row}status = 'running'"
+
+
+# The lease release: whatever ends or interrupts an attempt (finalize, hand back,
+# rescue, an operator's retry or cancel) clears all three together, so a run is never
+# left half held, and the worker that held it is fenced out from then on.
+_LEASE_RELEASE = "locked_by = NULL, locked_until = NULL, lease_token = NULL"
+
+# What retry and cancel do to a run (`t` is its row as locked before the change), whether
+# it was named by id (queries.runs) or picked by a selection (queries.incidents): the same
+# change either way. retry: due now, lock cleared; dead and cancelled runs get a fresh
+# attempt budget.
+_RETRY_SET = f"""
+    SET status = CASE WHEN t.status IN ('dead', 'cancelled') OR r.attempts = 0
+                      THEN 'queued' ELSE 'failed' END,
+        attempts = CASE WHEN t.status IN ('dead', 'cancelled') THEN 0 ELSE r.attempts END,
+        run_at = {_NOW},
+        finished_at = NULL,
+        {_LEASE_RELEASE},
+        updated_at = {_NOW}
+"""
+_CANCEL_SET = f"""
+    SET status = 'cancelled', finished_at = {_NOW},
+        {_LEASE_RELEASE},
+        updated_at = {_NOW}
+"""

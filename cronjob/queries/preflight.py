@@ -1,0 +1,56 @@
+"""What runs before any work: is there work, the migrations, waiting for another host.
+
+Run by cronjob.store.preflight. An idle tick runs TICK_WORK_EXISTS and nothing else,
+so this module imports only the shared fragments.
+"""
+
+from __future__ import annotations
+
+from cronjob.queries import _NOW, _claimable
+
+# One question before a tick sets anything up: is there a due run of a type this
+# tick handles, a lease to rescue, or a schedule to materialize? Most ticks on most
+# hosts find nothing, and then cost this one round trip.
+TICK_WORK_EXISTS = f"""
+SELECT EXISTS (SELECT 1 FROM job_runs
+               WHERE status IN ('queued', 'failed') AND run_at <= {_NOW}
+                 AND job_type = ANY({_claimable("%(job_types)s")}))
+    OR EXISTS (SELECT 1 FROM job_runs WHERE status = 'running' AND locked_until < {_NOW})
+    OR EXISTS (SELECT 1 FROM job_definitions WHERE enabled AND next_fire_at <= {_NOW})
+"""
+
+# -- schema: the migrations applied, and applying them --
+
+MIGRATIONS_GET_LATEST_VERSION = "SELECT coalesce(max(version), 0) FROM jobrunner_migrations"
+
+# Transaction-scoped, so it works behind PgBouncer in transaction mode. Any constant
+# works; this one spells "jobrunr" (0x6A6F6272756E72) and only has to be unique per
+# database.
+MIGRATIONS_LOCK = "SELECT pg_advisory_xact_lock(29958816149106290)"
+MIGRATIONS_LOCK_TRY = "SELECT pg_try_advisory_xact_lock(29958816149106290)"
+
+# -- waiting for another host: for the migration lock, the sync lock (queries.definitions)
+# or the keyed batch lock of enqueue (queries.runs) --
+
+# A host that queues behind another's migration, sync or batch waits for as long as the
+# caller allows rather than the runner's 5 s lock_timeout (and 30 s statement_timeout);
+# transaction-local, like the locks, and put back once the lock is held.
+LOCK_WAIT_LIMITS_SET = """
+SELECT set_config('lock_timeout', %(ms)s, true), set_config('statement_timeout', %(ms)s, true)
+"""
+LOCK_WAIT_LIMITS_RESTORE = (
+    "SET LOCAL lock_timeout TO DEFAULT; SET LOCAL statement_timeout TO DEFAULT"
+)
+
+MIGRATIONS_CREATE_TABLE = """
+CREATE TABLE IF NOT EXISTS jobrunner_migrations (
+    version integer PRIMARY KEY,
+    name text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now())
+"""
+
+MIGRATIONS_LIST_APPLIED = "SELECT version FROM jobrunner_migrations"
+
+MIGRATION_APPLY_RECORD = (
+    "INSERT INTO jobrunner_migrations (version, name) VALUES (%(version)s, %(name)s)"
+)

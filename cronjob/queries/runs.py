@@ -1,0 +1,372 @@
+"""A run's life in statements: enqueued, claimed, finalized, heartbeat, handed back,
+rescued, read, retried or cancelled by id, pruned; and the marks of the handler's
+transaction in which a success is recorded.
+
+Run by cronjob.store.runs. Every write a run's worker makes is behind the lease fence
+(`_lease_fence`); everything that ends or interrupts an attempt releases the lease
+(`_LEASE_RELEASE`).
+"""
+
+from __future__ import annotations
+
+from cronjob.queries import (
+    _CANCEL_SET,
+    _FINAL_ATTEMPT,
+    _LEASE_RELEASE,
+    _NOW,
+    _RETRY_SET,
+    _STATEMENT_NOW,
+    _claimable,
+    _lease_fence,
+)
+
+_RUN_COLUMNS = (
+    "id, definition_id, job_type, payload::text AS payload, tenant_id, scheduled_for, run_at,"
+    " status, attempts, max_attempts, priority, idempotency_key, locked_by, locked_until,"
+    " last_error, error_type, started_at, finished_at, created_at, updated_at"
+)
+
+
+# Ids are drawn from the sequence up front so each input row can be matched to
+# the id it got, whether it was inserted now or already existed under its key.
+# The arrays travel in binary: text arrays of JSON would otherwise be quoted and
+# escaped element by element.
+def _runs_insert_many(queue: bool) -> str:
+    return f"""
+WITH input AS (
+    SELECT nextval('job_runs_id_seq') AS new_id, i.*
+    FROM unnest(
+        %(job_types)b::text[], %(payloads)b::text[], %(run_ats)b::timestamptz[],
+        %(delays)b::float8[], %(keys)b::text[], %(max_attempts)b::int[],
+        %(priorities)b::int[], %(tenants)b::text[]{", %(queues)b::text[]" if queue else ""}
+    ) WITH ORDINALITY AS i(job_type, payload, run_at, delay, idempotency_key, max_attempts,
+                           priority, tenant_id{", queue" if queue else ""}, ord)
+),
+inserted AS (
+    INSERT INTO job_runs (id, job_type, payload, run_at, idempotency_key, max_attempts,
+                          priority, tenant_id{", queue" if queue else ""}, created_at, updated_at)
+    SELECT new_id, job_type, payload::jsonb,
+           coalesce(run_at, {_NOW} + make_interval(secs => coalesce(delay, 0))),
+           idempotency_key, max_attempts, coalesce(priority, 0), tenant_id,
+           {"queue, " if queue else ""}{_NOW}, {_NOW}
+    FROM input ORDER BY ord
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id, idempotency_key, job_type, tenant_id
+)
+SELECT i.ord, i.idempotency_key,
+       coalesce(mine.id, same_key.id, existing.id) AS id,
+       mine.id IS NOT NULL AS created,
+       CASE WHEN mine.id IS NOT NULL THEN i.job_type
+            WHEN same_key.id IS NOT NULL THEN same_key.job_type
+            ELSE existing.job_type END AS job_type,
+       CASE WHEN mine.id IS NOT NULL THEN i.tenant_id
+            WHEN same_key.id IS NOT NULL THEN same_key.tenant_id
+            ELSE existing.tenant_id END AS tenant_id
+FROM input i
+LEFT JOIN inserted mine ON mine.id = i.new_id
+LEFT JOIN inserted same_key ON mine.id IS NULL AND same_key.idempotency_key = i.idempotency_key
+LEFT JOIN job_runs existing ON mine.id IS NULL AND same_key.id IS NULL
+                           AND existing.idempotency_key = i.idempotency_key
+ORDER BY i.ord
+"""
+
+
+# Runs enqueued any way but through Django's Tasks backend name no queue, so that code
+# upgraded before `jobrunner migrate` added the column (0014) can still enqueue them.
+RUNS_INSERT_MANY = _runs_insert_many(queue=False)
+RUNS_INSERT_MANY_QUEUED = _runs_insert_many(queue=True)
+
+RUNS_INSERT_MANY_IDS_BY_KEY = (
+    "SELECT idempotency_key, id, job_type, tenant_id FROM job_runs"
+    " WHERE idempotency_key = ANY(%(keys)s)"
+)
+
+# Batches that carry idempotency keys take turns: two batches holding some of each
+# other's keys, in different orders, would otherwise wait on each other until the
+# server broke the deadlock by failing one. This constant spells "jobkeys".
+RUNS_LOCK_FOR_KEYED_BATCH = "SELECT pg_advisory_xact_lock(29958816149218675)"
+RUNS_LOCK_FOR_KEYED_BATCH_TRY = "SELECT pg_try_advisory_xact_lock(29958816149218675)"
+
+# The claim must walk job_runs_dispatch in order and stop after `limit` rows. With
+# statistics that predate a burst of enqueues (or none yet, on a fresh table) the
+# planner expects few runnable rows and prefers a bitmap scan that sorts every one
+# of them, on every claim. Set for the rest of the claim's own transaction, of which
+# the claim is the last statement.
+RUNS_CLAIM_MANY_PLAN = (
+    "SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true)"
+)
+
+# What a claim returns, read by position into models.ClaimedRun on the tick's hot path
+# (store._claimed_runs): ClaimedRun's fields in order, each under its field's name, bar
+# the lease token, which is the caller's own parameter. The payload comes as text for
+# store's one JSON decoder. tests/test_layout.py fails if the two part ways.
+RUNS_CLAIM_MANY_COLUMNS = (
+    "id, job_type, payload::text AS payload, tenant_id, scheduled_for, attempts AS attempt,"
+    f" {_FINAL_ATTEMPT} AS final_attempt, definition_id"
+)
+
+# A run of a schedule whose overlap policy is 'skip' or 'queue' (migration 0011) starts only
+# when nothing else of its schedule and tenant is running and it is the oldest one waiting.
+# So at most one such run is ever claimable per schedule and tenant: two ticks racing for it
+# meet on its row lock, and a tick whose snapshot predates another's claim still sees that
+# older run waiting. A running run whose lease expired blocks the others until it is rescued
+# and done. Other runs pay only the `NOT exclusive` test.
+_EXCLUSIVE_RUN_IS_NEXT = """NOT EXISTS (
+        SELECT 1 FROM job_runs o
+        WHERE o.exclusive AND o.definition_id = job_runs.definition_id
+          AND coalesce(o.tenant_id, '') = coalesce(job_runs.tenant_id, '')
+          AND o.status IN ('queued', 'running', 'failed') AND o.id <> job_runs.id
+          AND (o.status = 'running' OR o.id < job_runs.id))"""
+
+# The locking subquery is a MATERIALIZED CTE: as `WHERE id IN (SELECT ... LIMIT n)`
+# the planner may re-run it and claim more than n rows. The update finds its rows
+# through `id = ANY(array)`, a primary-key lookup whatever the table's size, and
+# takes each type's lease and attempt budget by position in the parallel arrays.
+# One lease token covers the whole claim: ids tell its runs apart, and a fresh
+# uuid per row would be a third of the statement's cost.
+RUNS_CLAIM_MANY = f"""
+WITH c AS MATERIALIZED (
+    SELECT id FROM job_runs
+    WHERE status IN ('queued', 'failed') AND run_at <= {_NOW}
+      AND job_type = ANY({_claimable("%(job_types)b")})
+      AND (NOT exclusive OR {_EXCLUSIVE_RUN_IS_NEXT})
+    ORDER BY priority, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+claimed AS (
+    UPDATE job_runs r
+    SET status = 'running',
+        attempts = r.attempts + 1,
+        max_attempts = coalesce(
+            r.max_attempts,
+            (%(max_attempts)b::int[])[array_position(%(job_types)b::text[], r.job_type)]),
+        locked_by = %(worker)s,
+        locked_until = {_NOW} + make_interval(
+            secs => (%(leases)b::float8[])[array_position(%(job_types)b::text[], r.job_type)]),
+        lease_token = %(token)s,
+        started_at = {_NOW},
+        updated_at = {_NOW}
+    WHERE r.id = ANY(ARRAY(SELECT id FROM c))
+    RETURNING r.id, r.job_type, r.payload, r.tenant_id, r.scheduled_for, r.attempts,
+              r.definition_id,
+              r.max_attempts, r.priority, r.run_at
+)
+-- Handed to the workers in this order, so a batch starts in priority order too.
+SELECT {RUNS_CLAIM_MANY_COLUMNS}
+FROM claimed ORDER BY priority, run_at, id
+"""
+
+# One guarded write for a batch of mixed outcomes: a row changes only while its
+# caller still holds the lease token, so a worker that lost its lease (stalled,
+# cancelled, re-claimed) can never overwrite a newer outcome. Failed attempts are
+# recorded in the same statement. `id = ANY(ids)` (here and in the statements
+# below) keeps the lookup on the primary key however many rows the table holds.
+RUNS_FINALIZE_MANY = f"""
+WITH o AS (
+    SELECT * FROM unnest(
+        %(ids)b::bigint[], %(tokens)b::uuid[], %(statuses)b::text[], %(delays)b::float8[],
+        %(error_types)b::text[], %(messages)b::text[], %(tracebacks)b::text[]
+    ) AS o(id, lease_token, status, delay, error_type, message, traceback)
+),
+done AS (
+    UPDATE job_runs r
+    SET status = o.status,
+        run_at = CASE WHEN o.status = 'failed'
+                      THEN {_STATEMENT_NOW} + make_interval(secs => o.delay) ELSE r.run_at END,
+        finished_at = CASE WHEN o.status IN ('succeeded', 'dead') THEN {_STATEMENT_NOW} END,
+        last_error = coalesce(o.message, r.last_error),
+        error_type = coalesce(o.error_type, r.error_type),
+        finished_by = CASE WHEN o.status IN ('succeeded', 'dead') THEN r.locked_by END,
+        {_LEASE_RELEASE},
+        updated_at = {_STATEMENT_NOW}
+    FROM o
+    WHERE r.id = ANY(%(ids)b::bigint[])
+      AND r.id = o.id AND {_lease_fence("o.lease_token", run="r")}
+    RETURNING r.id, r.attempts, r.started_at, o.status,
+              o.error_type, o.message, o.traceback
+),
+history AS (
+    INSERT INTO job_attempts (run_id, attempt, worker, error_type, message, traceback,
+                              started_at, finished_at)
+    SELECT id, attempts, %(worker)s, error_type, message, traceback, started_at, {_STATEMENT_NOW}
+    FROM done WHERE status IN ('failed', 'dead')
+)
+SELECT id FROM done
+"""
+
+# Renew every lease this tick holds in one statement; runs missing from the
+# result were cancelled or re-claimed, and their handlers must be told.
+RUNS_HEARTBEAT_MANY = f"""
+UPDATE job_runs r
+SET locked_until = {_NOW} + make_interval(secs => o.lease), updated_at = {_NOW}
+FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[], %(leases)b::float8[])
+    AS o(id, lease_token, lease)
+WHERE r.id = ANY(%(ids)b::bigint[])
+  AND r.id = o.id AND {_lease_fence("o.lease_token", run="r")}
+RETURNING r.id, r.locked_until
+"""
+
+# Unfinished work goes back as if never claimed: due now, the attempt not counted.
+_HAND_BACK = f"""
+UPDATE job_runs r
+SET status = CASE WHEN r.attempts > 1 THEN 'failed' ELSE 'queued' END,
+    attempts = r.attempts - 1,
+    run_at = {_NOW},
+    {_LEASE_RELEASE},
+    started_at = NULL,
+    updated_at = {_NOW}
+"""
+
+RUNS_HAND_BACK_MANY = f"""{_HAND_BACK}
+FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[]) AS o(id, lease_token)
+WHERE r.id = ANY(%(ids)b::bigint[])
+  AND r.id = o.id AND {_lease_fence("o.lease_token", run="r")}
+RETURNING r.id
+"""
+
+# Every run one claim still holds, found by the claim's lease token: for a claim whose
+# commit took effect but whose answer was lost, so the claimer never learnt its runs.
+# Running rows are few, and job_runs_leases indexes exactly them.
+RUNS_HAND_BACK_CLAIM = f"""{_HAND_BACK}
+WHERE {_lease_fence("%(token)s", run="r")}
+RETURNING r.id
+"""
+
+# Which decisions a claim whose answer was lost wrote with it: each run still as its decision
+# left it, in the attempt the claim held. Later changes show in the attempt number, the
+# status, or who finished it: a rescue records no finisher and its own error type, a retry
+# or a cancel another status.
+RUNS_LIST_DECIDED = """
+SELECT r.id
+FROM job_runs r
+JOIN unnest(%(ids)b::bigint[], %(attempts)b::int[], %(statuses)b::text[],
+            %(error_types)b::text[]) AS d(id, attempt, status, error_type) ON d.id = r.id
+WHERE r.id = ANY(%(ids)b::bigint[])
+  AND r.attempts = d.attempt AND r.status = d.status AND r.lease_token IS NULL
+  AND CASE WHEN d.status = 'failed' THEN r.error_type = d.error_type
+           ELSE r.finished_by = %(worker)s END
+"""
+
+# Crash recovery: a running run whose lease expired lost its worker. The lost
+# attempt is recorded, and the run is due again or, out of attempts, dead.
+RUNS_RESCUE_MANY = f"""
+WITH expired AS (
+    SELECT id, locked_by FROM job_runs
+    WHERE status = 'running' AND locked_until < {_NOW}
+    ORDER BY locked_until
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+rescued AS (
+    UPDATE job_runs r
+    SET status = CASE WHEN {_FINAL_ATTEMPT} THEN 'dead' ELSE 'failed' END,
+        run_at = {_NOW},
+        finished_at = CASE WHEN {_FINAL_ATTEMPT} THEN {_NOW} END,
+        last_error = 'lease expired: the worker ' || coalesce(r.locked_by, '?')
+                     || ' stopped heartbeating (crashed, killed or stalled)',
+        error_type = 'lease_expired',
+        {_LEASE_RELEASE},
+        updated_at = {_NOW}
+    FROM expired e
+    WHERE r.id = e.id
+    RETURNING r.id, r.attempts, e.locked_by, r.started_at, r.last_error, r.status
+)
+INSERT INTO job_attempts (run_id, attempt, worker, error_type, message, started_at, finished_at)
+SELECT id, attempts, locked_by, 'lease_expired', last_error, started_at, {_NOW} FROM rescued
+RETURNING run_id
+"""
+
+RUN_GET = f"SELECT {_RUN_COLUMNS} FROM job_runs WHERE id = %(id)s"
+
+RUNS_LIST_IDS_BY_DEFINITION = (
+    "SELECT id FROM job_runs WHERE definition_id = ANY(%(definition_ids)s) ORDER BY id"
+)
+
+RUN_ATTEMPTS_GET = """
+SELECT attempt, worker, error_type, message, traceback, started_at, finished_at
+FROM job_attempts WHERE run_id = %(id)s ORDER BY attempt, id
+"""
+
+# An operator's retry and cancel of the runs named by id: `_RETRY_SET` and `_CANCEL_SET`,
+# as for a selection (queries.incidents). Each run's previous status comes back too.
+RUNS_RETRY_MANY = f"""
+WITH target AS (
+    SELECT id, status FROM job_runs WHERE id = ANY(%(ids)s) ORDER BY id FOR UPDATE
+),
+changed AS (
+    UPDATE job_runs r {_RETRY_SET}
+    FROM target t
+    WHERE r.id = t.id AND t.status <> 'succeeded'
+    RETURNING r.id
+)
+SELECT t.id, t.status, c.id IS NOT NULL AS changed
+FROM target t LEFT JOIN changed c USING (id)
+"""
+
+RUNS_CANCEL_MANY = f"""
+WITH target AS (
+    SELECT id, status FROM job_runs WHERE id = ANY(%(ids)s) ORDER BY id FOR UPDATE
+),
+changed AS (
+    UPDATE job_runs r {_CANCEL_SET}
+    FROM target t
+    WHERE r.id = t.id AND t.status IN ('queued', 'failed', 'running')
+    RETURNING r.id
+)
+SELECT t.id, t.status, c.id IS NOT NULL AS changed
+FROM target t LEFT JOIN changed c USING (id)
+"""
+
+_RUNS_LIST_FILTER = """
+WHERE (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s))
+  AND (%(job_types)s::text[] IS NULL OR job_type = ANY(%(job_types)s))
+ORDER BY id DESC
+LIMIT %(limit)s
+"""
+RUNS_LIST = f"SELECT {_RUN_COLUMNS} FROM job_runs {_RUNS_LIST_FILTER}"
+
+# The table `list` prints shows no payload, and a thousand payloads of a megabyte each
+# are a gigabyte to fetch and decode for nothing.
+_RUN_COLUMNS_WITHOUT_PAYLOAD = _RUN_COLUMNS.replace(
+    " payload::text AS payload,", " 'null' AS payload,"
+)
+RUNS_LIST_WITHOUT_PAYLOAD = (
+    f"SELECT {_RUN_COLUMNS_WITHOUT_PAYLOAD} FROM job_runs {_RUNS_LIST_FILTER}"
+)
+
+# -- the handler's transaction --
+
+# Marks ctx.db's transaction as the one opened for this claim. The setting is
+# transaction-local, so it is gone if the handler commits or rolls back itself;
+# the runner checks it before recording success in that transaction.
+HANDLER_TRANSACTION_MARK = "SELECT set_config('jobrunner.lease_token', %(token)s, true)"
+
+HANDLER_TRANSACTION_GET_MARK = "SELECT current_setting('jobrunner.lease_token', true)"
+
+# The handler may have raised its own limits with SET (LOCAL); the runner's
+# statements in that transaction wait no longer than the runner's own do.
+HANDLER_TRANSACTION_RESTORE_LIMITS = (
+    "SET LOCAL statement_timeout TO DEFAULT; SET LOCAL lock_timeout TO DEFAULT"
+)
+
+# -- retention: the end of a finished run, at the end of a tick (cronjob.prune) --
+
+# One batch of pruning, committed on its own so no lock is held for long. The
+# terminal statuses are spelled out again here: whatever the caller passes, a
+# run that may still execute is never deleted. Attempts go with their run
+# (ON DELETE CASCADE).
+RUNS_PRUNE_BATCH = f"""
+WITH batch AS MATERIALIZED (
+    SELECT id FROM job_runs
+    WHERE status IN ('succeeded', 'dead', 'cancelled') AND status = ANY(%(statuses)s)
+      AND finished_at < {_NOW} - make_interval(secs => %(older_than)s)
+    ORDER BY finished_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+gone AS (
+    DELETE FROM job_runs r USING batch b WHERE r.id = b.id RETURNING r.status
+)
+SELECT status, count(*) FROM gone GROUP BY status
+"""

@@ -1,0 +1,465 @@
+"""A run's life, as models: enqueued, claimed, finalized, heartbeat, handed back,
+rescued, read, retried or cancelled by id, pruned; the marks of the handler's
+transaction. The statements are queries.runs.
+
+Like every store function they never commit on their own, but for the claim
+functions: on the autocommit connection they require, they group their statements
+in one transaction of their own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from psycopg.rows import class_row, dict_row, kwargs_row
+
+from cronjob.models import Attempt, ClaimedRun, Decision, Run, Status, UnreadablePayload
+from cronjob.queries import runs as queries
+from cronjob.store.preflight import _advisory_lock
+
+if TYPE_CHECKING:
+    from uuid import UUID
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """A run to enqueue, already validated."""
+
+    job_type: str
+    payload_json: str = "{}"
+    run_at: datetime | None = None
+    delay: float | None = None
+    idempotency_key: str | None = None
+    max_attempts: int | None = None
+    priority: int | None = None
+    tenant_id: str | None = None
+    queue: str | None = None  # a Django task's queue_name; None for every other run
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    """One enqueued run, or the run that already had its idempotency key, with that
+    run's job type and tenant."""
+
+    id: int
+    created: bool
+    job_type: str
+    tenant_id: str | None
+
+
+@dataclass(frozen=True)
+class Change:
+    """The result of retry/cancel for one id: its status before, and whether it changed."""
+
+    id: int
+    previous: Status | None  # None: no such run
+    changed: bool
+
+
+def runs_insert_many(
+    conn: Any, runs: Sequence[NewRun], *, now: datetime | None = None
+) -> list[Enqueued]:
+    if not runs:
+        return []
+    cursor = conn.cursor(row_factory=dict_row)
+    rows = cursor.execute(*_inserting(runs, now)).fetchall()
+    missing = [row["idempotency_key"] for row in rows if row["id"] is None]
+    found: dict[str, dict[str, Any]] = {}
+    if missing:
+        # Another transaction inserted these keys while ours waited on them; they
+        # are visible now, in a statement with a fresh snapshot.
+        by_key = conn.cursor(row_factory=dict_row).execute(
+            queries.RUNS_INSERT_MANY_IDS_BY_KEY, {"keys": missing}
+        )
+        found = {row["idempotency_key"]: row for row in by_key.fetchall()}
+    return _enqueued(rows, found)
+
+
+async def runs_insert_many_async(
+    conn: Any, runs: Sequence[NewRun], *, now: datetime | None = None
+) -> list[Enqueued]:
+    if not runs:
+        return []
+    cursor = conn.cursor(row_factory=dict_row)
+    await cursor.execute(*_inserting(runs, now))
+    rows = await cursor.fetchall()
+    missing = [row["idempotency_key"] for row in rows if row["id"] is None]
+    found: dict[str, dict[str, Any]] = {}
+    if missing:
+        # As in runs_insert_many: keys another transaction inserted while ours waited.
+        by_key = conn.cursor(row_factory=dict_row)
+        await by_key.execute(queries.RUNS_INSERT_MANY_IDS_BY_KEY, {"keys": missing})
+        found = {row["idempotency_key"]: row for row in await by_key.fetchall()}
+    return _enqueued(rows, found)
+
+
+def _inserting(runs: Sequence[NewRun], now: datetime | None) -> tuple[str, dict[str, Any]]:
+    """The insert for `runs`, and its parameters."""
+    # Only a Django task names a queue (and so needs migration 0014's column).
+    queued = any(r.queue is not None for r in runs)
+    statement = queries.RUNS_INSERT_MANY_QUEUED if queued else queries.RUNS_INSERT_MANY
+    return statement, {
+        "job_types": [r.job_type for r in runs],
+        "payloads": [r.payload_json for r in runs],
+        "run_ats": [r.run_at for r in runs],
+        "delays": [r.delay for r in runs],
+        "keys": [r.idempotency_key for r in runs],
+        "max_attempts": [r.max_attempts for r in runs],
+        "priorities": [r.priority for r in runs],
+        "tenants": [r.tenant_id for r in runs],
+        **({"queues": [r.queue for r in runs]} if queued else {}),
+        "now": now,
+    }
+
+
+def _enqueued(rows: list[dict[str, Any]], found: dict[str, dict[str, Any]]) -> list[Enqueued]:
+    """Each input row's run: its own, or the run already holding its key (`found`)."""
+    for row in rows:
+        if row["id"] is None:
+            row.update(found[row["idempotency_key"]])
+    return [
+        Enqueued(
+            id=int(row["id"]),
+            created=bool(row["created"]),
+            job_type=row["job_type"],
+            tenant_id=row["tenant_id"],
+        )
+        for row in rows
+    ]
+
+
+def runs_lock_for_keyed_batch(conn: Any, *, wait: bool = True) -> bool:
+    """Take the keyed-batch lock, held until this transaction ends; with `wait`, queue for
+    any other batch with idempotency keys, else return False at once if one holds it."""
+    return _advisory_lock(
+        conn, queries.RUNS_LOCK_FOR_KEYED_BATCH, queries.RUNS_LOCK_FOR_KEYED_BATCH_TRY, wait=wait
+    )
+
+
+def runs_claim_many(
+    conn: Any,
+    *,
+    job_types: Sequence[str],
+    leases: Sequence[float],
+    max_attempts: Sequence[int],
+    limit: int,
+    worker: str,
+    now: datetime | None = None,
+    token: UUID | None = None,
+) -> list[ClaimedRun]:
+    """Claim up to `limit` due runs in a transaction of their own (commits them).
+
+    `token` is the claim's lease token (a new one unless given): a caller that knows
+    it can find what the claim holds even if its answer is lost.
+    """
+    _require_autocommit(conn)
+    params = _claim_params(job_types, leases, max_attempts, limit, worker, now, token)
+    with conn.pipeline(), conn.transaction():
+        conn.execute(queries.RUNS_CLAIM_MANY_PLAN)
+        claiming = conn.execute(queries.RUNS_CLAIM_MANY, params)
+    return _claimed_runs(claiming.fetchall(), params["token"])
+
+
+def _require_autocommit(conn: Any) -> None:
+    # Inside a caller's transaction the claim would commit only with it, and the
+    # planner settings of queries.RUNS_CLAIM_MANY_PLAN would stay on for the rest of it.
+    if not conn.autocommit:
+        raise ValueError("claiming needs an autocommit connection: a claim commits on its own")
+
+
+def _claim_params(
+    job_types: Sequence[str],
+    leases: Sequence[float],
+    max_attempts: Sequence[int],
+    limit: int,
+    worker: str,
+    now: datetime | None,
+    token: UUID | None,
+) -> dict[str, Any]:
+    import uuid  # the busy path only: an idle tick claims nothing
+
+    return {
+        "token": token or uuid.uuid4(),
+        "job_types": list(job_types),
+        "leases": list(leases),
+        "max_attempts": list(max_attempts),
+        "limit": limit,
+        "worker": worker,
+        "now": now,
+    }
+
+
+def runs_finalize_many(
+    conn: Any, decisions: Sequence[Decision], *, worker: str, now: datetime | None = None
+) -> set[int]:
+    """Apply decisions; returns the ids whose lease was still held (the others are lost)."""
+    if not decisions:
+        return set()
+    rows = conn.execute(queries.RUNS_FINALIZE_MANY, _finalize_params(decisions, worker, now))
+    return {row[0] for row in rows.fetchall()}
+
+
+async def runs_finalize_many_async(
+    conn: Any, decisions: Sequence[Decision], *, worker: str, now: datetime | None = None
+) -> set[int]:
+    if not decisions:
+        return set()
+    params = _finalize_params(decisions, worker, now)
+    rows = await (await conn.execute(queries.RUNS_FINALIZE_MANY, params)).fetchall()
+    return {row[0] for row in rows}
+
+
+# psycopg's jsonb loader costs several times the decoding itself; the claim asks
+# for payload::text (PostgreSQL's canonical JSON) and one shared decoder reads it,
+# to the same Python values json.loads gives.
+_decode_payload = json.JSONDecoder().decode
+
+
+def _claimed_runs(rows: list[Sequence[Any]], token: UUID) -> list[ClaimedRun]:
+    # By position, on the tick's hot path: the columns are queries.RUNS_CLAIM_MANY_COLUMNS,
+    # which lists ClaimedRun's fields in order, bar the lease token.
+    decode = _decode_payload
+    try:
+        return [
+            ClaimedRun(id_, type_, decode(payload), tenant, due, attempt, final, token, schedule)
+            for id_, type_, payload, tenant, due, attempt, final, schedule in rows
+        ]
+    except (RecursionError, ValueError):
+        # A payload written by someone else's SQL may be valid JSON that Python cannot
+        # read (nested thousands deep, an integer of thousands of digits): it fails its
+        # own run only, never the runs claimed beside it.
+        readable = _payload_or_unreadable
+        return [
+            ClaimedRun(
+                run_id, job_type, readable(payload), tenant, due, attempt, final, token, schedule
+            )
+            for run_id, job_type, payload, tenant, due, attempt, final, schedule in rows
+        ]
+
+
+def _payload_or_unreadable(text: str) -> Any:
+    try:
+        return _decode_payload(text)
+    except (RecursionError, ValueError) as exc:
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
+        return UnreadablePayload(f"the payload cannot be decoded: {reason}")
+
+
+def runs_finalize_and_claim_many(
+    conn: Any,
+    decisions: Sequence[Decision],
+    *,
+    job_types: Sequence[str],
+    leases: Sequence[float],
+    max_attempts: Sequence[int],
+    limit: int,
+    worker: str,
+    now: datetime | None = None,
+    token: UUID | None = None,
+) -> tuple[set[int], list[ClaimedRun]]:
+    """Finalize one batch and claim the next in one transaction and one round trip.
+
+    On an autocommit connection (required) each statement would commit, and wait
+    for the log flush, on its own; together they pay for one commit.
+    """
+    if not decisions:
+        return set(), runs_claim_many(
+            conn, job_types=job_types, leases=leases, max_attempts=max_attempts,
+            limit=limit, worker=worker, now=now, token=token,
+        )  # fmt: skip
+    _require_autocommit(conn)
+    claim_params = _claim_params(job_types, leases, max_attempts, limit, worker, now, token)
+    with conn.pipeline(), conn.transaction():
+        finalized = conn.execute(
+            queries.RUNS_FINALIZE_MANY, _finalize_params(decisions, worker, now)
+        )
+        conn.execute(queries.RUNS_CLAIM_MANY_PLAN)
+        claiming = conn.execute(queries.RUNS_CLAIM_MANY, claim_params)
+    return {row[0] for row in finalized.fetchall()}, _claimed_runs(
+        claiming.fetchall(), claim_params["token"]
+    )
+
+
+def _finalize_params(
+    decisions: Sequence[Decision], worker: str, now: datetime | None
+) -> dict[str, Any]:
+    # Column by column, on the tick's hot path; most decisions carry no error.
+    errors = [d.error for d in decisions]
+    if any(errors):
+        error_types = [e.error_type if e else None for e in errors]
+        messages = [e.message if e else None for e in errors]
+        tracebacks = [e.traceback if e else None for e in errors]
+    else:
+        error_types = messages = tracebacks = errors  # all None
+    return {
+        "ids": [d.run.id for d in decisions],
+        "tokens": [d.run.lease_token for d in decisions],
+        "statuses": [d.status.value for d in decisions],
+        "delays": [d.retry_delay for d in decisions],
+        "error_types": error_types, "messages": messages, "tracebacks": tracebacks,
+        "worker": worker, "now": now,
+    }  # fmt: skip
+
+
+def runs_heartbeat_many(
+    conn: Any, runs: Sequence[ClaimedRun], leases: Sequence[float], *, now: datetime | None = None
+) -> dict[int, datetime]:
+    """Renew leases; returns the new lease expiry of each run still held."""
+    rows = conn.execute(
+        queries.RUNS_HEARTBEAT_MANY,
+        {
+            "ids": [r.id for r in runs],
+            "tokens": [r.lease_token for r in runs],
+            "leases": list(leases),
+            "now": now,
+        },
+    ).fetchall()
+    return dict(rows)
+
+
+def runs_hand_back_many(
+    conn: Any, runs: Sequence[ClaimedRun], *, now: datetime | None = None
+) -> set[int]:
+    if not runs:
+        return set()
+    rows = conn.execute(
+        queries.RUNS_HAND_BACK_MANY,
+        {"ids": [r.id for r in runs], "tokens": [r.lease_token for r in runs], "now": now},
+    ).fetchall()
+    return {row[0] for row in rows}
+
+
+def runs_hand_back_claim(conn: Any, token: UUID, *, now: datetime | None = None) -> list[int]:
+    """Hand back every run still held under one claim's lease token; returns their ids."""
+    rows = conn.execute(queries.RUNS_HAND_BACK_CLAIM, {"token": token, "now": now}).fetchall()
+    return sorted(row[0] for row in rows)
+
+
+def runs_list_decided(conn: Any, decisions: Sequence[Decision], *, worker: str) -> set[int]:
+    """The runs of `decisions` that are as those decisions, written by `worker`, left them."""
+    if not decisions:
+        return set()
+    rows = conn.execute(queries.RUNS_LIST_DECIDED, {
+        "ids": [d.run.id for d in decisions],
+        "attempts": [d.run.attempt for d in decisions],
+        "statuses": [d.status.value for d in decisions],
+        "error_types": [d.error.error_type if d.error else None for d in decisions],
+        "worker": worker,
+    })  # fmt: skip
+    return {row[0] for row in rows.fetchall()}
+
+
+def runs_rescue_many(conn: Any, *, limit: int = 1000, now: datetime | None = None) -> list[int]:
+    rows = conn.execute(queries.RUNS_RESCUE_MANY, {"limit": limit, "now": now}).fetchall()
+    return [row[0] for row in rows]
+
+
+def _run(*, status: str, payload: str, **columns: Any) -> Run:
+    # A payload Python cannot decode is shown as the JSON text it is stored as:
+    # readers print what they can, one odd row never fails a listing.
+    decoded = _payload_or_unreadable(payload)
+    readable = payload if isinstance(decoded, UnreadablePayload) else decoded
+    return Run(status=Status(status), payload=readable, **columns)
+
+
+_RUN = kwargs_row(_run)
+_ATTEMPT = class_row(Attempt)
+
+
+def run_get(conn: Any, run_id: int) -> Run | None:
+    return conn.cursor(row_factory=_RUN).execute(queries.RUN_GET, {"id": run_id}).fetchone()
+
+
+def runs_list_ids_by_definition(conn: Any, definition_ids: Sequence[int]) -> list[int]:
+    params = {"definition_ids": list(definition_ids)}
+    return [row[0] for row in conn.execute(queries.RUNS_LIST_IDS_BY_DEFINITION, params).fetchall()]
+
+
+def run_attempts_get(conn: Any, run_id: int) -> list[Attempt]:
+    cursor = conn.cursor(row_factory=_ATTEMPT)
+    return cursor.execute(queries.RUN_ATTEMPTS_GET, {"id": run_id}).fetchall()
+
+
+def runs_list(
+    conn: Any,
+    *,
+    statuses: Sequence[str] | None = None,
+    job_types: Sequence[str] | None = None,
+    limit: int = 50,
+    payloads: bool = True,
+) -> Iterator[Run]:
+    """Runs, newest first, streamed a row at a time (payloads None unless `payloads`)."""
+    params = {
+        "statuses": list(statuses) if statuses else None,
+        "job_types": list(job_types) if job_types else None,
+        "limit": limit,
+    }
+    sql = queries.RUNS_LIST if payloads else queries.RUNS_LIST_WITHOUT_PAYLOAD
+    # Streamed: the whole result of a client-side cursor is held in memory at once.
+    return conn.cursor(row_factory=_RUN).stream(sql, params)
+
+
+def runs_retry_many(conn: Any, ids: Sequence[int], *, now: datetime | None = None) -> list[Change]:
+    return _changes(conn, queries.RUNS_RETRY_MANY, ids, now)
+
+
+def runs_cancel_many(conn: Any, ids: Sequence[int], *, now: datetime | None = None) -> list[Change]:
+    return _changes(conn, queries.RUNS_CANCEL_MANY, ids, now)
+
+
+def _changes(conn: Any, sql: str, ids: Sequence[int], now: datetime | None) -> list[Change]:
+    rows = conn.cursor(row_factory=dict_row).execute(sql, {"ids": list(ids), "now": now})
+    found = {
+        row["id"]: Change(id=row["id"], previous=Status(row["status"]), changed=row["changed"])
+        for row in rows.fetchall()
+    }
+    return [found.get(i, Change(id=i, previous=None, changed=False)) for i in ids]
+
+
+# -- the handler's transaction --
+
+
+def handler_transaction_mark(conn: Any, lease_token: str) -> None:
+    """Mark `conn`'s open transaction as the one opened for the run holding `lease_token`."""
+    conn.execute(queries.HANDLER_TRANSACTION_MARK, {"token": lease_token})
+
+
+async def handler_transaction_mark_async(conn: Any, lease_token: str) -> None:
+    await conn.execute(queries.HANDLER_TRANSACTION_MARK, {"token": lease_token})
+
+
+def handler_transaction_get_mark(conn: Any) -> str | None:
+    """The lease token the transaction was marked with; None or '' once it ended."""
+    return conn.execute(queries.HANDLER_TRANSACTION_GET_MARK).fetchone()[0]
+
+
+async def handler_transaction_get_mark_async(conn: Any) -> str | None:
+    return (await (await conn.execute(queries.HANDLER_TRANSACTION_GET_MARK)).fetchone())[0]
+
+
+def handler_transaction_restore_limits(conn: Any) -> None:
+    conn.execute(queries.HANDLER_TRANSACTION_RESTORE_LIMITS)
+
+
+async def handler_transaction_restore_limits_async(conn: Any) -> None:
+    await conn.execute(queries.HANDLER_TRANSACTION_RESTORE_LIMITS)
+
+
+# -- retention --
+
+
+def runs_prune_batch(
+    conn: Any,
+    *,
+    statuses: Sequence[str],
+    older_than: float,
+    limit: int,
+    now: datetime | None = None,
+) -> dict[str, int]:
+    """Delete one batch of finished runs; returns how many of each status went."""
+    params = {"statuses": list(statuses), "older_than": older_than, "limit": limit, "now": now}
+    return dict(conn.execute(queries.RUNS_PRUNE_BATCH, params).fetchall())
