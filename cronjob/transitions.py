@@ -1,28 +1,30 @@
 """Pure decisions: what a handler's outcome means for its run.
 
-Every legal move of a run's status, and the statement in queries.py that makes it.
-[fenced]: the write happens only while the row is `running` under the caller's lease
-token, so a worker that lost its lease can never overwrite a newer outcome.
+Every legal move of a run's status, and the statement that makes it: in queries.runs,
+but materializing (queries.definitions) and an operator's retry or cancel of a selection
+(queries.incidents). [fenced]: the write happens only while the row is `running` under the
+caller's lease token (the lease fence, `queries._lease_fence`), so a worker that lost its
+lease can never overwrite a newer outcome.
 
-  enqueue (RUN_INSERT_MANY), materialize (RUN_MATERIALIZE_*)
+  enqueue (RUNS_INSERT_MANY), materialize (RUNS_MATERIALIZE_*)
       (new row)                     -> queued
-  claim (RUN_CLAIM_MANY)
+  claim (RUNS_CLAIM_MANY)
       queued | failed, run_at due   -> running: attempt + 1, a fresh lease token
-  heartbeat (RUN_HEARTBEAT_MANY) [fenced]
+  heartbeat (RUNS_HEARTBEAT_MANY) [fenced]
       running                       -> running: lease renewed
-  finalize (`decide` below, written by RUN_FINALIZE_MANY) [fenced]
+  finalize (`decide` below, written by RUNS_FINALIZE_MANY) [fenced]
       running                       -> succeeded | failed, due after a backoff | dead
-  hand back (RUN_HAND_BACK_MANY) [fenced]
+  hand back (RUNS_HAND_BACK_MANY) [fenced]
       running                       -> queued, or failed if an earlier attempt failed:
                                        due now, the attempt not counted
-  rescue (RUN_RESCUE_MANY)
+  rescue (RUNS_RESCUE_MANY)
       running, lease expired        -> failed, due now | dead on the final attempt
-  retry, by an operator (RUN_RETRY_MANY)
+  retry, by an operator (RUNS_RETRY_MANY)
       dead | cancelled              -> queued, due now, attempts reset to 0
       queued | failed | running     -> due now, attempts kept: failed, or queued if none
-  cancel, by an operator (RUN_CANCEL_MANY)
+  cancel, by an operator (RUNS_CANCEL_MANY)
       queued | failed | running     -> cancelled
-  prune (RUN_PRUNE_BATCH)
+  prune (RUNS_PRUNE_BATCH)
       succeeded | dead | cancelled  -> deleted, with its attempt history
 
 A succeeded run never moves again except to be pruned. Rescue, retry and cancel

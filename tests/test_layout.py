@@ -1,4 +1,5 @@
-"""Where things live: statements, the code that runs them, and the shapes they return.
+"""Where things live: statements, the code that runs them, the shapes they return, and the
+names the prose cites.
 
 Nothing here needs a database: these read the source and the modules themselves.
 """
@@ -6,9 +7,12 @@ Nothing here needs a database: these read the source and the modules themselves.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
+import io
 import pkgutil
 import re
+import tokenize
 import uuid
 from pathlib import Path
 from types import ModuleType
@@ -291,3 +295,141 @@ def test_each_async_twin_sits_beside_its_function():
             if name.endswith("_async") and before != name.removesuffix("_async"):
                 apart.append(f"store.{path.stem}.{name}")
     assert apart == []
+
+
+# -- the names prose cites --
+
+# A statement's name as prose cites it, or a family of them (`RUNS_MATERIALIZE_*`).
+CITED_NAME = re.compile(r"(?<![\w.])([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+)(_\*)?")
+# A name in the statements' or the store's modules (`queries.runs.RUNS_CLAIM_MANY`,
+# `store._claimed_runs`), and one of their files (`cronjob/store/runs.py`).
+CITED_ATTRIBUTE = re.compile(r"(?<![\w.])(?:cronjob\.)?((?:queries|store)(?:\.\w+)+)")
+CITED_FILE = re.compile(r"(?<![\w./])(?:cronjob/)?((?:queries|store)(?:/\w+)*\.py)\b")
+
+
+def _prose(tree: ast.AST, source: str) -> list[tuple[int, str]]:
+    """Each docstring and comment of `source`, with the line it starts on."""
+    found = [
+        (node.body[0].lineno, node.body[0].value.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+        and isinstance(node.body[0].value.value, str)
+    ]
+    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+    found += [(t.start[0], t.string) for t in tokens if t.type == tokenize.COMMENT]
+    return sorted(found)
+
+
+@functools.cache
+def _statement_names() -> tuple[set[str], set[str]]:
+    """Every name a statement (or a column list) has, and the entities they start with,
+    singular and plural: RUN and RUNS, DEFINITION and DEFINITIONS, ..."""
+    names = {
+        name
+        for module in _query_modules().values()
+        for name, value in vars(module).items()
+        if name.isupper() and not name.startswith("_") and isinstance(value, str)
+    }
+    entities = {name.split("_")[0] for name in names}
+    return names, entities | {e + "S" for e in entities} | {e.removesuffix("S") for e in entities}
+
+
+def _roots(tree: ast.AST, head: str) -> list[str]:
+    """What `head` (queries, store) names in a file: cronjob's package, or the module the
+    file imports under that name (`from cronjob.queries import runs as queries`)."""
+    roots = [f"cronjob.{head}"]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("cronjob"):
+            roots += [f"{node.module}.{a.name}" for a in node.names if (a.asname or a.name) == head]
+    return roots
+
+
+def _resolves(root: str, parts: list[str]) -> bool:
+    """Whether `root.parts...` names an attribute or a module that exists."""
+    target: object = importlib.import_module("cronjob")
+    for part in [*root.split(".")[1:], *parts]:
+        if hasattr(target, part):
+            target = getattr(target, part)
+        elif isinstance(target, ModuleType) and hasattr(target, "__path__"):
+            try:
+                target = importlib.import_module(f"{target.__name__}.{part}")
+            except ModuleNotFoundError:
+                return False
+        else:
+            return False
+    return True
+
+
+def _a_statement(match: re.Match[str], tree: ast.AST) -> bool:
+    """False for a name that reads as a statement's (it starts with an entity) but is none."""
+    names, entities = _statement_names()
+    name, family = match.groups()
+    if name.split("_")[0] not in entities:
+        return True  # not a statement's name: DATABASE_URL, MAX_BATCH
+    if family:
+        return any(n.startswith(name + "_") for n in names)
+    return name in names
+
+
+def _an_attribute(match: re.Match[str], tree: ast.AST) -> bool:
+    head, *parts = match.group(1).split(".")
+    return parts[-1] == "py" or any(_resolves(root, parts) for root in _roots(tree, head))
+
+
+def _a_file(match: re.Match[str], tree: ast.AST) -> bool:
+    return (PACKAGE / match.group(1)).exists()
+
+
+CITATIONS = ((CITED_NAME, _a_statement), (CITED_ATTRIBUTE, _an_attribute), (CITED_FILE, _a_file))
+
+
+def citations_broken(source: str) -> list[str]:
+    """Each statement, module, name or file the docstrings and comments of `source` cite
+    that does not exist."""
+    tree = ast.parse(source)
+    broken = [
+        (start + text.count("\n", 0, match.start()), match.group())
+        for start, text in _prose(tree, source)
+        for pattern, exists in CITATIONS
+        for match in pattern.finditer(text)
+        if not exists(match, tree)
+    ]
+    return [f"line {line}: {cited}" for line, cited in sorted(broken)]
+
+
+def test_the_citation_check_finds_what_no_longer_exists_but_not_what_does():
+    source = '''
+"""Claims with RUNS_CLAIM_MANY (queries.runs.RUNS_CLAIM_MANY), not RUN_CLAIM_MANY."""
+import os
+
+# RUNS_MATERIALIZE_* and RUN_MATERIALIZE_*; queries._FINAL_ATTEMPT, queries.RUN_GET,
+# queries.py, store/records.py, cronjob/store/runs.py; store.runs_claim_many(conn, ...),
+# store.runs_claim; MAX_BATCH and DATABASE_URL name no statement.
+def step():
+    """See cronjob.store.preflight, cronjob.queries.tally.CLOCK_NOW and CLOCK_NOW_MANY."""
+'''
+    assert citations_broken(source) == [
+        "line 2: RUN_CLAIM_MANY",
+        "line 5: RUN_MATERIALIZE_*",
+        "line 5: queries.RUN_GET",
+        "line 6: queries.py",
+        "line 6: store/records.py",
+        "line 7: store.runs_claim",
+        "line 9: CLOCK_NOW_MANY",
+    ]
+
+
+def test_docstrings_and_comments_cite_only_statements_and_modules_that_exist():
+    paths = [
+        path for folder in ("cronjob", "tests", "bench") for path in (ROOT / folder).rglob("*.py")
+    ]
+    assert ROOT / "cronjob" / "transitions.py" in paths
+    broken = {
+        str(path.relative_to(ROOT)): found
+        for path in sorted(paths)
+        if (found := citations_broken(path.read_text()))
+    }
+    assert broken == {}
