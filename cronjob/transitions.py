@@ -21,7 +21,8 @@ lease can never overwrite a newer outcome.
       running, lease expired        -> failed, due now | dead on the final attempt
   retry, by an operator (RUNS_RETRY_MANY)
       dead | cancelled              -> queued, due now, attempts reset to 0
-      queued | failed | running     -> due now, attempts kept: failed, or queued if none
+      queued | failed | running     -> due now, attempts kept: failed, or queued if none;
+                                       a running attempt recorded as `retried`
   cancel, by an operator (RUNS_CANCEL_MANY)
       queued | failed | running     -> cancelled
   prune (RUNS_PRUNE_BATCH)

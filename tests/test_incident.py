@@ -12,7 +12,7 @@ import tests.handlers.basic  # noqa: F401 - registers the test handlers
 from cronjob import store
 from cronjob.api import enqueue
 from tests.conftest import count, jobrunner_process, run_cli
-from tests.test_lifecycle import tick
+from tests.test_lifecycle import claim_as, run_row, tick
 from tests.test_ops import cli, cli_json
 
 
@@ -98,6 +98,31 @@ def test_retry_by_ids_reports_each_id_in_json(db_url, conn):
         {"id": done, "previous": "succeeded", "changed": False},
         {"id": 999, "previous": None, "changed": False},
     ]
+
+
+@pytest.mark.parametrize("named", ["by id", "by filter"])
+def test_a_running_run_retried_keeps_the_attempt_it_superseded_in_its_history(db_url, conn, named):
+    run_id = enqueue(conn, "test.ok")
+    claim_as(conn, "w:1", lease=600)  # attempt 1, running on w:1
+    [dead] = add_finished(conn, 1, job_type="test.ok")  # retried beside it: nothing superseded
+    how = [str(run_id), str(dead)] if named == "by id" else ["--type", "test.ok"]
+
+    assert cli(db_url, "retry", *how).exit_code == 0
+
+    [superseded] = store.run_attempts_get(conn, run_id)
+    assert (superseded.attempt, superseded.worker, superseded.error_type) == (1, "w:1", "retried")
+    assert (
+        superseded.message
+        == "superseded by an operator's retry while the worker w:1 was running it"
+    )
+    assert store.run_attempts_get(conn, dead) == []
+    shown = cli(db_url, "show", str(run_id)).stdout
+    assert "#1" in shown and "retried: superseded by an operator's retry" in shown
+
+    tick(db_url, "test.ok")
+    run = run_row(conn, run_id)
+    assert (run.status, run.attempts) == ("succeeded", 2)  # the next attempt follows it
+    assert [a.attempt for a in store.run_attempts_get(conn, run_id)] == [1]
 
 
 def test_error_like_matches_a_substring_in_any_case_and_its_wildcards_literally(db_url, conn):

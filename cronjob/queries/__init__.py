@@ -86,3 +86,20 @@ _CANCEL_SET = f"""
         {_LEASE_RELEASE},
         updated_at = {_NOW}
 """
+
+# A retry takes a running run from its worker, whose attempt then never reports back: the
+# retry records it, as rescue records a lost one, so `show` tells what became of it. Its
+# number stays the run's, and the next claim's attempt follows it. A CTE of the retry,
+# after `target` (the runs as locked, with the columns of _RETRY_LOCKED) and `changed`.
+_RETRY_LOCKED = "id, status, attempts, locked_by, started_at"
+_RETRY_SUPERSEDED = f"""
+superseded AS (
+    INSERT INTO job_attempts (run_id, attempt, worker, error_type, message, started_at,
+                              finished_at)
+    SELECT t.id, t.attempts, t.locked_by, 'retried',
+           'superseded by an operator''s retry while the worker '
+           || coalesce(t.locked_by, '?') || ' was running it',
+           t.started_at, {_NOW}
+    FROM target t JOIN changed c USING (id)
+    WHERE t.status = 'running'
+)"""

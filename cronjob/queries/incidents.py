@@ -7,7 +7,7 @@ by id (queries.runs): `_RETRY_SET` and `_CANCEL_SET`.
 
 from __future__ import annotations
 
-from cronjob.queries import _CANCEL_SET, _NOW, _RETRY_SET
+from cronjob.queries import _CANCEL_SET, _NOW, _RETRY_LOCKED, _RETRY_SET, _RETRY_SUPERSEDED
 
 # A selection of runs, as `retry`, `cancel` and `prune` take it: each criterion is
 # NULL when not given. `eligible` is what the command may act on (cancel: runs not
@@ -42,8 +42,9 @@ FROM selected GROUP BY status ORDER BY status
 """
 
 
-def _batch(change: str) -> str:
-    """One batch of a selection: the next `limit` rows after id `after`, locked, changed.
+def _batch(change: str, *, locked: str = "id, status", then: str = "") -> str:
+    """One batch of a selection: the next `limit` rows after id `after`, locked (their
+    columns `locked`), changed, and `then` (more CTEs, each after a comma) written.
 
     Walking by id, each batch resumes where the last stopped, so the whole command reads
     the table once. Locks are held for one batch, its own transaction. A row that
@@ -52,7 +53,7 @@ def _batch(change: str) -> str:
     """
     return f"""
 WITH target AS MATERIALIZED (
-    SELECT id, status FROM job_runs
+    SELECT {locked} FROM job_runs
     WHERE {_SELECTED} AND id > %(after)s
     ORDER BY id
     LIMIT %(limit)s
@@ -60,7 +61,7 @@ WITH target AS MATERIALIZED (
 ),
 changed AS (
 {change}
-)
+){then}
 SELECT (SELECT max(id) FROM target) AS last_id,
        coalesce(array_agg(id ORDER BY id), '{{}}') AS ids,
        coalesce(array_agg(status ORDER BY id), '{{}}') AS statuses
@@ -69,12 +70,16 @@ FROM changed
 
 
 # As RUNS_RETRY_MANY, for a batch of a selection.
-RUNS_RETRY_SELECTED = _batch(f"""
+RUNS_RETRY_SELECTED = _batch(
+    f"""
     UPDATE job_runs r {_RETRY_SET}
     FROM target t
     WHERE r.id = t.id
     RETURNING r.id, t.status
-""")
+""",
+    locked=_RETRY_LOCKED,
+    then=f",{_RETRY_SUPERSEDED}",
+)
 
 # As RUNS_CANCEL_MANY: a running run's handler learns it at its next heartbeat.
 RUNS_CANCEL_SELECTED = _batch(f"""

@@ -14,7 +14,9 @@ from cronjob.queries import (
     _FINAL_ATTEMPT,
     _LEASE_RELEASE,
     _NOW,
+    _RETRY_LOCKED,
     _RETRY_SET,
+    _RETRY_SUPERSEDED,
     _STATEMENT_NOW,
     _claimable,
     _lease_fence,
@@ -289,17 +291,18 @@ FROM job_attempts WHERE run_id = %(id)s ORDER BY attempt, id
 """
 
 # An operator's retry and cancel of the runs named by id: `_RETRY_SET` and `_CANCEL_SET`,
-# as for a selection (queries.incidents). Each run's previous status comes back too.
+# as for a selection (queries.incidents), and a running run's attempt recorded as
+# superseded by the retry. Each run's previous status comes back too.
 RUNS_RETRY_MANY = f"""
 WITH target AS (
-    SELECT id, status FROM job_runs WHERE id = ANY(%(ids)s) ORDER BY id FOR UPDATE
+    SELECT {_RETRY_LOCKED} FROM job_runs WHERE id = ANY(%(ids)s) ORDER BY id FOR UPDATE
 ),
 changed AS (
     UPDATE job_runs r {_RETRY_SET}
     FROM target t
     WHERE r.id = t.id AND t.status <> 'succeeded'
     RETURNING r.id
-)
+),{_RETRY_SUPERSEDED}
 SELECT t.id, t.status, c.id IS NOT NULL AS changed
 FROM target t LEFT JOIN changed c USING (id)
 """

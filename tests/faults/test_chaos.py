@@ -64,8 +64,8 @@ def _assert_each_run_done_once(
     ).fetchall()
     per_run = Counter(run_id for run_id, _ in history)
     for run_id, attempts in runs.items():
-        # An operator's retry resets a dead or cancelled run's budget, and makes a running
-        # one due again without a failure to record: only the others can be counted so.
+        # An operator's retry resets a dead or cancelled run's budget, its history kept:
+        # only the others can be counted so.
         if run_id not in retried:
             assert per_run[run_id] == attempts - 1, (context, run_id)
     assert {int(worker.rsplit(":", 1)[1]) for _, worker in history} <= holders, context
