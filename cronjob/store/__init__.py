@@ -47,16 +47,17 @@ __all__ = [
     "tick_work_exists",
 ]
 
-# Searched in this order: a busy tick's names first, so it imports only what it uses.
-MODULES = ("runs", "definitions", "tally", "effects", "incidents", "tasks")
+# Searched in this order, the tick's first: a name is found without importing the modules
+# after its own.
+_MODULES = ("runs", "definitions", "tally", "effects", "incidents", "tasks")
 
 
 def __getattr__(name: str) -> Any:
     # Importing the models costs an idle tick more than its one question does.
-    if name in MODULES:
+    if name in _MODULES:
         return importlib.import_module(f"cronjob.store.{name}")
     if not name.startswith("__"):
-        for module in MODULES:
+        for module in _MODULES:
             found = importlib.import_module(f"cronjob.store.{module}")
             if hasattr(found, name):
                 value = getattr(found, name)
