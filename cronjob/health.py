@@ -14,6 +14,9 @@ from typing import Any
 from cronjob.models import RunCell, RunSnapshot, Status, TypePause
 
 DEFAULT_UNCLAIMED_AFTER = 600.0
+# A pause's reason may be up to a thousand characters; the lines that name a paused type
+# show its start.
+PAUSE_REASON_CHARS = 200
 
 
 @dataclass(frozen=True)
@@ -199,7 +202,18 @@ def evaluate(overview: Overview, thresholds: Thresholds) -> list[Finding]:
 def _paused_note(overview: Overview) -> str:
     if not overview.paused:
         return ""
-    return f" (paused, not counted: {', '.join(sorted(overview.paused_types))})"
+    pauses = "; ".join(pause_text(p, overview.now) for p in overview.paused)
+    return f" (paused, not counted: {pauses})"
+
+
+def pause_text(pause: TypePause, now: datetime) -> str:
+    """`send_email by alice 12m ago: SMTP down`: which type, who paused it, when and why,
+    on one line (the reason is anyone's text: printing it safely is the printer's job)."""
+    from cronjob.inputs import clip_line
+
+    since = seconds_text(max(0.0, (now - pause.paused_at).total_seconds()))
+    why = f": {clip_line(pause.reason, PAUSE_REASON_CHARS)}" if pause.reason else ""
+    return f"{pause.job_type} by {pause.paused_by} {since} ago{why}"
 
 
 def _finding(threshold: str, value: float, limit: float, detail: str) -> Finding:

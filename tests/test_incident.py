@@ -335,6 +335,37 @@ def test_status_and_check_show_paused_types_and_do_not_count_their_waiting_runs(
     assert 'jobrunner_job_type_paused{job_type="test.ok"} 1' in cli(db_url, "metrics").stdout
 
 
+def test_check_gives_each_paused_types_reason_who_paused_it_and_when(db_url, conn):
+    cli(db_url, "pause", "send_email", "--reason", "SMTP credentials broken", "--actor", "alice")
+    cli(db_url, "pause", "resize_image", "--actor", "bob")
+    conn.execute("UPDATE job_type_pauses SET paused_at = now() - interval '12 minutes'")
+
+    text = cli(db_url, "check", "--max-queue-age", "10m").stdout
+    assert text == (
+        "OK max-queue-age=10m: nothing is waiting (paused, not counted: resize_image by bob "
+        "12m ago; send_email by alice 12m ago: SMTP credentials broken)\n"
+    )
+    report = cli(db_url, "check", "--max-dead", "0", "--json")
+    paused = json.loads(report.stdout)["paused_job_types"]
+    assert [(p["job_type"], p["reason"], p["paused_by"]) for p in paused] == [
+        ("resize_image", None, "bob"),
+        ("send_email", "SMTP credentials broken", "alice"),
+    ]
+    assert all(p["paused_at"] for p in paused)
+
+
+def test_check_shows_a_pause_reason_on_one_line_with_control_characters_escaped(db_url, conn):
+    reason = "relay down\nOK max-stuck=0: \x1b[2Jall clear " + "x" * 900
+    assert cli(db_url, "pause", "send_email", "--reason", reason).exit_code == 0
+
+    text = cli(db_url, "check", "--max-queue-age", "10m").stdout
+    [line] = text.splitlines()
+    assert "\x1b" not in line and "relay down OK max-stuck=0: \\x1b[2Jall clear" in line
+    assert len(line) < 400
+    exact = cli_json(db_url, "check", "--stale-schedules")["paused_job_types"]
+    assert [p["reason"] for p in exact] == [reason]
+
+
 # -- the audit trail ----------------------------------------------------------
 
 

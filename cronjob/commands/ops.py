@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -103,15 +104,7 @@ def _status_dict(
             }
             for t in overview.types
         },
-        "paused_job_types": [
-            {
-                "job_type": p.job_type,
-                "reason": p.reason,
-                "paused_by": p.paused_by,
-                "paused_at": iso(p.paused_at),
-            }
-            for p in overview.paused
-        ],
+        "paused_job_types": _pauses_json(overview.paused),
         "unclaimed_after_seconds": after,
         "unclaimed_job_types": [
             {
@@ -135,6 +128,18 @@ def _status_dict(
             for d in schedules
         ],
     }
+
+
+def _pauses_json(pauses: Sequence[Any]) -> list[dict[str, Any]]:
+    return [
+        {
+            "job_type": p.job_type,
+            "reason": p.reason,
+            "paused_by": p.paused_by,
+            "paused_at": iso(p.paused_at),
+        }
+        for p in pauses
+    ]
 
 
 def _health_dict(verdict: Any) -> dict[str, Any]:
@@ -236,18 +241,16 @@ def _print_schedules(schedules: list[Any], now: Any) -> None:
 
 
 def _print_paused(overview: Any) -> None:
-    from cronjob.health import seconds_text
+    from cronjob.health import pause_text
 
     if not overview.paused:
         _fact("paused types", "none")
         return
     due = {t.job_type: t.due for t in overview.types}
     for i, p in enumerate(overview.paused):
-        since = seconds_text((overview.now - p.paused_at).total_seconds())
-        why = f": {p.reason}" if p.reason else ""
         _fact(
             "paused types" if i == 0 else "",
-            f"{p.job_type} by {p.paused_by} {since} ago{why} ({due.get(p.job_type, 0)} due, "
+            f"{pause_text(p, overview.now)} ({due.get(p.job_type, 0)} due, "
             f"waiting; `jobrunner resume {p.job_type}`)",
             problem=True,
         )
@@ -384,6 +387,7 @@ def check(
         if thresholds.any:
             overview = read_overview(conn)
         health = store.definitions_list_health(conn) if stale_schedules else None
+        pauses = overview.paused if overview is not None else store.job_type_pauses_list(conn)
     findings = evaluate(overview, thresholds) if overview is not None else []
     if health is not None:
         findings.append(_stale_finding(health, include_paused))
@@ -396,6 +400,7 @@ def check(
                  "breached": f.breached, "detail": f.detail}
                 for f in findings
             ],
+            "paused_job_types": _pauses_json(pauses),
         }, indent=2))  # fmt: skip
     else:
         for finding in findings:
