@@ -8,8 +8,10 @@ Expressions are classic five-field cron (minute hour day-of-month month day-of-w
 aliases ``@hourly @daily @midnight @weekly @monthly @yearly @annually``. Each field accepts
 ``*``, numbers, ranges ``a-b``, lists ``a,b``, steps ``*/n``, ``a-b/n`` and ``a/n`` (from ``a``
 to the field's end), and, for month and day-of-week, English three-letter names; day-of-week 7
-is Sunday. Non-standard extensions (seconds, years, ``L``, ``W``, ``#``, ``?``, ``H``, ``R``)
-are refused: they are not portable and ``R`` would not even be deterministic.
+is Sunday. A step may be longer than its field (it then fires at the field's first value, as
+in cron), but no number may be larger than cron reads (2147483647). Non-standard extensions
+(seconds, years, ``L``, ``W``, ``#``, ``?``, ``H``, ``R``) are refused: they are not portable
+and ``R`` would not even be deterministic.
 
 croniter turns each field into the set of values it allows. It reads more than cron does, so
 a small gate in front of it (`_cron_item`) refuses what cron refuses, naming the field, and
@@ -332,22 +334,36 @@ def _field_value(field: _Field, token: str) -> int:
         raise _FieldError(f"{field.name} value {_quoted(token)} is not {kind}{why}")
     value = _small_number(token)
     if not field.low <= value <= field.high:
-        shown = value if value <= _LARGEST_FIELD_NUMBER else _quoted(token)
+        shown = value if value <= _LARGEST_CRON_NUMBER else _quoted(token)
         raise _FieldError(f"{field.name} value {shown} out of range ({field.low}-{field.high})")
     return value
 
 
-# Every field's numbers are below this; a longer one is out of range without converting it,
-# which int() refuses past 4,300 digits (and takes quadratic time up to there).
-_LARGEST_FIELD_NUMBER = 9999
+def _step(field: _Field, digits: str) -> int:
+    if not _NUMBER.fullmatch(digits) or (step := _small_number(digits)) == 0:
+        raise _FieldError(f"{field.name} step {_quoted(digits)} is not a positive number")
+    if step > _LARGEST_CRON_NUMBER:
+        # A step longer than the field is cron: it fires at the first value. One cron cannot
+        # read is not, however many digits it has.
+        raise _FieldError(
+            f"{field.name} step {_quoted(digits)} is too large: "
+            f"cron reads numbers up to {_LARGEST_CRON_NUMBER}"
+        )
+    return step
+
+
+# Cron reads every number into a C int: a larger one is not a number it can read. Checked
+# without converting a long one, which int() refuses past 4,300 digits (and takes quadratic
+# time up to there).
+_LARGEST_CRON_NUMBER = 2**31 - 1
 
 
 def _small_number(digits: str) -> int:
-    """ASCII `digits` as an int; anything above `_LARGEST_FIELD_NUMBER` as one more than it."""
+    """ASCII `digits` as an int; anything above `_LARGEST_CRON_NUMBER` as one more than it."""
     significant = digits.lstrip("0")
-    if len(significant) > len(str(_LARGEST_FIELD_NUMBER)):
-        return _LARGEST_FIELD_NUMBER + 1
-    return int(significant or "0")
+    if len(significant) > len(str(_LARGEST_CRON_NUMBER)):
+        return _LARGEST_CRON_NUMBER + 1
+    return min(int(significant or "0"), _LARGEST_CRON_NUMBER + 1)
 
 
 def _expand_field(expression: str, index: int, text: str) -> frozenset[int]:
@@ -393,11 +409,7 @@ def _cron_item(field: _Field, item: str, text: str) -> str:
     if not item:
         raise _FieldError(f"empty item in {field.name} field {_quoted(text)}")
     span, slash, step_text = item.partition("/")
-    step = ""
-    if slash:
-        if not _NUMBER.fullmatch(step_text) or _small_number(step_text) == 0:
-            raise _FieldError(f"{field.name} step {_quoted(step_text)} is not a positive number")
-        step = f"/{_small_number(step_text)}"
+    step = f"/{_step(field, step_text)}" if slash else ""
     if span == "*":
         # As a range: croniter refuses a star in a list (``*,5``), which cron reads as all.
         first, last = field.low, field.high

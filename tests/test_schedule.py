@@ -10,6 +10,7 @@ import random
 import re
 from datetime import UTC, datetime, timedelta, timezone
 from itertools import islice, pairwise
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -644,6 +645,53 @@ def test_a_star_inside_a_list_means_every_value_as_in_cron():
     assert validate_expression("*,40,30 * * * *") == "*,40,30 * * * *"
     fire_times = next_after("*,40,30 * * * *", "UTC", utc("2026-05-12T10:00"), 2)
     assert fire_times == utcs("2026-05-12T10:01", "2026-05-12T10:02")
+
+
+THOUSANDS_OF_ONES = "1" * 5000
+# Every way a number can stand in a field: as a step, a value, a bound, in a list.
+UNREADABLE_STEPS = [f"*/{THOUSANDS_OF_ONES}", f"1/{THOUSANDS_OF_ONES}", "1-2/2147483648"]
+UNREADABLE_VALUES = [THOUSANDS_OF_ONES, f"1-{THOUSANDS_OF_ONES}", f"{THOUSANDS_OF_ONES}-1"]
+
+
+def _in_every_field(texts: list[str], message: str) -> list[Any]:
+    """Each text in each of the five fields, alone and in a list, with the message it gets."""
+    return [
+        pytest.param(
+            " ".join(item if index == position else "1" for index in range(5)),
+            message,
+            id=f"{('minute', 'hour', 'dom', 'month', 'dow')[position]}:{item[:12]}",
+        )
+        for position in range(5)
+        for text in texts
+        for item in (text, f"1,{text}")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("expr", "message"),
+    _in_every_field(UNREADABLE_STEPS, "is too large: cron reads numbers up to 2147483647")
+    + _in_every_field(UNREADABLE_VALUES, "out of range"),
+)
+def test_a_number_cron_cannot_read_is_refused_wherever_it_stands(expr, message):
+    with pytest.raises(ScheduleError) as caught:
+        validate_expression(expr)
+    assert message in str(caught.value)
+    assert "\n" not in str(caught.value) and len(str(caught.value)) < 300
+
+
+def test_a_step_longer_than_its_field_fires_at_the_first_value_as_in_cron():
+    assert validate_expression("*/2147483647 * * * *") == "*/2147483647 * * * *"
+    fire_times = next_after("*/100 */2147483647 * * *", "UTC", utc("2026-05-12T10:00"), 2)
+    assert fire_times == utcs("2026-05-13T00:00", "2026-05-14T00:00")
+
+
+def test_a_step_of_thousands_of_digits_is_refused_not_read_as_the_first_value():
+    with pytest.raises(ScheduleError) as caught:
+        validate_expression(f"*/{THOUSANDS_OF_ONES} * * * *")
+    assert str(caught.value) == (
+        f"invalid cron expression {f'*/{THOUSANDS_OF_ONES}'[:77] + '...'!r}: minute step "
+        f"{THOUSANDS_OF_ONES[:77] + '...'!r} is too large: cron reads numbers up to 2147483647"
+    )
 
 
 # croniter expands the fields, but reads extensions cron does not have. Each is refused before

@@ -455,6 +455,24 @@ def test_sync_refuses_a_schedule_whose_task_does_not_import(project: str, tmp_pa
         specs_from_settings({"nightly": {"task": "shop.models.Order", "cron": "0 3 * * *"}})
 
 
+def test_sync_refuses_a_cron_step_of_thousands_of_digits_in_one_line_writing_nothing(
+    project: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from django.conf import settings
+    from django.core.management import CommandError, call_command
+    from django.test import override_settings
+
+    tasks = json.loads(json.dumps(settings.TASKS))
+    schedules = tasks["default"]["OPTIONS"]["SCHEDULES"]
+    schedules["every-hour"] = {"task": "shop.tasks.add", "cron": "*/" + "1" * 5000 + " * * * *"}
+    with override_settings(TASKS=tasks), pytest.raises(CommandError, match="exited 2"):
+        call_command("jobrunner", "sync")
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert "settings schedule 'every-hour'" in line and "minute step '11111" in line
+    assert "too large" in line and len(line) < 400
+    assert rows(project, "SELECT count(*) FROM job_definitions") == [(0,)]
+
+
 def test_a_task_that_breaks_its_connection_costs_only_its_own_run(project: str) -> None:
     from shop.models import Entry
     from shop.tasks import lose_connection, record
