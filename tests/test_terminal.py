@@ -58,8 +58,35 @@ def test_human_output_shows_control_characters_escaped(db_url, evil, args):
 
 def test_show_keeps_a_tracebacks_lines_and_escapes_the_rest(db_url, evil):
     out = run_cli("show", "1", "--database-url", db_url).stdout
-    assert "  line\\x1b[2K\nError: boom\\x1b[1A" in out
+    assert "      line\\x1b[2K\n    Error: boom\\x1b[1A" in out
     assert "boom\\x1b[1A\\u202eoops\\x85end" in out
+
+
+def test_show_indents_every_line_of_a_traceback_so_none_passes_for_a_line_of_its_own(db_url, conn):
+    stored = (
+        "Traceback (most recent call last):\n"
+        '  File "app.py", line 1, in handler\n'
+        "ValueError: fine\n"
+        "OK max-stuck=0: 0 running run(s) with an expired lease\n"
+        "\n"
+        "status  succeeded\n"
+        "  #2  2026-01-05 09:10:00+0000  ValueError: fine  (worker ?)"
+    )
+    conn.execute(
+        "INSERT INTO job_runs (job_type, status, attempts, max_attempts, last_error, error_type,"
+        " finished_at) VALUES ('t', 'dead', 1, 1, 'fine', 'ValueError', now())"
+    )
+    conn.execute(
+        "INSERT INTO job_attempts (run_id, attempt, error_type, message, traceback)"
+        " VALUES (1, 1, 'ValueError', 'fine', %s)",
+        [stored],
+    )
+
+    out = run_cli("show", "1", "--database-url", db_url).stdout
+    traceback = out.split("last traceback (attempt 1):\n", 1)[1].rstrip("\n").split("\n")
+    assert traceback == ["    " + line if line else "" for line in stored.split("\n")]
+    exact = json.loads(run_cli("show", "1", "--json", "--database-url", db_url).stdout)
+    assert exact["attempt_history"][0]["traceback"] == stored
 
 
 @pytest.mark.parametrize("args", [["list", "--json"], ["show", "1", "--json"]])

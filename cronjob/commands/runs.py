@@ -34,6 +34,8 @@ MAX_JSONL_LINE_BYTES = MAX_PAYLOAD_BYTES + 10_000
 # PostgreSQL takes in one message, and what keeps memory flat however long the input is.
 JSONL_CHUNK = 5000
 JSONL_CHUNK_BYTES = 4_000_000
+# `show` writes its own lines at most two spaces in; stored text of several lines goes deeper.
+TEXT_INDENT = "    "
 
 
 @click.command()
@@ -406,7 +408,13 @@ def show(run_id: str, database_url: str | None, as_json: bool) -> None:
         last = attempts[-1]
         if last.traceback:
             click.echo(f"\nlast traceback (attempt {last.attempt}):")
-            click.echo(printable(last.traceback.rstrip(), keep_newlines=True))
+            click.echo(_indented(printable(last.traceback.rstrip(), keep_newlines=True)))
+
+
+def _indented(text: str) -> str:
+    """Stored text of several lines, each indented deeper than any line `show` writes itself,
+    so that no line of it can pass for one of them (or for a line of another command)."""
+    return "\n".join(f"{TEXT_INDENT}{line}" if line else "" for line in text.split("\n"))
 
 
 def _echo_json_array(items: Iterator[dict[str, Any]]) -> None:
