@@ -38,11 +38,18 @@ COMMANDS = {
     "audit": "cronjob.commands.incident:audit",
     "sync": "cronjob.commands.django:sync",
 }
+# Commands only a Django project can use: its help alone lists them (beside `schedule sync`,
+# `sync` would read as a second way to apply a file); anyone may still call them and be told
+# what they need.
+DJANGO_COMMANDS = frozenset({"sync"})
 
 
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(COMMANDS)
+        from cronjob.db import django_project
+
+        django = django_project()
+        return sorted(name for name in COMMANDS if django or name not in DJANGO_COMMANDS)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         target = COMMANDS.get(cmd_name)

@@ -308,6 +308,34 @@ def test_help_is_available_for_every_command():
         assert "Usage:" in result.stdout
 
 
+def listed_commands(help_text: str) -> list[str]:
+    """The command names a group's --help lists."""
+    section = help_text.split("\nCommands:\n", 1)[1]
+    return [line.split()[0] for line in section.splitlines() if line.startswith("  ")]
+
+
+def test_help_outside_a_django_project_lists_schedule_sync_and_not_djangos_sync():
+    import importlib.util
+
+    listed = listed_commands(run_cli("--help").stdout)
+    assert "schedule" in listed and "sync" not in listed
+    if importlib.util.find_spec("django") is None:
+        # The variable alone makes no Django project: a shell may export it for another app.
+        with_variable = run_cli("--help", env={"DJANGO_SETTINGS_MODULE": "project.settings"})
+        assert "sync" not in listed_commands(with_variable.stdout)
+
+
+def test_djangos_sync_outside_a_django_project_says_what_it_needs_in_one_line(db_url, conn):
+    result = run_cli("sync", "--database-url", db_url)
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "jobrunner: error: sync reads Django's settings: "
+        "it needs Django installed and DJANGO_SETTINGS_MODULE set\n"
+    )
+    assert run_cli("sync", "--help").exit_code == 0
+    assert count(conn, "SELECT count(*) FROM job_definitions") == 0
+
+
 # Every command that runs no handler, with arguments that succeed once a run (id 1) and
 # a schedule (nightly) exist.
 OPERATOR_COMMANDS = {

@@ -417,6 +417,26 @@ def test_call_command_runs_jobrunner_commands(project: str) -> None:
         call_command("jobrunner", "show", "not-an-id")
 
 
+def test_a_django_projects_help_lists_its_sync_beside_schedule(project: str) -> None:
+    def listed(help_text: str) -> list[str]:
+        section = help_text.split("\nCommands:\n", 1)[1]
+        return [line.split()[0] for line in section.splitlines() if line.startswith("  ")]
+
+    from_manage_py = manage(project, "--help")
+    assert from_manage_py.returncode == 0, from_manage_py.stderr
+    assert {"schedule", "sync"} <= set(listed(from_manage_py.stdout))
+    plain = subprocess.run(
+        [sys.executable, "-m", "cronjob", "--help"],
+        cwd=PROJECT,
+        env=project_env(project),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert plain.returncode == 0, plain.stderr
+    assert {"schedule", "sync"} <= set(listed(plain.stdout))
+
+
 def test_settings_that_do_not_import_are_one_line(project: str, tmp_path: Path) -> None:
     env = project_env(project)
     env.update(DJANGO_SETTINGS_MODULE="nowhere.settings")
