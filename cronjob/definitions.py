@@ -28,7 +28,7 @@ from cronjob.models import DEFAULT_CATCH_UP_LIMIT, Definition, DefinitionSpec
 from cronjob.text import one_line
 
 SCOPES = ("global", "tenant")
-CATCH_UP_POLICIES = ("latest", "all", "none")  # as in cronjob.schedule, without importing it
+CATCH_UP_POLICIES = ("latest", "all", "none")  # as in cronjob.cron, without importing it
 OVERLAP_POLICIES = ("allow", "skip", "queue")
 MAX_CATCH_UP_LIMIT = 10000
 # A schedule file is read no further than this: thousands of definitions fit in it.
@@ -84,7 +84,7 @@ def definition_spec(
     enabled: Any = None,
 ) -> DefinitionSpec:
     """Validate every field of a definition; raises BadInput naming the first problem."""
-    from cronjob import schedule
+    from cronjob.cron import CronError, validate_expression, validate_timezone
 
     name = check_name(name)
     job_type = check_text(job_type, what="job type", max_length=200)
@@ -93,9 +93,9 @@ def definition_spec(
     if not isinstance(timezone, str):
         raise BadInput(f"invalid timezone {excerpt(timezone)}: expected a string")
     try:
-        schedule.validate_expression(cron)
-        timezone = schedule.validate_timezone(timezone)
-    except schedule.ScheduleError as exc:
+        validate_expression(cron)
+        timezone = validate_timezone(timezone)
+    except CronError as exc:
         raise BadInput(str(exc)) from None
     if scope not in SCOPES:
         raise BadInput(f"invalid scope {_quoted(str(scope))}: expected global or tenant")
@@ -187,28 +187,28 @@ def _quoted(text: str) -> str:
 
 def first_fire_after(definition: DefinitionSpec | Definition, moment: datetime) -> datetime | None:
     """The first occurrence strictly after `moment`: a definition's `next_fire_at`."""
-    from cronjob import schedule
+    from cronjob import cron
 
-    upcoming = schedule.next_after(definition.schedule, definition.timezone, moment)
+    upcoming = cron.next_after(definition.schedule, definition.timezone, moment)
     return upcoming[0] if upcoming else None
 
 
 def upcoming_fire_times(definition: Definition, count: int) -> list[datetime]:
     """The next `count` fire times of an enabled definition, from its next one on."""
-    from cronjob import schedule
+    from cronjob import cron
 
     if not definition.enabled or definition.next_fire_at is None or count < 1:
         return []
     first = definition.next_fire_at
-    return [first, *schedule.next_after(definition.schedule, definition.timezone, first, count - 1)]
+    return [first, *cron.next_after(definition.schedule, definition.timezone, first, count - 1)]
 
 
 def _same_timing(definition: Definition, spec: DefinitionSpec) -> bool:
-    from cronjob import schedule
+    from cronjob import cron
 
-    return definition.timezone == spec.timezone and schedule.validate_expression(
+    return definition.timezone == spec.timezone and cron.validate_expression(
         definition.schedule
-    ) == schedule.validate_expression(spec.schedule)
+    ) == cron.validate_expression(spec.schedule)
 
 
 # -- one definition at a time ---------------------------------------------

@@ -1,7 +1,7 @@
 """Materialize: due schedule occurrences become runs, exactly once, however many ticks race.
 
 The first step of every tick. The database clock is read once; occurrences are computed in
-Python by `cronjob.schedule` (the same code `schedule preview` uses), then written set-based:
+Python by `cronjob.cron` (the same code `schedule preview` uses), then written set-based:
 per batch of due definitions, one statement creates every global run and moves every
 high-water mark, and one `INSERT ... SELECT` per tenant-scoped definition fans out over the
 tenant query. Batches are locked with `SKIP LOCKED`, so concurrent ticks share the work
@@ -224,7 +224,7 @@ def plan(
     definitions cheap: they fire together because they share a handful of schedules.
     Returns the advances and the definitions whose schedule could not be evaluated.
     """
-    from cronjob import schedule
+    from cronjob import cron
 
     # Fire times are UTC datetimes; compared with datetimes in the session's zone, as the
     # database hands them out, each comparison would ask that zone for its offset again.
@@ -248,7 +248,7 @@ def plan(
             continue
         for definition in members:
             due = [t for t in evaluation.tail if t > definition.materialized_through]
-            chosen = schedule.apply_catch_up(
+            chosen = cron.apply_catch_up(
                 due, definition.catch_up, now, bound=definition.catch_up_limit
             )
             advances.append(
@@ -268,20 +268,20 @@ def _evaluate(
     expression: str, timezone: str, earliest: datetime, now: datetime, depth: int
 ) -> Evaluation | str:
     """The schedule's newest `depth` occurrences after `earliest`, or why it cannot be used."""
-    from cronjob import schedule
+    from cronjob import cron
 
     try:
         # Usually a definition has one or a few occurrences due: a single walk forward from
         # the oldest mark finds them and the next one. After a long stop it would have to
         # pass every missed occurrence, so then walk back from `now` instead.
-        ahead = schedule.next_after(expression, timezone, earliest, depth + 1)
+        ahead = cron.next_after(expression, timezone, earliest, depth + 1)
         if len(ahead) <= depth or ahead[-1] > now:
             tail = [t for t in ahead if t <= now]
             upcoming = [t for t in ahead if t > now][:1]
         else:
-            tail = schedule.latest_occurrences(expression, timezone, earliest, now, depth)
-            upcoming = schedule.next_after(expression, timezone, now)
-    except schedule.ScheduleError as exc:
+            tail = cron.latest_occurrences(expression, timezone, earliest, now, depth)
+            upcoming = cron.next_after(expression, timezone, now)
+    except cron.CronError as exc:
         return str(exc)
     except Exception as exc:
         # A definition written by someone else's SQL can hold anything (a field of

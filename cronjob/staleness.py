@@ -62,7 +62,7 @@ class Staleness:
 
 def assess(row: ScheduleHealthRow, *, lease: float = DEFAULT_LEASE) -> Staleness:
     """The verdict on one schedule at the database time the row was read."""
-    from cronjob import schedule
+    from cronjob import cron
 
     verdict = {
         "name": row.name,
@@ -81,8 +81,8 @@ def assess(row: ScheduleHealthRow, *, lease: float = DEFAULT_LEASE) -> Staleness
         # Pausing touches updated_at too, but a paused schedule has not succeeded since it
         # stopped: it counts from its creation (and its last success), not from the pause.
         start = row.updated_at if row.enabled else row.created_at
-        due = schedule.latest_occurrence(row.schedule, row.timezone, start, cutoff)
-    except schedule.ScheduleError as exc:
+        due = cron.latest_occurrence(row.schedule, row.timezone, start, cutoff)
+    except cron.CronError as exc:
         return Staleness(**verdict, window=0.0, due=None, stale=True, problem=str(exc))
     stale = due is not None and (row.last_success_for is None or row.last_success_for < due)
     return Staleness(**verdict, window=window, due=due, stale=stale)
@@ -90,11 +90,11 @@ def assess(row: ScheduleHealthRow, *, lease: float = DEFAULT_LEASE) -> Staleness
 
 def default_window(expression: str, timezone: str, now: datetime, *, lease: float) -> float:
     """Two intervals of the schedule around `now`, plus the lease, in seconds."""
-    from cronjob import schedule
+    from cronjob import cron
 
     around = [
-        *schedule.latest_occurrences(expression, timezone, now - _HORIZON, now, 2),
-        *schedule.next_after(expression, timezone, now, 2),
+        *cron.latest_occurrences(expression, timezone, now - _HORIZON, now, 2),
+        *cron.next_after(expression, timezone, now, 2),
     ]
     pairs = list(pairwise(around))
     # The gap that spans `now` is the interval an operator expects right now (a weekday

@@ -18,14 +18,14 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from cronjob.schedule import ScheduleError, next_after, validate_expression
+from cronjob.cron import CronError, next_after, validate_expression
 
 cronsim = pytest.importorskip("cronsim")
 
 # Zones whose clocks move by a whole hour away from midnight. Where a transition is at midnight
 # (America/Havana, America/Santiago) or moves by half an hour (Australia/Lord_Howe), cronsim's
 # own walk misreads some wall times that Debian cron, reading the clock each minute, would run;
-# those zones are checked against a minute-by-minute simulation in test_schedule.py instead.
+# those zones are checked against a minute-by-minute simulation in test_cron.py instead.
 NORTHERN = ["Europe/Amsterdam", "Europe/London", "America/New_York", "America/Denver"]
 SOUTHERN = ["Australia/Sydney", "Pacific/Auckland", "Australia/Adelaide", "Australia/Hobart"]
 YEARS = (2025, 2026, 2027)
@@ -125,7 +125,7 @@ def _day_cases() -> list[tuple[str, str, datetime]]:
         expr += f"{dom} {rng.choice(MONTHS)} {dow}"
         try:
             validate_expression(expr)
-        except ScheduleError:
+        except CronError:
             continue  # never fires (the 31st of February): refused by both
         zone = rng.choice(["UTC", "Europe/Amsterdam", "Australia/Sydney"])
         start = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(minutes=rng.randrange(4 * 525_600))
@@ -146,7 +146,7 @@ def test_day_of_month_and_day_of_week_combine_as_cronsim_combines_them():
 
 @pytest.mark.parametrize("expr", ["0 0 31 2 *", "0 0 30 2 */2", "0 0 31 4,6 *"])
 def test_expression_that_can_never_fire_is_refused_by_both(expr):
-    with pytest.raises(ScheduleError, match="never fires"):
+    with pytest.raises(CronError, match="never fires"):
         validate_expression(expr)
     with pytest.raises(cronsim.CronSimError):
         cronsim.CronSim(expr, datetime(2026, 1, 1))
@@ -154,7 +154,7 @@ def test_expression_that_can_never_fire_is_refused_by_both(expr):
 
 @pytest.mark.parametrize("expr", ["0 0 * * fri-mon", "0 0 1 nov-mar *", "0 22-2 * * *"])
 def test_wrap_around_range_is_refused_by_both(expr):
-    with pytest.raises(ScheduleError, match="wraps around"):
+    with pytest.raises(CronError, match="wraps around"):
         validate_expression(expr)
     with pytest.raises(cronsim.CronSimError):
         cronsim.CronSim(expr.upper(), datetime(2026, 1, 1))
@@ -202,7 +202,7 @@ def _field_item(rng: random.Random, low: int, high: int, names: list[str]) -> st
 
 
 def test_every_field_expands_to_the_values_cronsim_reads():
-    from cronjob.schedule import _field_values
+    from cronjob.cron.fields import field_values
 
     rng = random.Random(5)
     disagreements = []
@@ -214,6 +214,6 @@ def test_every_field_expands_to_the_values_cronsim_reads():
         expected = getattr(cronsim.CronSim(expr.upper(), datetime(2026, 1, 1)), CRONSIM_SETS[index])
         if index == 4:
             expected = {day % 7 for day in expected}
-        if _field_values(index, text) != expected:
+        if field_values(index, text) != expected:
             disagreements.append(expr)
     assert disagreements == []

@@ -18,12 +18,12 @@ import pytest
 
 import tests.handlers.basic  # noqa: F401 - registers the test handlers
 from cronjob import definitions
+from cronjob.cron import apply_catch_up, next_after, occurrences
 from cronjob.db import connect
 from cronjob.handlers import handler, registry
 from cronjob.materialize import plan
 from cronjob.models import DueDefinition
 from cronjob.report import TickReport
-from cronjob.schedule import apply_catch_up, next_after, occurrences
 from cronjob.tick import TickOptions, run_tick
 from tests.conftest import ROOT, count
 
@@ -467,7 +467,7 @@ def test_an_idle_tick_does_not_import_the_cron_library(db_url, conn):
         "from cronjob.materialize import Materializer\n"
         f"conn = connect({db_url!r})\n"
         "assert Materializer().run(conn) == 0\n"
-        "print(sorted(m for m in sys.modules if m.startswith(('croniter', 'cronjob.schedule'))))\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('croniter', 'cronjob.cron'))))\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60

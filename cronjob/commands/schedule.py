@@ -467,12 +467,12 @@ def preview(expr: str, timezone: str, start: str | None, count: int) -> None:
     """
     from zoneinfo import ZoneInfo
 
-    from cronjob import schedule as cron
+    from cronjob import cron
 
     try:
         zone_name = cron.validate_timezone(timezone)
         cron.validate_expression(expr)
-    except cron.ScheduleError as exc:
+    except cron.CronError as exc:
         raise BadInput(str(exc)) from None
     zone = ZoneInfo(zone_name)
     after = _parse_from(start, zone) if start is not None else datetime.now(zone)

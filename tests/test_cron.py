@@ -15,8 +15,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from cronjob.schedule import (
-    ScheduleError,
+from cronjob.cron import (
+    CronError,
     apply_catch_up,
     latest_occurrence,
     latest_occurrences,
@@ -586,12 +586,12 @@ def test_expression_is_normalized_with_single_spaces_and_lower_case_names():
     ],
 )
 def test_invalid_expression_is_rejected_naming_the_problem(expr, message):
-    with pytest.raises(ScheduleError, match=re.escape(message)):
+    with pytest.raises(CronError, match=re.escape(message)):
         validate_expression(expr)
 
 
 def test_out_of_range_message_reads_as_one_sentence():
-    with pytest.raises(ScheduleError) as caught:
+    with pytest.raises(CronError) as caught:
         validate_expression("61 * * * *")
     assert str(caught.value) == (
         "invalid cron expression '61 * * * *': minute value 61 out of range (0-59)"
@@ -624,7 +624,7 @@ def test_out_of_range_message_reads_as_one_sentence():
     ],
 )
 def test_every_error_is_one_line(bad_call):
-    with pytest.raises(ScheduleError) as caught:
+    with pytest.raises(CronError) as caught:
         bad_call()
     assert "\n" not in str(caught.value)
     assert len(str(caught.value)) < 200
@@ -673,7 +673,7 @@ def _in_every_field(texts: list[str], message: str) -> list[Any]:
     + _in_every_field(UNREADABLE_VALUES, "out of range"),
 )
 def test_a_number_cron_cannot_read_is_refused_wherever_it_stands(expr, message):
-    with pytest.raises(ScheduleError) as caught:
+    with pytest.raises(CronError) as caught:
         validate_expression(expr)
     assert message in str(caught.value)
     assert "\n" not in str(caught.value) and len(str(caught.value)) < 300
@@ -686,7 +686,7 @@ def test_a_step_longer_than_its_field_fires_at_the_first_value_as_in_cron():
 
 
 def test_a_step_of_thousands_of_digits_is_refused_not_read_as_the_first_value():
-    with pytest.raises(ScheduleError) as caught:
+    with pytest.raises(CronError) as caught:
         validate_expression(f"*/{THOUSANDS_OF_ONES} * * * *")
     assert str(caught.value) == (
         f"invalid cron expression {f'*/{THOUSANDS_OF_ONES}'[:77] + '...'!r}: minute step "
@@ -719,7 +719,7 @@ CRONITER_ONLY = {
 def test_what_croniter_reads_and_cron_does_not_is_refused_in_one_line(expr, message):
     croniter = pytest.importorskip("croniter").croniter
     assert croniter.is_valid(expr, hash_id="some-schedule")
-    with pytest.raises(ScheduleError) as caught:
+    with pytest.raises(CronError) as caught:
         validate_expression(expr)
     assert str(caught.value).startswith(f"invalid cron expression {expr!r}: ")
     assert message in str(caught.value)
@@ -727,7 +727,7 @@ def test_what_croniter_reads_and_cron_does_not_is_refused_in_one_line(expr, mess
 
 
 def test_a_field_croniter_refuses_after_the_gate_is_still_one_line_naming_the_field(monkeypatch):
-    from cronjob import schedule
+    from cronjob.cron import fields
 
     croniter = pytest.importorskip("croniter")
     expand = croniter.croniter.expand
@@ -739,9 +739,9 @@ def test_a_field_croniter_refuses_after_the_gate_is_still_one_line_naming_the_fi
 
     monkeypatch.setattr(croniter.croniter, "expand", refuse_day_of_week)
     # Both caches: the expression and its fields must be read afresh.
-    schedule._compile.cache_clear()
-    schedule._field_values.cache_clear()
-    with pytest.raises(ScheduleError) as caught:
+    fields.compile_expression.cache_clear()
+    fields.field_values.cache_clear()
+    with pytest.raises(CronError) as caught:
         validate_expression("0 0 * * 1-5")
     assert str(caught.value) == (
         "invalid cron expression '0 0 * * 1-5': day-of-week field '1-5' is not valid"
@@ -778,18 +778,18 @@ def test_timezone_name_is_stripped():
     ],
 )
 def test_unknown_timezone_is_rejected(name):
-    with pytest.raises(ScheduleError, match=r"^unknown timezone "):
+    with pytest.raises(CronError, match=r"^unknown timezone "):
         validate_timezone(name)
 
 
 def test_unknown_timezone_message_names_it():
-    with pytest.raises(ScheduleError) as caught:
+    with pytest.raises(CronError) as caught:
         validate_timezone("Mars/Base")
     assert str(caught.value) == "unknown timezone 'Mars/Base'"
 
 
 def test_occurrences_reject_an_unknown_timezone():
-    with pytest.raises(ScheduleError, match="unknown timezone 'Mars/Base'"):
+    with pytest.raises(CronError, match="unknown timezone 'Mars/Base'"):
         occurrences("* * * * *", "Mars/Base", utc("2026-01-01T00:00"), utc("2026-01-02T00:00"))
 
 
@@ -964,7 +964,7 @@ def test_catch_up_with_nothing_due_runs_nothing(policy):
 
 
 def test_unknown_catch_up_policy_is_rejected():
-    with pytest.raises(ScheduleError, match="unknown catch-up policy 'some'"):
+    with pytest.raises(CronError, match="unknown catch-up policy 'some'"):
         apply_catch_up(DUE, "some", NOW)
 
 
@@ -1030,7 +1030,7 @@ def test_matches_a_minute_by_minute_simulation_of_vixie_cron(zone, instant):
 
 
 # The wall-clock walk against croniter: every accepted expression expands to sets of field
-# values that `cronjob.schedule` walks itself; croniter, walking the same expression, is the
+# values that `cronjob.cron` walks itself; croniter, walking the same expression, is the
 # reference. Random expressions over every field form, starts, zones and directions, seeded.
 
 _FIELD_BOUNDS = [(0, 59), (0, 23), (1, 31), (1, 12), (0, 7)]
@@ -1063,23 +1063,23 @@ def _random_item(rng, index):
 
 
 def _random_expression(rng):
-    from cronjob import schedule
+    from cronjob.cron import fields
 
     while True:
-        fields = [
+        values = [
             "*" if rng.random() < 0.4 else ",".join(_random_item(rng, i) for _ in range(3))
             for i in range(5)
         ]
         if rng.random() < 0.2:
-            fields[2], fields[3] = rng.choice(["29", "30", "31", "30,31"]), "2"
+            values[2], values[3] = rng.choice(["29", "30", "31", "30,31"]), "2"
         try:
-            return schedule._compile(" ".join(fields))
-        except ScheduleError:
+            return fields.compile_expression(" ".join(values))
+        except CronError:
             continue  # dead or out of range: not a schedule to compare
 
 
 def test_walking_the_expanded_fields_finds_the_wall_times_croniter_finds():
-    from cronjob import schedule
+    from cronjob.cron import fields, walk
 
     rng = random.Random(20260512)
     for _ in range(400):
@@ -1087,13 +1087,13 @@ def test_walking_the_expanded_fields_finds_the_wall_times_croniter_finds():
         start = datetime(1990, 1, 1) + timedelta(minutes=rng.randrange(160 * 525_960))
         forward = rng.random() < 0.5
         count = rng.randint(1, 12)
-        walked = list(islice(schedule._walls(cron, start, forward), count))
-        reference = list(islice(schedule._croniter_walls(cron, start, forward), count))
+        walked = list(islice(walk.walls(cron, start, forward), count))
+        reference = list(islice(fields.croniter_walls(cron, start, forward), count))
         assert walked == reference, (cron.expression, start, forward)
 
 
 def test_walking_hands_over_to_croniter_near_the_ends_of_the_calendar():
-    from cronjob import schedule
+    from cronjob.cron import fields, walk
 
     for expression, start, forward in [
         ("0 0 29 2 *", datetime(9970, 1, 1), True),
@@ -1101,15 +1101,15 @@ def test_walking_hands_over_to_croniter_near_the_ends_of_the_calendar():
         ("0 0 29 2 *", datetime(40, 1, 1), False),
         ("*/20 3 * * 1", datetime(12, 1, 3), False),
     ]:
-        cron = schedule._compile(expression)
-        walked = list(schedule._walls(cron, start, forward))
-        reference = list(schedule._croniter_walls(cron, start, forward))
+        cron = fields.compile_expression(expression)
+        walked = list(walk.walls(cron, start, forward))
+        reference = list(fields.croniter_walls(cron, start, forward))
         assert walked == reference
         assert walked  # the stream runs until croniter's calendar ends, then stops
 
 
 def test_occurrences_in_every_zone_match_a_walk_by_croniter(monkeypatch):
-    from cronjob import schedule
+    from cronjob.cron import fields, walk
 
     rng = random.Random(7)
     zones = sorted({zone for zone, _, _, _ in TRANSITIONS} | {"UTC", "Asia/Kolkata"})
@@ -1131,7 +1131,7 @@ def test_occurrences_in_every_zone_match_a_walk_by_croniter(monkeypatch):
         (occurrences(e, z, a, u, limit=30), latest_occurrences(e, z, a, u, 5))
         for e, z, a, u in cases
     ]
-    monkeypatch.setattr(schedule, "_walls", schedule._croniter_walls)
+    monkeypatch.setattr(walk, "walls", fields.croniter_walls)
     reference = [
         (occurrences(e, z, a, u, limit=30), latest_occurrences(e, z, a, u, 5))
         for e, z, a, u in cases
