@@ -275,8 +275,8 @@ def _step(field: _Field, digits: str) -> int:
     if not _NUMBER.fullmatch(digits) or (step := _small_number(digits)) == 0:
         raise _FieldError(f"{field.name} step {quoted(digits)} is not a positive number")
     if step > _LARGEST_CRON_NUMBER:
-        # A step longer than the field is cron: it fires at the first value. One cron cannot
-        # read is not, however many digits it has.
+        # A step longer than its field is still cron (it fires at the field's first value);
+        # a step cron cannot read is not, and is refused rather than read as that value.
         raise _FieldError(
             f"{field.name} step {quoted(digits)} is too large: "
             f"cron reads numbers up to {_LARGEST_CRON_NUMBER}"
