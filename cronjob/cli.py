@@ -46,7 +46,7 @@ DJANGO_COMMANDS = frozenset({"sync"})
 
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
-        from cronjob.db import django_project
+        from cronjob.location import django_project
 
         django = django_project()
         return sorted(name for name in COMMANDS if django or name not in DJANGO_COMMANDS)

@@ -209,10 +209,10 @@ def _paused_note(overview: Overview) -> str:
 def pause_text(pause: TypePause, now: datetime) -> str:
     """`send_email by alice 12m ago: SMTP down`: which type, who paused it, when and why,
     on one line (the reason is anyone's text: printing it safely is the printer's job)."""
-    from cronjob.inputs import clip_line
+    from cronjob.text import one_line
 
     since = seconds_text(max(0.0, (now - pause.paused_at).total_seconds()))
-    why = f": {clip_line(pause.reason, PAUSE_REASON_CHARS)}" if pause.reason else ""
+    why = f": {one_line(pause.reason, limit=PAUSE_REASON_CHARS)}" if pause.reason else ""
     return f"{pause.job_type} by {pause.paused_by} {since} ago{why}"
 
 

@@ -169,7 +169,7 @@ def _venv_of_a_copy(top: Path) -> AccountPython:
     # package is copied instead, with its migrations where a wheel puts them.
     _link_tree(Path(sysconfig.get_path("purelib")), packages, (*EDITABLE, "cronjob"))
     import cronjob
-    from cronjob.db import migrations_dir
+    from cronjob.schema import migrations_dir
 
     source = Path(cronjob.__file__).parent
     _link_tree(source, packages / "cronjob", ("__pycache__", "sql"))
