@@ -28,9 +28,9 @@ TERMINAL = frozenset({Status.SUCCEEDED, Status.DEAD, Status.CANCELLED})
 class ClaimedRun(NamedTuple):
     """A run this tick holds the lease on.
 
-    Built by position from the claim's columns, queries.runs.RUNS_CLAIM_MANY_COLUMNS, which
-    name these fields in this order (all but lease_token, the caller's own): add a field to
-    both, in step.
+    The claim returns these fields in this order (queries.runs.RUNS_CLAIM_MANY_COLUMNS is
+    made from them), all but lease_token, the claim's own; store.runs._claimed_runs reads
+    them by position, on the tick's hot path, and names them there too.
     """
 
     id: int

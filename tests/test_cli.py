@@ -11,6 +11,7 @@ import psycopg
 import pytest
 
 from tests.conftest import ROOT, count, jobrunner_process, run_cli
+from tests.factories import insert_run, now
 
 HANDLERS = "tests.handlers.basic"
 
@@ -420,9 +421,7 @@ IDLE_TICK_MODULES = [
 
 
 def test_an_idle_tick_asks_one_question_and_imports_no_tick_machinery(db_url, conn):
-    conn.execute(
-        "INSERT INTO job_runs (job_type, run_at) VALUES ('test.ok', now() + interval '1 hour')"
-    )
+    insert_run(conn, run_at=now("1 hour"))
     code = (
         "import json, sys\n"
         "from cronjob.cli import main\n"
@@ -464,12 +463,10 @@ def test_a_tick_leaves_its_heap_to_the_system_at_exit_after_writing_everything(d
 
 
 def test_a_tick_with_only_an_expired_lease_to_rescue_does_the_full_tick(db_url, conn):
-    conn.execute(
-        "INSERT INTO job_runs (job_type, status, attempts, max_attempts, lease_token,"
-        " locked_until, locked_by, started_at)"
-        " VALUES ('other.type', 'running', 1, 5, gen_random_uuid(), now() - interval '1s',"
-        " 'gone:1', now() - interval '1 minute')"
-    )
+    insert_run(
+        conn, "other.type", status="running", max_attempts=5, locked_until=now("-1 second"),
+        locked_by="gone:1", started_at=now("-1 minute"),
+    )  # fmt: skip
     result = run_cli("tick", "--database-url", db_url, "--handlers", HANDLERS, "--json")
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["rescued"] == 1
@@ -478,7 +475,7 @@ def test_a_tick_with_only_an_expired_lease_to_rescue_does_the_full_tick(db_url, 
 def test_a_busy_tick_keeps_what_it_loaded_out_of_the_cyclic_collector(db_url, conn):
     import gc
 
-    conn.execute("INSERT INTO job_runs (job_type) VALUES ('test.ok')")
+    insert_run(conn)
     gc.unfreeze()
     try:
         result = run_cli("tick", "--database-url", db_url, "--handlers", HANDLERS)

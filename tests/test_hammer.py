@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from psycopg import sql
 
 from tests.conftest import count, jobrunner_process
+from tests.factories import insert_runs
 
 JOBS = 5000
 TICKS = 8
@@ -20,11 +22,7 @@ TICKS = 8
 def test_eight_concurrent_ticks_execute_each_of_5000_jobs_exactly_once(
     db_url, conn, tmp_path, job_type, handlers
 ):
-    conn.execute(
-        "INSERT INTO job_runs (job_type, payload)"
-        " SELECT %s, jsonb_build_object('i', i) FROM generate_series(1, %s) AS i",
-        [job_type, JOBS],
-    )
+    insert_runs(conn, JOBS, job_type, payload=sql.SQL("jsonb_build_object('i', i)"))
     exec_log = tmp_path / "executions.log"
     ticks = [
         jobrunner_process(

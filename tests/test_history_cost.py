@@ -12,6 +12,7 @@ from cronjob import store
 from cronjob.api import enqueue
 from cronjob.queries.tally import RUNS_SNAPSHOT
 from tests.conftest import run_cli
+from tests.factories import insert_runs, now
 from tests.test_lifecycle import tick
 
 
@@ -32,10 +33,7 @@ def test_the_snapshot_counts_finished_runs_exactly_through_every_way_they_change
     tick(db_url, "test.ok", "test.give_up")
     assert counted(conn) == actual(conn)
 
-    conn.execute(  # by hand, as a restore or a script would
-        "INSERT INTO job_runs (job_type, status, finished_at) "
-        "SELECT 'import', 'succeeded', now() FROM generate_series(1, 5)"
-    )
+    insert_runs(conn, 5, "import", status="succeeded")  # by hand, as a restore or a script would
     run_cli("retry", "--status", "dead", "--limit", "2", "--yes", "--database-url", db_url)
     run_cli("cancel", "--type", "test.give_up", "--yes", "--database-url", db_url)
     run_cli("prune", "--type", "import", "--limit", "3", "--database-url", db_url)
@@ -66,10 +64,7 @@ def test_the_last_start_of_a_type_is_known_without_reading_its_history(db_url, c
 
 
 def test_the_snapshot_reads_no_finished_run(db_url, conn):
-    conn.execute(
-        "INSERT INTO job_runs (job_type, status, started_at, finished_at) "
-        "SELECT 'old', 'succeeded', now(), now() FROM generate_series(1, 20000)"
-    )
+    insert_runs(conn, 20000, "old", status="succeeded", started_at=now())
     enqueue(conn, "test.ok", {})
     conn.execute("ANALYZE job_runs")
     [[plan]] = conn.execute("EXPLAIN (FORMAT JSON) " + RUNS_SNAPSHOT, {"now": None}).fetchall()

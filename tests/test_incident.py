@@ -12,6 +12,7 @@ import tests.handlers.basic  # noqa: F401 - registers the test handlers
 from cronjob import store
 from cronjob.api import enqueue
 from tests.conftest import count, jobrunner_process, run_cli
+from tests.factories import insert_runs, now
 from tests.test_lifecycle import claim_as, run_row, tick
 from tests.test_ops import cli, cli_json
 
@@ -28,15 +29,12 @@ def add_finished(
     minutes_ago: float = 0,
 ) -> list[int]:
     """`number` finished runs, as a tick would have left them `minutes_ago`."""
-    rows = conn.execute(
-        "INSERT INTO job_runs (job_type, status, attempts, max_attempts, tenant_id, error_type,"
-        " last_error, started_at, finished_at, updated_at)"
-        " SELECT %s, %s, 3, 3, %s, %s, %s, t, t, t"
-        " FROM generate_series(1, %s) AS i, LATERAL (SELECT now() - make_interval(mins => %s)) AS"
-        " c(t) RETURNING id",
-        [job_type, status, tenant, error_type, error, number, minutes_ago],
-    ).fetchall()
-    return sorted(r[0] for r in rows)
+    then = now(f"-{minutes_ago} minutes")
+    return insert_runs(
+        conn, number, job_type, status=status, attempts=3, max_attempts=3, tenant_id=tenant,
+        error_type=error_type, last_error=error, started_at=then, finished_at=then,
+        updated_at=then,
+    )  # fmt: skip
 
 
 def statuses(conn: psycopg.Connection[Any], ids: list[int]) -> dict[int, str]:
@@ -257,10 +255,8 @@ def test_bulk_retry_of_100000_dead_runs_matches_its_dry_run_one_batch_per_transa
 
 
 def test_a_paused_type_is_never_claimed_by_three_concurrent_ticks_while_others_drain(db_url, conn):
-    conn.execute(
-        "INSERT INTO job_runs (job_type) SELECT 'test.ok' FROM generate_series(1, 600)"
-        " UNION ALL SELECT 'test.fail' FROM generate_series(1, 200)"
-    )
+    insert_runs(conn, 600, "test.ok")
+    insert_runs(conn, 200, "test.fail")
     assert cli(db_url, "pause", "test.fail", "--reason", "bad deploy").exit_code == 0
     ticks = [
         jobrunner_process(

@@ -16,9 +16,11 @@ from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from psycopg import sql
 
 from bench.suite.procs import PEAK_OF
 from tests.conftest import ROOT, count, run_cli
+from tests.factories import insert_run
 
 FAR_PAST = "0001-01-01T00:00:00+01:00"
 FAR_FUTURE = "9999-12-31T23:00:00-05:00"
@@ -95,10 +97,7 @@ def test_the_ends_of_the_accepted_range_are_accepted(conn):
 def test_readers_survive_times_beyond_the_calendar_already_stored(db_url, conn, args):
     # Written as an app could, in SQL, past jobrunner's checks.
     for moment in (FAR_PAST, FAR_FUTURE, "infinity"):
-        conn.execute(
-            "INSERT INTO job_runs (job_type, payload, run_at) VALUES ('t', '{}', %s::timestamptz)",
-            [moment],
-        )
+        insert_run(conn, "t", run_at=sql.SQL("{}::timestamptz").format(moment))
     result = run_cli(*args, "--database-url", db_url)
     assert result.exit_code == 0, result.stderr
     assert result.stderr == ""

@@ -11,6 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 import tests.handlers.basic  # noqa: F401 - registers the test handlers
 from cronjob import store
@@ -20,6 +21,7 @@ from cronjob.handlers import registry
 from cronjob.report import TickReport
 from cronjob.tick import TickOptions, run_tick
 from tests.conftest import count
+from tests.factories import insert_run, insert_runs, now
 
 
 def tick(db_url: str, *types: str, now: datetime | None = None, **options: Any) -> TickReport:
@@ -412,13 +414,10 @@ def test_the_queue_table_is_vacuumed_after_a_fixed_amount_of_churn(conn):
 
 
 def test_new_runs_go_to_pages_of_their_own_not_the_gaps_in_finished_history(conn):
-    conn.execute(
-        "INSERT INTO job_runs (job_type, status, attempts, started_at, finished_at)"
-        " SELECT 'test.ok', 'succeeded', 1, now(), now() FROM generate_series(1, 5000)"
-    )
+    insert_runs(conn, 5000, status="succeeded", attempts=1, started_at=now())
     conn.execute("VACUUM job_runs")
     # A little smaller than a finished run: one would fit in each history page's leftover.
-    conn.execute("INSERT INTO job_runs (job_type) SELECT 'test.ok' FROM generate_series(1, 300)")
+    insert_runs(conn, 300)
     pages = count(
         conn,
         "SELECT count(DISTINCT (ctid::text::point)[0]) FROM job_runs WHERE status = 'queued'",
@@ -429,10 +428,7 @@ def test_new_runs_go_to_pages_of_their_own_not_the_gaps_in_finished_history(conn
 def test_a_claim_walks_the_dispatch_index_in_order_even_before_any_statistics(conn):
     # Truncated and never analyzed, the table looks nearly empty to the planner,
     # which then prefers to fetch and sort every runnable row on each claim.
-    conn.execute(
-        "INSERT INTO job_runs (job_type, payload)"
-        " SELECT 'test.ok', '{}' FROM generate_series(1, 3000)"
-    )
+    insert_runs(conn, 3000)
     plans: list[str] = []
     try:
         conn.execute("LOAD 'auto_explain'")
@@ -473,10 +469,7 @@ def test_a_claimed_payload_reads_as_the_stored_json(conn):
 
 def test_a_payload_python_cannot_decode_fails_its_own_run_only(db_url, conn):
     # Written by someone else's SQL: valid JSON to PostgreSQL, nested too deep for Python.
-    deep = conn.execute(
-        "INSERT INTO job_runs (job_type, payload)"
-        " VALUES ('test.ok', (repeat('[', 5000) || repeat(']', 5000))::jsonb) RETURNING id"
-    ).fetchone()[0]
+    deep = insert_run(conn, payload=sql.SQL("(repeat('[', 5000) || repeat(']', 5000))::jsonb"))
     innocent = [enqueue(conn, "test.ok", {"n": n}) for n in range(3)]
 
     report = tick(db_url, "test.ok")

@@ -10,6 +10,7 @@ import pytest
 
 from cronjob import log
 from tests.conftest import ROOT
+from tests.factories import insert_run, insert_runs
 
 
 @pytest.fixture(autouse=True)
@@ -120,7 +121,7 @@ def test_every_line_a_tick_writes_is_json_even_what_the_driver_and_libpq_would_s
     # read. Neither may write plain text between the JSON lines.
     from tests.conftest import jobrunner_process
 
-    conn.execute("INSERT INTO job_runs (job_type) VALUES ('noise.driver')")
+    insert_run(conn, "noise.driver")
     home = tmp_path / "home"
     home.mkdir()
     (home / ".pgpass").write_text("*:*:*:*:not-the-password\n")
@@ -142,7 +143,8 @@ def test_every_line_a_tick_writes_is_json_even_what_the_driver_and_libpq_would_s
 def test_at_log_level_warning_a_tick_logs_its_failed_runs_and_nothing_else(db_url, conn):
     from tests.conftest import jobrunner_process
 
-    conn.execute("INSERT INTO job_runs (job_type) VALUES ('test.ok'), ('test.ok'), ('test.fail')")
+    insert_runs(conn, 2, "test.ok")
+    insert_run(conn, "test.fail")
     tick = jobrunner_process(
         "tick", "--database-url", db_url, "--handlers", "tests.handlers.basic",
         "--log-level", "warning", "--json",

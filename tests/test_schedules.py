@@ -14,6 +14,7 @@ import pytest
 
 from cronjob import definitions
 from tests.conftest import count, run_cli
+from tests.factories import insert_run, now
 
 HANDLERS = "tests.handlers.basic"
 ISO_WITH_OFFSET = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d")
@@ -27,6 +28,10 @@ def add(db_url: str, name: str, *args: str):
     result = schedule(db_url, "add", name, *args)
     assert result.exit_code == 0, result.stderr
     return result
+
+
+def _definition_id(conn, name: str) -> int:
+    return conn.execute("SELECT id FROM job_definitions WHERE name = %s", [name]).fetchone()[0]
 
 
 def make_due(conn) -> None:
@@ -199,10 +204,7 @@ def test_pause_and_resume(db_url, conn):
 
 def test_remove_deletes_the_definition_and_keeps_its_runs(db_url, conn):
     add(db_url, "hourly", "--cron", "@hourly", "--type", "t")
-    conn.execute(
-        "INSERT INTO job_runs (definition_id, job_type, scheduled_for)"
-        " SELECT id, 't', now() FROM job_definitions"
-    )
+    insert_run(conn, "t", definition_id=_definition_id(conn, "hourly"), scheduled_for=now())
     assert schedule(db_url, "remove", "hourly").stdout == "removed hourly\n"
     assert count(conn, "SELECT count(*) FROM job_definitions") == 0
     assert count(conn, "SELECT count(*) FROM job_runs WHERE definition_id IS NULL") == 1
@@ -249,10 +251,7 @@ def test_removing_a_definition_while_a_tick_materializes_it_leaves_no_run_linked
 
 def test_a_definition_deleted_in_plain_sql_leaves_its_runs_unlinked(db_url, conn):
     add(db_url, "hourly", "--cron", "@hourly", "--type", "t")
-    conn.execute(
-        "INSERT INTO job_runs (definition_id, job_type, scheduled_for)"
-        " SELECT id, 't', now() FROM job_definitions"
-    )
+    insert_run(conn, "t", definition_id=_definition_id(conn, "hourly"), scheduled_for=now())
     conn.execute("DELETE FROM job_definitions")
     assert count(conn, "SELECT count(*) FROM job_runs WHERE definition_id IS NULL") == 1
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from tests.conftest import count
+from tests.factories import insert_run
 
 
 def test_deleting_a_definition_unlinks_its_runs_whatever_the_search_path(conn):
     conn.execute(
         "INSERT INTO job_definitions (name, job_type, schedule) VALUES ('d', 't', '* * * * *')"
     )
-    conn.execute("INSERT INTO job_runs (job_type, definition_id) VALUES ('t', 1)")
+    insert_run(conn, "t", definition_id=1)
     # A schema of the caller's own, searched first, with a job_runs of its own.
     conn.execute("DROP SCHEMA IF EXISTS decoy CASCADE")
     conn.execute("CREATE SCHEMA decoy")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from typing import Any
 
@@ -10,13 +9,13 @@ import psycopg
 
 from cronjob import store
 from cronjob.api import insert_runs, new_run
-from cronjob.queries.runs import RUNS_INSERT_MANY, RUNS_INSERT_MANY_QUEUED
+from cronjob.queries.runs import RUNS_INSERT_MANY, runs_insert_many_sending
 from cronjob.queries.tasks import TASK_TYPES_WAITING
+from tests.factories import insert_runs as insert_runs_by_sql
 
 
 def _enqueue(conn: psycopg.Connection[Any], job_type: str, queue: str | None) -> int:
-    run = dataclasses.replace(new_run(job_type, {"args": [], "kwargs": {}}), queue=queue)
-    return insert_runs(conn, [run])[0]
+    return insert_runs(conn, [new_run(job_type, {"args": [], "kwargs": {}}, queue=queue)])[0]
 
 
 def test_only_task_runs_name_a_queue(conn: psycopg.Connection[Any]) -> None:
@@ -26,22 +25,17 @@ def test_only_task_runs_name_a_queue(conn: psycopg.Connection[Any]) -> None:
     assert queues == {plain: None, task: "emails"}
     # Plain enqueues leave the column out, so they work on a schema without it.
     assert "queue" not in RUNS_INSERT_MANY
-    assert "queue" in RUNS_INSERT_MANY_QUEUED
+    assert "queue" in runs_insert_many_sending(("queue",))
 
 
 def test_waiting_task_types_are_found_by_one_probe_per_queue_and_type(
     conn: psycopg.Connection[Any],
 ) -> None:
-    conn.execute(
-        "INSERT INTO job_runs (job_type, queue) SELECT 'shop.tasks.add', 'default'"
-        " FROM generate_series(1, 20000)"
-    )
+    insert_runs_by_sql(conn, 20000, "shop.tasks.add", queue="default")
     _enqueue(conn, "shop.tasks.mail", "emails")
     _enqueue(conn, "shop.tasks.add", "emails")
     done = _enqueue(conn, "shop.tasks.done", "emails")
-    conn.execute(
-        "UPDATE job_runs SET status = 'cancelled', finished_at = now() WHERE id = %s", [done]
-    )
+    store.runs_cancel_many(conn, [done])
     insert_runs(conn, [new_run("send_email")])
     conn.execute("ANALYZE job_runs")
     assert sorted(store.task_types_waiting(conn, None)) == ["shop.tasks.add", "shop.tasks.mail"]

@@ -10,6 +10,7 @@ import pytest
 
 from cronjob import log
 from tests.conftest import run_cli
+from tests.factories import insert_run, now
 
 EVIL_TYPE = "evil\x1b]0;pwned\x07\x1b[2J"
 EVIL_TENANT = "t\r\x1b[31mred"
@@ -25,21 +26,15 @@ def evil(conn):
         " VALUES ('nightly\x1b[8m', %s, '0 3 * * *', now() + interval '1 hour')",
         [EVIL_TYPE],
     )
-    conn.execute(
-        "INSERT INTO job_runs (job_type, tenant_id, status, attempts, max_attempts, last_error,"
-        " error_type, finished_at, run_at) VALUES (%s, %s, 'dead', 1, 1, %s, 'E\x1b[0m', now(),"
-        " now() - interval '1 hour')",
-        [EVIL_TYPE, EVIL_TENANT, EVIL_ERROR.replace("\x00", "")],
-    )
-    conn.execute(
-        "INSERT INTO job_runs (job_type, tenant_id, run_at) VALUES (%s, %s,"
-        " now() - interval '1 hour')",
-        [EVIL_TYPE, EVIL_TENANT],
-    )
+    dead = insert_run(
+        conn, EVIL_TYPE, tenant_id=EVIL_TENANT, status="dead", attempts=1, max_attempts=1,
+        last_error=EVIL_ERROR.replace("\x00", ""), error_type="E\x1b[0m", run_at=now("-1 hour"),
+    )  # fmt: skip
+    insert_run(conn, EVIL_TYPE, tenant_id=EVIL_TENANT, run_at=now("-1 hour"))
     conn.execute(
         "INSERT INTO job_attempts (run_id, attempt, worker, error_type, message, traceback)"
-        " VALUES (1, 1, 'w\x1b[5m', 'E\x1b[0m', %s, %s)",
-        [EVIL_ERROR.replace("\x00", ""), "Traceback:\n  line\x1b[2K\nError: boom\x1b[1A\n"],
+        " VALUES (%s, 1, 'w\x1b[5m', 'E\x1b[0m', %s, %s)",
+        [dead, EVIL_ERROR.replace("\x00", ""), "Traceback:\n  line\x1b[2K\nError: boom\x1b[1A\n"],
     )
 
 

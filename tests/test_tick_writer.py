@@ -19,6 +19,7 @@ from cronjob.queries.runs import RUNS_FINALIZE_MANY
 from cronjob.tick import TickOptions, run_tick
 from cronjob.tick.writer import STREAMING_CLAIM
 from tests.conftest import count, wait_for
+from tests.factories import insert_run, insert_runs
 from tests.test_history_cost import actual, counted
 
 WRITER = "jobrunner-second"  # the application name of the connections the tick opens
@@ -69,10 +70,7 @@ def _tick(db_url: str, connections: Connections, **options: Any) -> Any:
 
 
 def _enqueue(conn: psycopg.Connection[Any], runs: int, job_type: str = "writer.ok") -> None:
-    conn.execute(
-        "INSERT INTO job_runs (job_type, payload) SELECT %s, '{}' FROM generate_series(1, %s)",
-        (job_type, runs),
-    )
+    insert_runs(conn, runs, job_type)
 
 
 def _shape(sql: str) -> str:
@@ -118,9 +116,7 @@ def probe(db_url: str) -> Iterator[list[Any]]:
 
 def test_a_streaming_drain_writes_its_outcomes_on_a_second_connection(db_url, conn, probe):
     _enqueue(conn, 3000)
-    conn.execute(
-        "INSERT INTO job_runs (job_type, payload, priority) VALUES ('writer.probe', '{}', 1)"
-    )
+    insert_run(conn, "writer.probe", priority=1)
     connections = Connections(db_url)
 
     report = _tick(db_url, connections)
@@ -192,8 +188,7 @@ def test_a_killed_second_connection_loses_no_outcome_and_counts_none_twice(db_ur
     _enqueue(conn, 3000)
     # Claimed in the order enqueued (each statement has its own now()): the kill lands
     # mid-drain, with 3,000 runs still to claim.
-    conn.execute("INSERT INTO job_runs (job_type, payload) VALUES ('writer.probe', %s)",
-                 ('{"kill": true}',))  # fmt: skip
+    insert_run(conn, "writer.probe", payload={"kill": True})
     _enqueue(conn, 3000)
     connections = Connections(db_url)
 
@@ -217,8 +212,7 @@ def test_a_second_connection_lost_for_good_leaves_the_rest_to_the_ticks_own(
 ):
     monkeypatch.setattr("cronjob.tick.connection.RECONNECT_PAUSES", (0.0, 0.0))
     _enqueue(conn, 3000)
-    conn.execute("INSERT INTO job_runs (job_type, payload) VALUES ('writer.probe', %s)",
-                 ('{"kill": true}',))  # fmt: skip
+    insert_run(conn, "writer.probe", payload={"kill": True})
     _enqueue(conn, 3000)
     connections = Connections(db_url, refuse_after=1)  # the second connection, then no more
 

@@ -8,7 +8,6 @@ from typing import IO, Any
 
 import click
 
-from cronjob.api import new_run
 from cronjob.cli import Count, database_url_option, json_option, lock_wait_option
 from cronjob.commands import open_connection
 from cronjob.commands.render import clip, iso, table, when
@@ -20,14 +19,11 @@ from cronjob.inputs import (
     decode_text,
     excerpt,
     parse_payload,
-    parse_timestamp,
     read_text,
 )
+from cronjob.run_options import RUN_OPTIONS, checked_run
 from cronjob.text import printable
 
-JSONL_KEYS = {
-    "type", "payload", "run_at", "delay", "idempotency_key", "max_attempts", "priority", "tenant",
-}  # fmt: skip
 # A --jsonl line holds one payload and a few short fields.
 MAX_JSONL_LINE_BYTES = MAX_PAYLOAD_BYTES + 10_000
 # Runs inserted per statement, and the most JSON one statement carries: far below the 1 GB
@@ -36,6 +32,19 @@ JSONL_CHUNK = 5000
 JSONL_CHUNK_BYTES = 4_000_000
 # `show` writes its own lines at most two spaces in; stored text of several lines goes deeper.
 TEXT_INDENT = "    "
+# A --jsonl line's keys: the type, the payload, and each option's own (run_options).
+JSONL_OPTIONS = {option.key: name for name, option in RUN_OPTIONS.items() if option.key}
+JSONL_KEYS = {"type", "payload", *JSONL_OPTIONS}
+# The options of `jobrunner enqueue` a run's options come from, by name.
+FLAGS = {name: option.flag for name, option in RUN_OPTIONS.items() if option.flag}
+
+
+def run_option_flags(func: Callable[..., Any]) -> Callable[..., Any]:
+    """A command-line option for each option of a run that has a flag, in declared order."""
+    for name, flag in reversed(FLAGS.items()):
+        option = RUN_OPTIONS[name]
+        func = click.option(flag, name, metavar=option.metavar, help=option.help)(func)
+    return func
 
 
 @click.command()
@@ -49,28 +58,13 @@ TEXT_INDENT = "    "
     help="Read the payload from a file, or - for stdin "
     f"(UTF-8, at most {MAX_PAYLOAD_BYTES} bytes).",
 )
-@click.option(
-    "--run-at",
-    metavar="ISO8601",
-    help="When the run becomes due (default: now), from 1900-01-01 to 9000-01-01 UTC.",
-)
-@click.option("--delay", metavar="DURATION", help="Due after this long, e.g. 90s, 5m, 2h.")
-@click.option(
-    "--idempotency-key",
-    metavar="KEY",
-    help="A key unique among runs (at most 1000 bytes): if a run of the same type and tenant "
-    "has it already, its id is printed and nothing is enqueued; if another type or tenant "
-    "has it, nothing is enqueued and the command exits 1 naming that run.",
-)
-@click.option("--max-attempts", metavar="N", help="Attempt budget (default: the handler's).")
-@click.option("--priority", metavar="N", help="Lower runs first (default 0).")
-@click.option("--tenant", metavar="ID", help="The tenant the run is for.")
+@run_option_flags
 @click.option(
     "--jsonl",
     type=click.File("rb"),
     metavar="FILE",
     help='Enqueue many: one JSON object a line ({"type": ..., "payload": ...} and '
-    "the optional keys run_at, delay, idempotency_key, max_attempts, priority, tenant); "
+    f"the optional keys {', '.join(JSONL_OPTIONS)}); "
     "- for stdin. One transaction: a bad line anywhere and nothing is enqueued.",
 )
 @lock_wait_option("another --jsonl batch with idempotency keys")
@@ -79,14 +73,9 @@ def enqueue(
     database_url: str | None,
     payload: str | None,
     payload_file: IO[bytes] | None,
-    run_at: str | None,
-    delay: str | None,
-    idempotency_key: str | None,
-    max_attempts: str | None,
-    priority: str | None,
-    tenant: str | None,
     jsonl: IO[bytes] | None,
     lock_wait: float,
+    **options: str | None,
 ) -> None:
     """Enqueue a run of TYPE and print its id.
 
@@ -97,11 +86,12 @@ def enqueue(
     from cronjob.api import insert_runs
 
     if jsonl is not None:
-        if job_type or any(
-            v is not None
-            for v in (payload, payload_file, run_at, delay, idempotency_key, max_attempts,
-                      priority, tenant)
-        ):  # fmt: skip
+        if (
+            job_type
+            or payload is not None
+            or payload_file is not None
+            or any(value is not None for value in options.values())
+        ):
             raise BadInput(
                 "--jsonl takes every field from its lines: give no TYPE or other options"
             )
@@ -109,19 +99,8 @@ def enqueue(
         return
     if not job_type:
         raise BadInput("missing TYPE: the job type to enqueue (or use --jsonl)")
-    run = _new_run(
-        {
-            "type": job_type,
-            "payload": _payload_text(payload, payload_file),
-            "run_at": run_at,
-            "delay": delay,
-            "idempotency_key": idempotency_key,
-            "max_attempts": max_attempts,
-            "priority": priority,
-            "tenant": tenant,
-        },
-        payload_is_text=True,
-    )
+    text = _payload_text(payload, payload_file)
+    run = _new_run(job_type, None if text is None else parse_payload(text), options, FLAGS)
     conn = open_connection(database_url)
     with conn:
         [run_id] = insert_runs(conn, [run])
@@ -150,7 +129,7 @@ def _enqueue_jsonl(stream: IO[bytes], database_url: str | None, lock_wait: float
         with conn.transaction():
             keyed = False
             for chunk in chain([first], chunks):
-                if not keyed and any(run.idempotency_key is not None for run in chunk):
+                if not keyed and any("idempotency_key" in run.options for run in chunk):
                     locks.take(
                         conn, runs_lock_for_keyed_batch, what="batch with idempotency keys",
                         wait=lock_wait,
@@ -170,24 +149,12 @@ def _payload_text(payload: str | None, payload_file: IO[bytes] | None) -> str | 
     return payload
 
 
-def _new_run(fields: dict[str, Any], *, payload_is_text: bool = False, where: str = "") -> Any:
+def _new_run(
+    job_type: Any, payload: Any, options: dict[str, Any], names: dict[str, str], where: str = ""
+) -> Any:
+    """A checked run; `names` says what this door calls each option, for its messages."""
     try:
-        raw_payload = fields.get("payload")
-        if payload_is_text:
-            raw_payload = None if raw_payload is None else parse_payload(raw_payload)
-        run_at = fields.get("run_at")
-        if run_at is not None:
-            run_at = parse_timestamp(run_at, what="--run-at" if not where else "run_at")
-        return new_run(
-            fields.get("type"),  # type: ignore[arg-type]
-            raw_payload,
-            run_at=run_at,
-            delay=fields.get("delay"),
-            idempotency_key=fields.get("idempotency_key"),
-            max_attempts=fields.get("max_attempts"),
-            priority=fields.get("priority"),
-            tenant_id=fields.get("tenant"),
-        )
+        return checked_run(job_type, payload, options, names=names)
     except BadInput as exc:
         if where:
             raise BadInput(f"{where}: {exc}") from None
@@ -208,7 +175,8 @@ def _jsonl_chunks(stream: IO[bytes]) -> Iterator[list[Any]]:
             raise BadInput(f"{where}: unknown key(s) {shown}")
         if "type" not in fields:
             raise BadInput(f'{where}: missing "type"')
-        run = _new_run(fields, where=where)
+        options = {JSONL_OPTIONS[k]: value for k, value in fields.items() if k in JSONL_OPTIONS}
+        run = _new_run(fields["type"], fields.get("payload"), options, {}, where)
         chunk.append(run)
         size += len(run.payload_json)
         if len(chunk) >= JSONL_CHUNK or size >= JSONL_CHUNK_BYTES:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from django.tasks import Task, TaskResult
@@ -111,11 +110,13 @@ def importable_task(job_type: str) -> Any:
 
 
 def _new_run(task: Task, args: Any, kwargs: Any) -> Any:
+    """The run of `task`: Django's own fields as jobrunner's options, and each option of a
+    run (cronjob.run_options) that the task itself sets by that name (JobrunnerTask's)."""
     from django.conf import settings
     from django.utils import timezone
     from django.utils.json import normalize_json
 
-    from cronjob.api import new_run
+    from cronjob.run_options import RUN_OPTIONS, checked_run
 
     run_after = task.run_after
     if run_after is not None and not settings.USE_TZ and timezone.is_naive(run_after):
@@ -124,15 +125,14 @@ def _new_run(task: Task, args: Any, kwargs: Any) -> Any:
         payload = {"args": normalize_json(list(args)), "kwargs": normalize_json(dict(kwargs))}
     except TypeError as exc:
         raise TypeError(f"{task.name}: arguments must be JSON: {exc}") from None
-    run = new_run(
-        task.module_path,
-        payload,
+    options = {name: getattr(task, name, None) for name in RUN_OPTIONS}
+    options.update(
         run_at=run_after,
         # Django runs larger priorities first; jobrunner claims smaller numbers first.
         priority=-task.priority,
-        max_attempts=task_options(task).get("max_attempts"),
+        queue=task.queue_name,
     )
-    return dataclasses.replace(run, queue=task.queue_name)
+    return checked_run(task.module_path, payload, options)
 
 
 def _run_id(result_id: Any) -> int:

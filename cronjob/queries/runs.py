@@ -9,6 +9,10 @@ Run by cronjob.store.runs. Every write a run's worker makes is behind the lease 
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+
+from cronjob.models import ClaimedRun, Run
 from cronjob.queries import (
     _CANCEL_SET,
     _FINAL_ATTEMPT,
@@ -21,36 +25,39 @@ from cronjob.queries import (
     _claimable,
     _lease_fence,
 )
+from cronjob.run_options import ALWAYS_SENT, RUN_OPTIONS
 
-_RUN_COLUMNS = (
-    "id, definition_id, job_type, payload::text AS payload, tenant_id, scheduled_for, run_at,"
-    " status, attempts, max_attempts, priority, idempotency_key, locked_by, locked_until,"
-    " last_error, error_type, started_at, finished_at, created_at, updated_at"
+# A run as shown to users: a column for each field of models.Run, read by name. The
+# payload comes as text for store's one JSON decoder.
+_RUN_COLUMNS = ", ".join(
+    "payload::text AS payload" if field.name == "payload" else field.name
+    for field in dataclasses.fields(Run)
 )
 
 
 # Ids are drawn from the sequence up front so each input row can be matched to
 # the id it got, whether it was inserted now or already existed under its key.
 # The arrays travel in binary: text arrays of JSON would otherwise be quoted and
-# escaped element by element.
-def _runs_insert_many(queue: bool) -> str:
+# escaped element by element. Each option of a run (cronjob.run_options) sent is an
+# array of its own, and the column it is stored in takes the option's expression.
+@functools.cache
+def runs_insert_many_sending(sent: tuple[str, ...]) -> str:
+    """The insert of runs whose options `sent` (names of run_options.RUN_OPTIONS) travel."""
+    options = [(name, RUN_OPTIONS[name]) for name in sent]
+    arrays = "".join(f", %({name})b::{option.sql_type}[]" for name, option in options)
+    inputs = "".join(f", {name}" for name, _ in options)
+    stored = [(o.column, o.expression or name) for name, o in options if o.column is not None]
+    columns = "".join(f", {column}" for column, _ in stored)
+    values = "".join(f"{expression.format(now=_NOW)}, " for _, expression in stored)
     return f"""
 WITH input AS (
     SELECT nextval('job_runs_id_seq') AS new_id, i.*
-    FROM unnest(
-        %(job_types)b::text[], %(payloads)b::text[], %(run_ats)b::timestamptz[],
-        %(delays)b::float8[], %(keys)b::text[], %(max_attempts)b::int[],
-        %(priorities)b::int[], %(tenants)b::text[]{", %(queues)b::text[]" if queue else ""}
-    ) WITH ORDINALITY AS i(job_type, payload, run_at, delay, idempotency_key, max_attempts,
-                           priority, tenant_id{", queue" if queue else ""}, ord)
+    FROM unnest(%(job_types)b::text[], %(payloads)b::text[]{arrays})
+        WITH ORDINALITY AS i(job_type, payload{inputs}, ord)
 ),
 inserted AS (
-    INSERT INTO job_runs (id, job_type, payload, run_at, idempotency_key, max_attempts,
-                          priority, tenant_id{", queue" if queue else ""}, created_at, updated_at)
-    SELECT new_id, job_type, payload::jsonb,
-           coalesce(run_at, {_NOW} + make_interval(secs => coalesce(delay, 0))),
-           idempotency_key, max_attempts, coalesce(priority, 0), tenant_id,
-           {"queue, " if queue else ""}{_NOW}, {_NOW}
+    INSERT INTO job_runs (id, job_type, payload{columns}, created_at, updated_at)
+    SELECT new_id, job_type, payload::jsonb, {values}{_NOW}, {_NOW}
     FROM input ORDER BY ord
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, idempotency_key, job_type, tenant_id
@@ -73,10 +80,8 @@ ORDER BY i.ord
 """
 
 
-# Runs enqueued any way but through Django's Tasks backend name no queue, so that code
-# upgraded before `jobrunner migrate` added the column (0014) can still enqueue them.
-RUNS_INSERT_MANY = _runs_insert_many(queue=False)
-RUNS_INSERT_MANY_QUEUED = _runs_insert_many(queue=True)
+# What most batches send: every option but those later migrations added.
+RUNS_INSERT_MANY = runs_insert_many_sending(ALWAYS_SENT)
 
 RUNS_INSERT_MANY_IDS_BY_KEY = (
     "SELECT idempotency_key, id, job_type, tenant_id FROM job_runs"
@@ -98,13 +103,28 @@ RUNS_CLAIM_MANY_PLAN = (
     "SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true)"
 )
 
-# What a claim returns, read by position into models.ClaimedRun on the tick's hot path
-# (store._claimed_runs): ClaimedRun's fields in order, each under its field's name, bar
-# the lease token, which is the caller's own parameter. The payload comes as text for
-# store's one JSON decoder. tests/test_layout.py fails if the two part ways.
-RUNS_CLAIM_MANY_COLUMNS = (
-    "id, job_type, payload::text AS payload, tenant_id, scheduled_for, attempts AS attempt,"
-    f" {_FINAL_ATTEMPT} AS final_attempt, definition_id"
+# What a claim returns: models.ClaimedRun's fields in order, each under its field's name,
+# bar the lease token, which is the claim's own parameter. Read by position on the tick's
+# hot path (store.runs._claimed_runs, which names them beside it). A field that is not
+# a column of the same name says here what it is read from: the payload comes as text
+# for store's one JSON decoder.
+_CLAIMED_AS = {
+    "payload": "payload::text",
+    "attempt": "attempts",
+    "final_attempt": _FINAL_ATTEMPT,
+}
+_CLAIMED_FIELDS = [name for name in ClaimedRun._fields if name != "lease_token"]
+RUNS_CLAIM_MANY_COLUMNS = ", ".join(
+    f"{_CLAIMED_AS[name]} AS {name}" if name in _CLAIMED_AS else name for name in _CLAIMED_FIELDS
+)
+# What the claim's update hands on: the columns of those fields, and what the final
+# attempt and the order of the batch are read from.
+_CLAIMED_COLUMNS = ", ".join(
+    f"r.{name}"
+    for name in [
+        *(name for name in _CLAIMED_FIELDS if name not in _CLAIMED_AS),
+        *("payload", "attempts", "max_attempts", "priority", "run_at"),
+    ]
 )
 
 # A run of a schedule whose overlap policy is 'skip' or 'queue' (migration 0011) starts only
@@ -150,9 +170,7 @@ claimed AS (
         started_at = {_NOW},
         updated_at = {_NOW}
     WHERE r.id = ANY(ARRAY(SELECT id FROM c))
-    RETURNING r.id, r.job_type, r.payload, r.tenant_id, r.scheduled_for, r.attempts,
-              r.definition_id,
-              r.max_attempts, r.priority, r.run_at
+    RETURNING {_CLAIMED_COLUMNS}
 )
 -- Handed to the workers in this order, so a batch starts in priority order too.
 SELECT {RUNS_CLAIM_MANY_COLUMNS}

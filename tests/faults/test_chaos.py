@@ -22,6 +22,7 @@ import tests.handlers.faults  # noqa: F401 - registers the fault handlers in thi
 from cronjob import store
 from cronjob.api import new_run
 from tests.conftest import count, effect_table, run_cli, wait_for
+from tests.factories import insert_runs, now
 from tests.faults.conftest import db_now
 from tests.test_lifecycle import tick
 
@@ -162,11 +163,10 @@ def test_operators_acting_on_runs_while_ticks_drain_them_break_nothing(
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
     effect_table(db_url)
-    conn.execute(
-        "INSERT INTO job_runs (job_type, status, attempts, started_at, finished_at)"
-        " SELECT 'old.report', 'succeeded', 1, now() - interval '3 days',"
-        " now() - interval '3 days' FROM generate_series(1, 500)"
-    )
+    insert_runs(
+        conn, 500, "old.report", status="succeeded", attempts=1, started_at=now("-3 days"),
+        finished_at=now("-3 days"),
+    )  # fmt: skip
     _enqueue_effects(conn, total)
     ids = [r[0] for r in conn.execute("SELECT id FROM job_runs WHERE job_type = 'fault.effect'")]
     schedules = tmp_path / "schedules.toml"

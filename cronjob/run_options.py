@@ -1,0 +1,223 @@
+"""What a run can be enqueued with, besides its job type and payload: declared once, here.
+
+Every door derives from `RunOptions`. `enqueue()` and `enqueue_async()` take its keys as
+keywords; `jobrunner enqueue` makes an option of each key that has a `flag`; a `--jsonl`
+line takes each key's `key`; the Django backend fills the keys a task sets; and the
+insert statement (queries.runs) sends each key's array and writes its `column`. An
+option that can be enqueued is one entry below, plus the migration that adds its column.
+
+Values are checked the same way from every door (`check_options`), each by its option's
+`check`, which takes what any door may give: a Python value, or the text of a command
+line or a JSON line.
+"""
+
+# Not `from __future__ import annotations`: the metadata inside Annotated is read at
+# import, from RunOptions' own annotations.
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Annotated, Any, NamedTuple, TypedDict
+
+from cronjob.errors import BadInput
+from cronjob.inputs import (
+    MAX_ID,
+    MAX_IDEMPOTENCY_KEY_BYTES,
+    check_text,
+    check_time_in_range,
+    encode_payload,
+    parse_duration,
+    parse_int,
+    parse_integer,
+    parse_max_attempts,
+    parse_timestamp,
+)
+
+
+class Option(NamedTuple):
+    """How one option of a run is given, checked and stored."""
+
+    check: Callable[[Any, str], Any]  # (value, what it is called at that door) -> stored value
+    what: str  # its name in messages from the Python API and a --jsonl line
+    sql_type: str  # the type of its array in the insert
+    column: str | None  # the job_runs column it is stored in; None: it only shapes another
+    # The column's value, from the insert's input row (its options by name, and `{now}`).
+    expression: str | None = None
+    # Sent only when a run of the batch sets it: a column a later migration added, so an
+    # app upgraded before `jobrunner migrate` ran still enqueues everything else.
+    optional: bool = False
+    flag: str | None = None  # the option of `jobrunner enqueue`; None: not on the command line
+    key: str | None = None  # the key of a --jsonl line; None: not in one
+    metavar: str = "VALUE"
+    help: str = ""
+
+
+def _run_at(value: Any, what: str) -> datetime:
+    if isinstance(value, str):
+        return parse_timestamp(value, what=what)
+    if not isinstance(value, datetime) or value.utcoffset() is None:
+        raise BadInput(f"{what} must be a timezone-aware datetime")
+    return check_time_in_range(value, what=what)
+
+
+def _idempotency_key(value: Any, what: str) -> str:
+    limit = MAX_IDEMPOTENCY_KEY_BYTES
+    return check_text(value, what=what, max_length=limit, max_bytes=limit)
+
+
+def _tenant_id(value: Any, what: str) -> str:
+    if isinstance(value, int) and not isinstance(value, bool):
+        # str() refuses integers of thousands of digits.
+        value = str(parse_integer(value, what=what, low=-MAX_ID - 1, high=MAX_ID))
+    elif not isinstance(value, str):
+        value = str(value)
+    return check_text(value, what=what)
+
+
+class RunOptions(TypedDict, total=False):
+    """The options of a run, by the keyword `enqueue` takes each as."""
+
+    run_at: Annotated[
+        datetime | str,
+        Option(
+            check=_run_at,
+            what="run_at",
+            sql_type="timestamptz",
+            column="run_at",
+            expression="coalesce(run_at, {now} + make_interval(secs => coalesce(delay, 0)))",
+            flag="--run-at",
+            key="run_at",
+            metavar="ISO8601",
+            help="When the run becomes due (default: now), from 1900-01-01 to 9000-01-01 UTC.",
+        ),
+    ]
+    delay: Annotated[
+        str | float,
+        Option(
+            check=lambda value, what: parse_duration(value, what=what),
+            what="delay",
+            sql_type="float8",
+            column=None,
+            flag="--delay",
+            key="delay",
+            metavar="DURATION",
+            help="Due after this long, e.g. 90s, 5m, 2h.",
+        ),
+    ]
+    idempotency_key: Annotated[
+        str,
+        Option(
+            check=_idempotency_key,
+            what="idempotency key",
+            sql_type="text",
+            column="idempotency_key",
+            flag="--idempotency-key",
+            key="idempotency_key",
+            metavar="KEY",
+            help="A key unique among runs (at most 1000 bytes): if a run of the same type and "
+            "tenant has it already, its id is printed and nothing is enqueued; if another type "
+            "or tenant has it, nothing is enqueued and the command exits 1 naming that run.",
+        ),
+    ]
+    max_attempts: Annotated[
+        int | str,
+        Option(
+            check=lambda value, what: parse_max_attempts(value, what=what),
+            what="max attempts",
+            sql_type="int",
+            column="max_attempts",
+            flag="--max-attempts",
+            key="max_attempts",
+            metavar="N",
+            help="Attempt budget (default: the handler's).",
+        ),
+    ]
+    priority: Annotated[
+        int | str,
+        Option(
+            check=lambda value, what: parse_int(value, what=what),
+            what="priority",
+            sql_type="int",
+            column="priority",
+            expression="coalesce(priority, 0)",
+            flag="--priority",
+            key="priority",
+            metavar="N",
+            help="Lower runs first (default 0).",
+        ),
+    ]
+    tenant_id: Annotated[
+        str | int,
+        Option(
+            check=_tenant_id,
+            what="tenant id",
+            sql_type="text",
+            column="tenant_id",
+            flag="--tenant",
+            key="tenant",
+            metavar="ID",
+            help="The tenant the run is for.",
+        ),
+    ]
+    # A Django task's queue_name (migration 0014): the backend sets it, no other door does.
+    queue: Annotated[
+        str,
+        Option(
+            check=lambda value, what: check_text(value, what=what, max_length=200),
+            what="queue",
+            sql_type="text",
+            column="queue",
+            optional=True,
+        ),
+    ]
+
+
+RUN_OPTIONS: dict[str, Option] = {
+    name: hint.__metadata__[0]
+    for name, hint in typing.get_type_hints(RunOptions, include_extras=True).items()
+}
+# Sent in every insert, in this order; the optional ones follow when a batch sets them.
+ALWAYS_SENT = tuple(name for name, option in RUN_OPTIONS.items() if not option.optional)
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """A run to enqueue, already checked: its options hold only those that were set."""
+
+    job_type: str
+    payload_json: str = "{}"
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+def check_options(given: Mapping[str, Any], *, names: Mapping[str, str] = {}) -> dict:
+    """The options in `given` that are set (not None), each checked; raises BadInput naming
+    the first bad one. `names`: what the door calls each option, for its messages (the
+    command line's flags); by default `Option.what`. Unknown keys are the caller's to refuse."""
+    options = {}
+    for name, value in given.items():
+        if value is None:
+            continue
+        option = RUN_OPTIONS[name]
+        options[name] = option.check(value, names.get(name, option.what))
+    if "run_at" in options and "delay" in options:
+        at, delay = names.get("run_at", "run_at"), names.get("delay", "delay")
+        raise BadInput(f"give either {at} or {delay}, not both")
+    return options
+
+
+def checked_run(
+    job_type: Any, payload: Any, options: Mapping[str, Any], *, names: Mapping[str, str] = {}
+) -> NewRun:
+    """A run to enqueue, every part checked (`check_options` for `options` and `names`);
+    raises BadInput naming the first problem."""
+    check_text(job_type, what="job type", max_length=200)
+    return NewRun(
+        job_type=job_type,
+        payload_json=encode_payload({} if payload is None else payload),
+        options=check_options(options, names=names),
+    )
+
+
+def unknown(given: Mapping[str, Any]) -> list[str]:
+    """The keys of `given` that are no option of a run."""
+    return [name for name in given if name not in RUN_OPTIONS]
