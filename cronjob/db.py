@@ -1,8 +1,10 @@
 """Connections: how to reach the database, and what its driver's errors mean.
 
-Driver errors are translated here, once, into the project's own errors, with any
-password removed from the message. Where the database is comes from
-`cronjob.location`, whether its schema is ready from `cronjob.schema`.
+A `Database` is a resolved database: one object that opens every further connection
+a tick makes (handlers' `ctx.db`, the writer's, a reconnect). Driver errors are
+translated here, once, into the project's own errors, with any password removed from
+the message. Where the database is comes from `cronjob.location`, whether its schema
+is ready from `cronjob.schema`.
 """
 
 from __future__ import annotations
@@ -27,6 +29,26 @@ from cronjob.text import one_line, redact, remember_password
 RUNNER_OPTIONS = (
     "-c statement_timeout=30000 -c lock_timeout=5000 -c idle_in_transaction_session_timeout=600000"
 )
+
+
+class Database:
+    """A resolved database: where it is, where that came from, and how to open connections
+    to it.
+
+    `source` names where the URL came from (a flag, a variable, Django's settings, the
+    embedded server). A test counts or refuses connections by overriding `connect`.
+    """
+
+    # Not a dataclass: its repr would show the URL, password and all.
+    def __init__(self, url: str, source: str = "given") -> None:
+        self.url = url
+        self.source = source
+
+    def connect(self, *, autocommit: bool = True) -> Any:
+        return connect(self.url, autocommit=autocommit)
+
+    async def connect_async(self, *, autocommit: bool = True) -> Any:
+        return await connect_async(self.url, autocommit=autocommit)
 
 
 def connect(

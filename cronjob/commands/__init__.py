@@ -2,27 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cronjob.settings import Settings
 
-
-class Database:
-    """A resolved database: where it is, and how to open more connections to it."""
-
-    def __init__(self, url: str, source: str) -> None:
-        self.url = url
-        self.source = source
-
-    def connect(self, *, autocommit: bool = True) -> Any:
-        from cronjob.db import connect
-
-        return connect(self.url, autocommit=autocommit)
-
-    async def connect_async(self, *, autocommit: bool = True) -> Any:
-        from cronjob.db import connect_async
-
-        return await connect_async(self.url, autocommit=autocommit)
+if TYPE_CHECKING:
+    from cronjob.db import Database
 
 
 def open_database(
@@ -33,6 +18,7 @@ def open_database(
     With `embedded_only`, the embedded server whatever URL is configured.
     """
     from cronjob import location, schema
+    from cronjob.db import Database
 
     if embedded_only:
         from cronjob import embedded

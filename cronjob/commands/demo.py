@@ -62,7 +62,8 @@ def _demo_database(
     As root the embedded server is refused (PostgreSQL will not run as root): the demo,
     which keeps nothing, runs on a throwaway server of its own instead.
     """
-    from cronjob.commands import Database, open_database
+    from cronjob.commands import open_database
+    from cronjob.db import Database
 
     if write_configured:
         return (*open_database(settings), False)
