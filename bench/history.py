@@ -153,8 +153,7 @@ def _tick_in_process(url: str, textfile: Path) -> Callable[[], Any]:
     def tick() -> Any:
         conn = db.connect(url)
         try:
-            return run_tick(conn, handlers, connect=lambda **kw: db.connect(url, **kw),
-                            options=options)  # fmt: skip
+            return run_tick(conn, handlers, database=db.Database(url), options=options)
         finally:
             conn.close()
 

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
 
 from cronjob.models import ClaimedRun
+
+if TYPE_CHECKING:
+    from cronjob.db import Database
 
 MAX_EFFECT_KEY_BYTES = 1000  # well inside a btree entry, whatever the encoding
 
@@ -70,10 +73,13 @@ class JobContext:
     `db` is opened lazily: a handler that never touches it holds no transaction
     while it runs. When it does, the run's success is recorded in that same
     transaction, so the handler's writes and "succeeded" commit together.
-    `connect(autocommit=...)` opens a new connection to the runner's database.
+
+    For integrations (a framework's runner): `database` opens further connections
+    to the runner's database, and `lease_token` fences a write of their own to the
+    run's row, as every write of the tick's is.
     """
 
-    def __init__(self, run: ClaimedRun, connect: Callable[..., Any]) -> None:
+    def __init__(self, run: ClaimedRun, database: Database) -> None:
         self.run_id: int = run.id
         self.job_type: str = run.job_type
         self.attempt: int = run.attempt
@@ -81,10 +87,23 @@ class JobContext:
         self.scheduled_for: datetime | None = run.scheduled_for
         self._cancelled: CancelEvent | None = None
         self._run = run
-        self._connect = connect
+        self._database = database
         self._db: Any = None
         self._side: Any = None
         self._log: Any = None
+
+    @property
+    def database(self) -> Database:
+        """The runner's database: `connect(autocommit=...)` and `await connect_async(...)`
+        open connections of the caller's own, outside the run's transaction."""
+        return self._database
+
+    @property
+    def lease_token(self) -> UUID:
+        """The token of the run's lease. A write to the run's row that requires the run
+        still `running` under it (the tick's lease fence) changes nothing once the run is no
+        longer this handler's."""
+        return self._run.lease_token
 
     @property
     def cancelled(self) -> CancelEvent:
@@ -119,7 +138,7 @@ class JobContext:
         if self._db is None:
             from cronjob import store
 
-            conn = self._connect(autocommit=False)
+            conn = self._database.connect(autocommit=False)
             try:
                 store.handler_transaction_mark(conn, self._token)
             except BaseException:
@@ -172,7 +191,7 @@ class JobContext:
         _check_key(key, "at_most_once")
         self._require_lease()
         if self._side is None:
-            self._side = self._connect(autocommit=True)
+            self._side = self._database.connect(autocommit=True)
         held, recorded = store.effect_insert_at_most_once(self._side, key, self._run)
         if not held:
             self.cancelled.set()
@@ -247,14 +266,7 @@ class AsyncJobContext(JobContext):
     `await ctx.db` is a psycopg AsyncConnection inside a transaction that commits
     together with the run's success, fenced by the lease, exactly as `ctx.db` is for a
     plain handler; `await ctx.once(key)` and `await ctx.at_most_once(key)` likewise.
-    `connect_async(autocommit=...)` opens an AsyncConnection to the runner's database.
     """
-
-    def __init__(
-        self, run: ClaimedRun, connect: Callable[..., Any], connect_async: Callable[..., Any]
-    ) -> None:
-        super().__init__(run, connect)
-        self._connect_async = connect_async
 
     @property
     def db(self) -> Any:  # an awaitable of the AsyncConnection
@@ -264,7 +276,7 @@ class AsyncJobContext(JobContext):
         if self._db is None:
             from cronjob import store
 
-            conn = await self._connect_async(autocommit=False)
+            conn = await self._database.connect_async(autocommit=False)
             try:
                 await store.handler_transaction_mark_async(conn, self._token)
             except BaseException:
@@ -288,7 +300,7 @@ class AsyncJobContext(JobContext):
         _check_key(key, "at_most_once")
         self._require_lease()
         if self._side is None:
-            self._side = await self._connect_async(autocommit=True)
+            self._side = await self._database.connect_async(autocommit=True)
         held, recorded = await store.effect_insert_at_most_once_async(self._side, key, self._run)
         if not held:
             self.cancelled.set()

@@ -26,6 +26,7 @@ import tests.handlers.effects  # noqa: F401 - registers the effects handlers
 from cronjob import store
 from cronjob.api import enqueue
 from cronjob.context import JobContext
+from cronjob.db import Database
 from cronjob.report import TickReport
 from cronjob.tick.connection import ConnectionKeeper
 from cronjob.tick.flight import Flight, FlightState
@@ -187,6 +188,28 @@ def test_a_key_recorded_by_a_failed_attempt_is_free_for_the_next_run(effects_db,
     assert effects(conn, "k") == [(second, 1)]
 
 
+def test_through_ctx_database_a_handler_sees_its_run_leased_under_ctx_lease_token(db_url, conn):
+    # What an integration (Django's runner) uses to fence a write of its own to the run's row.
+    from cronjob.handlers import handler, registry
+
+    seen: list[Any] = []
+
+    @handler("effects.own_connection")
+    def own_connection(ctx: Any, payload: Any) -> None:
+        with ctx.database.connect() as own:
+            row = own.execute("SELECT lease_token FROM job_runs WHERE id = %s", (ctx.run_id,))
+            seen.append((row.fetchone()[0], ctx.lease_token, ctx.used_db))
+
+    try:
+        enqueue(conn, "effects.own_connection")
+        report = tick(db_url, "effects.own_connection")
+    finally:
+        registry().pop("effects.own_connection")
+    [(stored, told, used_db)] = seen
+    assert report.succeeded == 1
+    assert stored == told and not used_db  # its own connection, not the run's transaction
+
+
 def test_a_handler_that_never_touches_ctx_db_holds_no_transaction(effects_db, conn, files):
     def open_transactions() -> int:
         return count(
@@ -337,14 +360,15 @@ def test_a_heartbeat_that_misses_a_run_being_committed_does_not_call_it_lost(eff
     )
     store.runs_finalize_many(conn, [transitions.succeeded(run)], worker="w:1")
     specs = {"effects.record": registry()["effects.record"]}
-    pool = Pool(specs, concurrency=1, connect=lambda **_: None, worker="w:1")
+    database = Database(effects_db)
+    pool = Pool(specs, concurrency=1, database=database, worker="w:1")
     # DONE: the handler returned and its worker is committing the outcome.
-    flight = Flight(run, specs["effects.record"], JobContext(run, lambda **_: None),
+    flight = Flight(run, specs["effects.record"], JobContext(run, database),
                     state=FlightState.DONE)  # fmt: skip
     pool.flights[run.id] = flight
 
     leases = LeaseKeeper(specs)
-    missed = leases.renew(ConnectionKeeper(conn, lambda **_: None, log=None), [flight], 0.0)
+    missed = leases.renew(ConnectionKeeper(conn, database, log=None), [flight], 0.0)
     assert missed == [flight]
     assert not pool.settle(flight)
     assert (flight.state, flight.ctx.cancelled.is_set(), run.id in pool.flights) == (
@@ -427,13 +451,11 @@ def test_ctx_db_has_the_runners_limits_and_a_handler_may_raise_them_for_its_tran
 
 
 def test_the_runners_own_statements_in_ctx_db_run_under_the_runners_limits(effects_db, conn):
-    from cronjob.db import connect
-
     enqueue(conn, "effects.record", {"key": "k"})
     [run] = store.runs_claim_many(
         conn, job_types=["effects.record"], leases=[60], max_attempts=[3], limit=1, worker="w:1"
     )
-    ctx = JobContext(run, lambda autocommit: connect(effects_db, autocommit=autocommit))
+    ctx = JobContext(run, Database(effects_db))
     try:
         ctx.db.execute("SET LOCAL statement_timeout = '10min'; SET lock_timeout = 0")
         runner = ctx.handler_transaction()
@@ -444,11 +466,16 @@ def test_the_runners_own_statements_in_ctx_db_run_under_the_runners_limits(effec
     assert limits == ["30s", "5s"]
 
 
+class Unconnected(Database):
+    def connect(self, *, autocommit: bool = True) -> Any:
+        pytest.fail("no connection needed")
+
+
 def unconnected_context() -> JobContext:
     from cronjob.models import ClaimedRun
 
     run = ClaimedRun(1, "t", {}, None, None, 1, False, None)  # type: ignore[arg-type]
-    return JobContext(run, lambda **_: pytest.fail("no connection needed"))
+    return JobContext(run, Unconnected("postgresql:///never-connected"))
 
 
 def test_effect_keys_are_checked():

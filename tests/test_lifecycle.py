@@ -16,7 +16,7 @@ from psycopg import sql
 import tests.handlers.basic  # noqa: F401 - registers the test handlers
 from cronjob import store
 from cronjob.api import enqueue
-from cronjob.db import connect, connect_async
+from cronjob.db import Database, connect
 from cronjob.handlers import registry
 from cronjob.report import TickReport
 from cronjob.tick import TickOptions, run_tick
@@ -31,8 +31,7 @@ def tick(db_url: str, *types: str, now: datetime | None = None, **options: Any) 
         return run_tick(
             conn,
             specs,
-            connect=lambda autocommit=True: connect(db_url, autocommit=autocommit),
-            connect_async=lambda autocommit=True: connect_async(db_url, autocommit=autocommit),
+            database=Database(db_url),
             options=TickOptions(now=now, owns_process=False, **options),
         )
     finally:

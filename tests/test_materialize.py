@@ -19,7 +19,7 @@ import pytest
 import tests.handlers.basic  # noqa: F401 - registers the test handlers
 from cronjob import definitions
 from cronjob.cron import apply_catch_up, next_after, occurrences
-from cronjob.db import connect
+from cronjob.db import Database, connect
 from cronjob.handlers import handler, registry
 from cronjob.materialize import plan
 from cronjob.models import DueDefinition
@@ -54,7 +54,7 @@ def tick(
         return run_tick(
             conn,
             {t: registry()[t] for t in types},
-            connect=lambda autocommit=True: connect(db_url, autocommit=autocommit),
+            database=Database(db_url),
             options=options,
         )
     finally:

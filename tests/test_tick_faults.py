@@ -14,7 +14,7 @@ import pytest
 import tests.handlers.faults  # noqa: F401 - registers the fault handlers
 from cronjob import store
 from cronjob.api import enqueue
-from cronjob.db import connect
+from cronjob.db import Database, connect
 from cronjob.errors import ConnectionLost, DatabaseUnavailable
 from cronjob.handlers import handler, registry
 from cronjob.tick import TickOptions, run_tick
@@ -80,11 +80,11 @@ def _terminate(db_url: str, application_name: str) -> None:
         )
 
 
-def _tick_on(db_url: str, specs: dict[str, Any], connect_again: Any) -> Any:
+def _tick_on(db_url: str, specs: dict[str, Any], database: Database) -> Any:
     """A tick on a connection of its own, which `_terminate` can find and kill."""
     conn = connect(db_url, application_name="jobrunner-under-test")
     try:
-        return run_tick(conn, specs, connect=connect_again, options=TickOptions(owns_process=False))
+        return run_tick(conn, specs, database=database, options=TickOptions(owns_process=False))
     finally:
         conn.close()
 
@@ -103,7 +103,7 @@ def test_a_tick_whose_connection_is_killed_reconnects_and_records_the_outcome(db
         report = _tick_on(
             db_url,
             {"conn.victim": registry()["conn.victim"]},
-            lambda autocommit=True: connect(db_url, autocommit=autocommit),
+            Database(db_url),
         )
     finally:
         registry().pop("conn.victim")
@@ -125,13 +125,14 @@ def test_a_tick_that_cannot_reconnect_raises_connection_lost_with_its_report(
     def victim(ctx: Any, payload: Any) -> None:
         _terminate(db_url, "jobrunner-under-test")
 
-    def refuse(**_: Any) -> Any:
-        raise DatabaseUnavailable("cannot connect to the database: the test says no")
+    class Refusing(Database):
+        def connect(self, *, autocommit: bool = True) -> Any:
+            raise DatabaseUnavailable("cannot connect to the database: the test says no")
 
     try:
         run_id = enqueue(conn, "conn.victim")
         with pytest.raises(ConnectionLost) as lost:
-            _tick_on(db_url, {"conn.victim": registry()["conn.victim"]}, refuse)
+            _tick_on(db_url, {"conn.victim": registry()["conn.victim"]}, Refusing(db_url))
     finally:
         registry().pop("conn.victim")
     assert "could not reconnect" in str(lost.value)

@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 from cronjob import transitions
+from cronjob.db import Database
 from cronjob.errors import JobrunnerError
 from cronjob.handlers import HandlerSpec
 from cronjob.models import ClaimedRun
@@ -34,12 +35,19 @@ def spec(job_type: str = "t", func: Any = None, **options: Any) -> HandlerSpec:
     return HandlerSpec(job_type, func or (lambda ctx, payload: None), **options)
 
 
-def pool_of(*specs: HandlerSpec, concurrency: int = 2) -> Pool:
-    def no_database(**_: Any) -> Any:
-        raise AssertionError("these handlers never open ctx.db")
+class NoDatabase(Database):
+    """The database of parts tested without one: nothing here opens a connection."""
 
-    return Pool({s.job_type: s for s in specs}, concurrency=concurrency, connect=no_database,
-                worker="test:1")  # fmt: skip
+    def __init__(self) -> None:
+        super().__init__("postgresql:///never-connected")
+
+    def connect(self, *, autocommit: bool = True) -> Any:
+        raise AssertionError("nothing here opens a connection")
+
+
+def pool_of(*specs: HandlerSpec, concurrency: int = 2) -> Pool:
+    handlers = {s.job_type: s for s in specs}
+    return Pool(handlers, concurrency=concurrency, database=NoDatabase(), worker="test:1")
 
 
 def collect_all(pool: Pool, count: int, timeout: float = 10.0) -> list[Any]:
@@ -405,7 +413,7 @@ def test_the_first_stop_reason_stays_and_a_second_signal_ends_the_grace_period()
 
 
 def test_the_connection_keeper_runs_one_statement_at_a_time():
-    keeper = ConnectionKeeper(conn=object(), connect=lambda **_: None, log=Log())
+    keeper = ConnectionKeeper(conn=object(), database=NoDatabase(), log=Log())
     woke = threading.Event()
     release = threading.Event()
     keeper.begin("claim", lambda conn: release.wait(10) and "claimed", then=woke.set)
@@ -426,7 +434,7 @@ def test_a_failed_statement_raises_and_says_which_step_failed():
         raise psycopg.OperationalError("server closed the connection unexpectedly")
 
     log = Log()
-    keeper = ConnectionKeeper(conn=Conn(), connect=lambda **_: None, log=log)
+    keeper = ConnectionKeeper(conn=Conn(), database=NoDatabase(), log=log)
     with pytest.raises(StatementFailed) as failed:
         keeper.run("finalize", fail)
     assert failed.value.what == "finalize" and isinstance(failed.value, JobrunnerError)

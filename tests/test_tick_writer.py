@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from cronjob.db import connect
+from cronjob.db import Database, connect
 from cronjob.errors import DatabaseUnavailable
 from cronjob.handlers import handler, registry
 from cronjob.queries.runs import RUNS_FINALIZE_MANY
@@ -25,30 +25,31 @@ from tests.test_history_cost import actual, counted
 WRITER = "jobrunner-second"  # the application name of the connections the tick opens
 
 
-class Connections:
-    """The tick's `connect`: real connections, counted, under a name a test can find."""
+class Connections(Database):
+    """The tick's database: real connections, counted, under a name a test can find."""
 
     def __init__(
         self, db_url: str, *, refuse: bool = False, refuse_after: int = 0, slow_until: int = 0,
         patience: float = 10.0,
     ) -> None:  # fmt: skip
-        self.db_url, self.refuse, self.refuse_after, self.opened = db_url, refuse, refuse_after, 0
+        super().__init__(db_url)
+        self.refuse, self.refuse_after, self.opened = refuse, refuse_after, 0
         self.slow_until, self.patience = slow_until, patience
         self.waited_for: str | None = None
 
-    def __call__(self, autocommit: bool = True) -> Any:
+    def connect(self, *, autocommit: bool = True) -> Any:
         self.opened += 1
         if self.refuse or 0 < self.refuse_after < self.opened:
             raise DatabaseUnavailable("cannot connect to the database: too many clients")
         if self.slow_until:
             self.waited_for = self._until_succeeded(self.slow_until)
-        return connect(self.db_url, autocommit=autocommit, application_name=WRITER)
+        return connect(self.url, autocommit=autocommit, application_name=WRITER)
 
     def _until_succeeded(self, runs: int) -> str:
         """A server slow to answer: the connect returns once `runs` runs succeeded, which only
         a drain that goes on meanwhile can bring about, or when its patience runs out."""
         until = time.monotonic() + self.patience
-        with psycopg.connect(self.db_url, autocommit=True) as watcher:
+        with psycopg.connect(self.url, autocommit=True) as watcher:
             while time.monotonic() < until:
                 done = count(watcher, "SELECT count(*) FROM job_runs WHERE status = 'succeeded'")
                 if done >= runs:
@@ -63,7 +64,7 @@ def _tick(db_url: str, connections: Connections, **options: Any) -> Any:
     conn = connect(db_url)
     try:
         return run_tick(
-            conn, specs, connect=connections, options=TickOptions(owns_process=False, **options)
+            conn, specs, database=connections, options=TickOptions(owns_process=False, **options)
         )
     finally:
         conn.close()

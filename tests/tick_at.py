@@ -12,7 +12,7 @@ import sys
 from datetime import datetime
 
 import tests.handlers.overlap  # noqa: F401 - registers overlap.slow
-from cronjob.db import connect
+from cronjob.db import Database, connect
 from cronjob.handlers import registry
 from cronjob.tick import TickOptions, run_tick
 
@@ -25,7 +25,7 @@ def main() -> None:
         report = run_tick(
             conn,
             {"overlap.slow": registry()["overlap.slow"]},
-            connect=lambda autocommit=True: connect(url, autocommit=autocommit),
+            database=Database(url),
             options=TickOptions(now=now, owns_process=False, **extra),
         )
     finally:

@@ -107,10 +107,7 @@ def _run_demo(database: Any, conn: Any, *, leave_nothing_due: bool) -> None:
         options = TickOptions(
             tenants_sql=DEMO_TENANTS_SQL, owns_process=False, definitions=tuple(scheduled)
         )
-        report = run_tick(
-            conn, specs, connect=database.connect, connect_async=database.connect_async,
-            options=options,
-        )  # fmt: skip
+        report = run_tick(conn, specs, database=database, options=options)
         ids += store.runs_list_ids_by_definition(conn, scheduled)
         _remove_schedules(conn)
         click.echo(

@@ -166,10 +166,7 @@ def tick(
 
             register_tasks(conn, comma_list(queues) or None)
             specs = require_types(comma_list(types) or None)
-        report = run_tick(
-            conn, specs, connect=database.connect, connect_async=database.connect_async,
-            options=options,
-        )  # fmt: skip
+        report = run_tick(conn, specs, database=database, options=options)
     except ConnectionLost as exc:
         log.get_logger().warning("tick stopped", **exc.report.summary())
         raise

@@ -140,7 +140,7 @@ async def _context_async(task: Any, ctx: Any) -> tuple[Any, ...]:
     from cronjob.django.results import task_result
     from cronjob.store import task_result_get_async
 
-    conn = await ctx._connect_async(autocommit=True)
+    conn = await ctx.database.connect_async(autocommit=True)
     try:
         row = await task_result_get_async(conn, ctx.run_id)
     finally:
@@ -167,7 +167,9 @@ def _store_return_value(task: Any, ctx: JobContext, value: Any) -> None:
     from cronjob import store
 
     text = _return_json(task, value)
-    if text is not None and not store.task_return_value_set(ctx.db, ctx._run, text):
+    if text is not None and not store.task_return_value_set(
+        ctx.db, ctx.run_id, ctx.lease_token, text
+    ):
         raise LeaseLost(f"run {ctx.run_id} no longer holds its lease")
 
 
@@ -176,7 +178,7 @@ async def _store_return_value_async(task: Any, ctx: Any, value: Any) -> None:
 
     text = _return_json(task, value)
     if text is not None and not await store.task_return_value_set_async(
-        await ctx.db, ctx._run, text
+        await ctx.db, ctx.run_id, ctx.lease_token, text
     ):
         raise LeaseLost(f"run {ctx.run_id} no longer holds its lease")
 

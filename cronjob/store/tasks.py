@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+from uuid import UUID
 
 from psycopg.rows import dict_row
 
-from cronjob.models import ClaimedRun
 from cronjob.queries import tasks as queries
 
 
@@ -19,14 +19,16 @@ def task_types_waiting(conn: Any, queues: Sequence[str] | None) -> list[str]:
     return [row[0] for row in rows]
 
 
-def task_return_value_set(conn: Any, run: ClaimedRun, value_json: str) -> bool:
+def task_return_value_set(conn: Any, run_id: int, lease_token: UUID, value_json: str) -> bool:
     """Write what the task returned in the handler's transaction; False if the lease is gone."""
-    params = {"value": value_json, "id": run.id, "token": run.lease_token}
+    params = {"value": value_json, "id": run_id, "token": lease_token}
     return conn.execute(queries.TASK_RETURN_VALUE_SET, params).rowcount == 1
 
 
-async def task_return_value_set_async(conn: Any, run: ClaimedRun, value_json: str) -> bool:
-    params = {"value": value_json, "id": run.id, "token": run.lease_token}
+async def task_return_value_set_async(
+    conn: Any, run_id: int, lease_token: UUID, value_json: str
+) -> bool:
+    params = {"value": value_json, "id": run_id, "token": lease_token}
     cursor = await conn.execute(queries.TASK_RETURN_VALUE_SET, params)
     return cursor.rowcount == 1
 

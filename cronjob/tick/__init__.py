@@ -64,13 +64,12 @@ period enforced.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from cronjob.db import describe
+from cronjob.db import Database, describe
 from cronjob.handlers import HandlerSpec
 from cronjob.report import TickReport
 from cronjob.settings import (
@@ -106,17 +105,16 @@ def run_tick(
     conn: Any,
     handlers: dict[str, HandlerSpec],
     *,
-    connect: Callable[..., Any],
-    connect_async: Callable[..., Any] | None = None,
+    database: Database,
     options: TickOptions = TickOptions(),
     log: Any = None,
 ) -> TickReport:
     """One tick on `conn` (the caller's, and the caller closes it); returns what it did.
 
-    `connect(autocommit=...)` opens further connections: for handlers' `ctx.db`, and
-    to replace the tick's own if it is lost (closed here); `connect_async(autocommit=...)`
-    opens the AsyncConnections of `async def` handlers' `ctx.db`. Raises `ConnectionLost`,
-    with the report so far, when the database went away and could not be reached again.
+    `database` opens every further connection: handlers' `ctx.db` (AsyncConnections for
+    `async def` handlers), the writer's, and one to replace the tick's own if it is lost
+    (closed here). Raises `ConnectionLost`, with the report so far, when the database went
+    away and could not be reached again.
     """
     report = TickReport()
     started = time.monotonic()
@@ -126,7 +124,7 @@ def run_tick(
         from cronjob.tick.busy import BusyTick, materialize, rescue
 
         tick = BusyTick(
-            conn, handlers, connect=connect, connect_async=connect_async, options=options,
+            conn, handlers, database=database, options=options,
             report=report, log=log,
         )  # fmt: skip
         try:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from cronjob import store
+from cronjob.db import Database
 from cronjob.handlers import HandlerSpec
 from cronjob.report import TickReport
 from cronjob.tick.connection import ConnectionKeeper, ReconnectFailed, StatementFailed
@@ -42,10 +43,9 @@ class BusyTick:
         conn: Any,
         handlers: dict[str, HandlerSpec],
         *,
-        connect: Callable[..., Any],
+        database: Database,
         options: TickOptions,
         report: TickReport,
-        connect_async: Callable[..., Any] | None = None,
         log: Any = None,
     ) -> None:
         from cronjob.log import get_logger
@@ -55,10 +55,9 @@ class BusyTick:
         self.worker = worker_name()
         self.log = log if log is not None else get_logger(worker=self.worker)
         self.shutdown = Shutdown(options.grace)
-        self.connection = ConnectionKeeper(conn, connect, self.log)
+        self.connection = ConnectionKeeper(conn, database, self.log)
         self.tally = Tally(report, self.log)
-        self._connect = connect
-        self._connect_async = connect_async
+        self.database = database
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
@@ -122,15 +121,13 @@ class BusyTick:
                 batch_size=options.batch_size, worker=self.worker, now=options.now,
             ),
             pool=Pool(
-                self.handlers, concurrency=options.concurrency, connect=self._connect,
+                self.handlers, concurrency=options.concurrency, database=self.database,
                 worker=self.worker, now=options.now, async_concurrency=options.async_concurrency,
-                connect_async=self._connect_async,
             ),
             leases=leases,
             shutdown=self.shutdown,
             tally=self.tally,
-            writer=Writer(lambda: ConnectionKeeper(self._connect(), self._connect, self.log),
-                          self.log),
+            writer=Writer(self.database, self.log),
         ).run(deadline)  # fmt: skip
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from cronjob.db import database_errors, describe
+from cronjob.db import Database, database_errors, describe
 from cronjob.errors import JobrunnerError
 
 T = TypeVar("T")
@@ -53,9 +53,9 @@ class _Pending:
 class ConnectionKeeper:
     """Owns the tick's connection: runs its statements one at a time and reconnects."""
 
-    def __init__(self, conn: Any, connect: Callable[..., Any], log: Any) -> None:
+    def __init__(self, conn: Any, database: Database, log: Any) -> None:
         self.conn = conn
-        self._connect = connect
+        self._database = database
         self._log = log
         self._pending: _Pending | None = None
 
@@ -134,7 +134,7 @@ class ConnectionKeeper:
         for pause in RECONNECT_PAUSES:
             time.sleep(pause)
             try:
-                conn = self._connect()
+                conn = self._database.connect()
             except (JobrunnerError, OSError) as exc:  # connect translates the driver's errors
                 last = exc
                 continue

@@ -44,9 +44,9 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cronjob.context import AsyncJobContext, JobContext
 from cronjob.handlers import HandlerSpec
@@ -56,6 +56,7 @@ from cronjob.tick.execute import commit_success, errored, execute
 from cronjob.tick.flight import Flight, FlightState, Result, Slot
 
 if TYPE_CHECKING:
+    from cronjob.db import Database
     from cronjob.tick.aio import AsyncExecutor
 
 CHUNK = 32  # runs per hand-off to a single worker
@@ -70,23 +71,21 @@ class Pool:
         handlers: dict[str, HandlerSpec],
         *,
         concurrency: int,
-        connect: Callable[..., Any],
+        database: Database,
         worker: str,
         now: datetime | None = None,
         async_concurrency: int = DEFAULT_ASYNC_CONCURRENCY,
-        connect_async: Callable[..., Any] | None = None,
     ) -> None:
         self.handlers = handlers
         self.concurrency = concurrency
         self.async_concurrency = async_concurrency
-        self._connect_async = connect_async
         self._async: AsyncExecutor | None = None  # started with the first async handler's run
         self.flights: dict[int, Flight] = {}  # every run not SETTLED, by id
         # Runs given up while their handlers ran, told through ctx.cancelled to stop:
         # the main thread may wait for those handlers to return. By object: a run given
         # up can be claimed again, under the same id, in the same tick.
         self.stopping: dict[int, Flight] = {}
-        self._connect = connect
+        self._database = database
         self._worker = worker
         self._now = now
         self._lock = threading.Lock()  # guards every Flight.state change
@@ -113,11 +112,11 @@ class Pool:
                 displaced.append(earlier)
             spec = self.handlers[run.job_type]
             if run.job_type in self._async_types:
-                ctx = AsyncJobContext(run, self._connect, self._connect_async)
+                ctx = AsyncJobContext(run, self._database)
                 flight = self.flights[run.id] = Flight(run, spec, ctx)
                 self._executor().submit(flight)
             else:
-                flight = self.flights[run.id] = Flight(run, spec, JobContext(run, self._connect))
+                flight = self.flights[run.id] = Flight(run, spec, JobContext(run, self._database))
                 self._pending.append(flight)
         self._ensure_workers()
         return displaced

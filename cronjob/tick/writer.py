@@ -23,7 +23,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from cronjob.db import describe
+from cronjob.db import Database, describe
 from cronjob.errors import JobrunnerError
 from cronjob.models import Decision
 from cronjob.tick.connection import ConnectionKeeper, ReconnectFailed, StatementFailed
@@ -34,8 +34,8 @@ STREAMING_CLAIM = 100  # runs in a full claim from which a tick writes on a seco
 class Writer:
     """The second connection of a streaming drain, and the decisions of the write under way."""
 
-    def __init__(self, open_keeper: Callable[[], ConnectionKeeper], log: Any) -> None:
-        self._open_keeper = open_keeper
+    def __init__(self, database: Database, log: Any) -> None:
+        self._database = database
         self._log = log
         self._keeper: ConnectionKeeper | None = None
         self._opening: _Opening | None = None
@@ -63,6 +63,9 @@ class Writer:
         """Start opening the connection, once a drain; `active` tells when it is open."""
         if self._keeper is None and self._opening is None and not self._refused:
             self._opening = _Opening(self._open_keeper)
+
+    def _open_keeper(self) -> ConnectionKeeper:
+        return ConnectionKeeper(self._database.connect(), self._database, self._log)
 
     def _take_opened(self) -> None:
         opening, self._opening = self._opening, None

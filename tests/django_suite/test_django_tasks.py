@@ -24,7 +24,7 @@ HOUR = timedelta(hours=1)
 
 def tick(db_url: str, *, now: datetime | None = None, queues: list[str] | None = None) -> Any:
     """One tick in this process, as `manage.py jobrunner tick` runs it, at `now`."""
-    from cronjob.db import connect, connect_async
+    from cronjob.db import Database, connect
     from cronjob.django.runner import register_tasks
     from cronjob.handlers import registry
     from cronjob.tick import TickOptions, run_tick
@@ -35,8 +35,7 @@ def tick(db_url: str, *, now: datetime | None = None, queues: list[str] | None =
         return run_tick(
             conn,
             dict(registry()),
-            connect=lambda autocommit=True: connect(db_url, autocommit=autocommit),
-            connect_async=lambda autocommit=True: connect_async(db_url, autocommit=autocommit),
+            database=Database(db_url),
             options=TickOptions(now=now, owns_process=False, concurrency=1),
         )
     finally:
