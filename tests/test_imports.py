@@ -1,5 +1,5 @@
-"""How the package's modules depend on each other: no import cycles, and the core never
-reaches up into the command line.
+"""How the package's modules depend on each other: no import cycles, the core never
+reaches up into the command line, and no module reads another's private names.
 
 Read from the source with ast: an import inside a function, or under TYPE_CHECKING, ties
 two modules together as much as one at the top of the file, and counts the same.
@@ -159,3 +159,78 @@ def test_the_graph_counts_imports_in_functions_under_type_checking_and_relative(
         "pkg.other": set(),
     }
     assert cycles(graph) == ["pkg.sub.deep -> pkg.top -> pkg.sub.inner -> pkg.sub.deep"]
+
+
+# -- private names stay private --
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_reads(name: str, path: Path) -> list[str]:
+    """Where module `name` (at `path`) reads a private name of another module or object.
+
+    `x._y` is allowed on `self`, `cls`, `super()`, a class of the module's own and a module
+    from outside the package (the standard library's `sys._current_frames`); `from m import
+    _y` only from the module's own package, whose `__init__` may hold underscored fragments
+    its modules share (`cronjob.queries`).
+    """
+    tree = ast.parse(path.read_text())
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    own = {node.name for node in ast.walk(tree) if isinstance(node, ast.ClassDef)}
+    foreign = {
+        (alias.asname or alias.name).split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+        if alias.name.split(".")[0] != name.split(".")[0]
+    }
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr):
+            owner = node.value
+            if isinstance(owner, ast.Name) and owner.id in {"self", "cls", *own, *foreign}:
+                continue
+            if isinstance(owner, ast.Call) and ast.unparse(owner.func) == "super":
+                continue
+            found.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, ast.ImportFrom) and node.module != package:
+            found += [
+                (node.lineno, f"from {node.module} import {alias.name}")
+                for alias in node.names
+                if _private(alias.name)
+            ]
+    return [f"{name}:{line}: {read}" for line, read in sorted(found)]
+
+
+def test_no_module_of_the_package_reads_another_ones_private_names():
+    found = {
+        name: reads
+        for name, path in modules(ROOT, "cronjob").items()
+        if (reads := private_reads(name, path))
+    }
+    assert found == {}
+
+
+def test_the_private_name_check_finds_reads_from_outside_but_not_a_modules_own(tmp_path):
+    source = tmp_path / "runner.py"
+    source.write_text(
+        "import sys\n"
+        "from pkg import _SHARED\n"
+        "from pkg.other import _helper\n"
+        "class Own:\n"
+        "    def __init__(self, ctx):\n"
+        "        self._ctx = ctx\n"
+        "        super()._setup()\n"
+        "        sys._current_frames()\n"
+        "        Own._code = ctx.run_id\n"
+        "    def run(self, ctx):\n"
+        "        return ctx._run, self._ctx._connect\n"
+    )
+
+    assert private_reads("pkg.runner", source) == [
+        "pkg.runner:3: from pkg.other import _helper",
+        "pkg.runner:11: ctx._run",
+        "pkg.runner:11: self._ctx._connect",
+    ]

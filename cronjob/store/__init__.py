@@ -20,6 +20,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from cronjob.store.preflight import (
+    advisory_lock,
     lock_wait_limits,
     migration_apply,
     migrations_create_table,
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from cronjob.store.tasks import *  # noqa: F403
 
 __all__ = [
+    "advisory_lock",
     "lock_wait_limits",
     "migration_apply",
     "migrations_create_table",

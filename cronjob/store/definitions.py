@@ -23,7 +23,7 @@ from cronjob.models import (
     Status,
 )
 from cronjob.queries import definitions as queries
-from cronjob.store.preflight import _advisory_lock
+from cronjob.store.preflight import advisory_lock
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -283,6 +283,6 @@ def definition_skips_list_recent(
 def definitions_lock_for_sync(conn: Any, *, wait: bool = True) -> bool:
     """Take the sync lock, held until this transaction ends; with `wait`, queue for any other
     `schedule sync` to finish, else return False at once if one holds it."""
-    return _advisory_lock(
+    return advisory_lock(
         conn, queries.DEFINITIONS_LOCK_FOR_SYNC, queries.DEFINITIONS_LOCK_FOR_SYNC_TRY, wait=wait
     )

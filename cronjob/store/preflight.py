@@ -24,9 +24,10 @@ def migrations_get_latest_version(conn: Any) -> int:
     return int(conn.execute(queries.MIGRATIONS_GET_LATEST_VERSION).fetchone()[0])
 
 
-def _advisory_lock(conn: Any, take: str, try_take: str, *, wait: bool) -> bool:
-    """Take a transaction's advisory lock: with `wait`, queue for whoever holds it (True),
-    else try once (False if it is held)."""
+def advisory_lock(conn: Any, take: str, try_take: str, *, wait: bool) -> bool:
+    """Take a transaction's advisory lock with the statement `take`, queuing for whoever
+    holds it (True), or without `wait` with `try_take`, once (False if it is held). For
+    the store's lock functions, each naming its two statements."""
     if not wait:
         return bool(conn.execute(try_take).fetchone()[0])
     conn.execute(take)
@@ -36,7 +37,7 @@ def _advisory_lock(conn: Any, take: str, try_take: str, *, wait: bool) -> bool:
 def migrations_lock(conn: Any, *, wait: bool = True) -> bool:
     """Take the migration lock, held until this transaction ends; with `wait`, queue for
     any other host's migrating to finish, else return False at once if one holds it."""
-    return _advisory_lock(conn, queries.MIGRATIONS_LOCK, queries.MIGRATIONS_LOCK_TRY, wait=wait)
+    return advisory_lock(conn, queries.MIGRATIONS_LOCK, queries.MIGRATIONS_LOCK_TRY, wait=wait)
 
 
 def lock_wait_limits(conn: Any, seconds: float | None) -> None:

@@ -20,7 +20,7 @@ from psycopg.rows import class_row, dict_row, kwargs_row
 from cronjob.models import Attempt, ClaimedRun, Decision, Run, Status, UnreadablePayload
 from cronjob.queries import runs as queries
 from cronjob.run_options import ALWAYS_SENT, RUN_OPTIONS, NewRun
-from cronjob.store.preflight import _advisory_lock
+from cronjob.store.preflight import advisory_lock
 
 if TYPE_CHECKING:
     from uuid import UUID
@@ -117,7 +117,7 @@ def _enqueued(rows: list[dict[str, Any]], found: dict[str, dict[str, Any]]) -> l
 def runs_lock_for_keyed_batch(conn: Any, *, wait: bool = True) -> bool:
     """Take the keyed-batch lock, held until this transaction ends; with `wait`, queue for
     any other batch with idempotency keys, else return False at once if one holds it."""
-    return _advisory_lock(
+    return advisory_lock(
         conn, queries.RUNS_LOCK_FOR_KEYED_BATCH, queries.RUNS_LOCK_FOR_KEYED_BATCH_TRY, wait=wait
     )
 
