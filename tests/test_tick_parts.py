@@ -1,5 +1,5 @@
 """The tick's parts on their own, without a database: the pool's state machine, the
-producer's pacing and decision buffer, the lease keeper's cadence and verdicts."""
+batcher's pacing and decision buffer, the lease keeper's cadence and verdicts."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ from cronjob.db import Database
 from cronjob.errors import JobrunnerError
 from cronjob.handlers import HandlerSpec
 from cronjob.models import ClaimedRun
+from cronjob.tick.batcher import CLAIM_HORIZON, Batcher
 from cronjob.tick.connection import ConnectionKeeper, StatementFailed
 from cronjob.tick.flight import Flight, FlightState
 from cronjob.tick.leases import LeaseKeeper
 from cronjob.tick.pool import Pool
-from cronjob.tick.producer import CLAIM_HORIZON, Producer
 from cronjob.tick.shutdown import Shutdown
 
 
@@ -251,23 +251,23 @@ def test_a_hand_back_reaches_the_runs_already_handed_to_a_worker_and_those_not_y
     pool.stop()
 
 
-# -- the producer: pacing and the decision buffer --------------------------------
+# -- the batcher: pacing and the decision buffer --------------------------------
 
 
-def producer(concurrency: int = 4, batch_size: int = 500, now: float = 0.0) -> Producer:
+def batcher(concurrency: int = 4, batch_size: int = 500, now: float = 0.0) -> Batcher:
     handlers = {"t": spec()}
-    return Producer(handlers, leases={"t": 60.0}, concurrency=concurrency, batch_size=batch_size,
+    return Batcher(handlers, leases={"t": 60.0}, concurrency=concurrency, batch_size=batch_size,
                     worker="test:1", clock=lambda: now)  # fmt: skip
 
 
 def test_before_any_handler_returned_a_claim_asks_for_twice_the_concurrency():
-    p = producer(concurrency=4)
+    p = batcher(concurrency=4)
     assert p.backlog(0.5) == 4
     assert p.claim(0, 0.5).keywords["limit"] == 8
 
 
 def test_the_backlog_follows_how_fast_handlers_return_within_the_batch_size():
-    p = producer(concurrency=4, batch_size=50)
+    p = batcher(concurrency=4, batch_size=50)
     for _ in range(30):
         p.returned()
     assert p.backlog(1.0) == 30 * CLAIM_HORIZON  # 30 returned in the first second
@@ -277,7 +277,7 @@ def test_the_backlog_follows_how_fast_handlers_return_within_the_batch_size():
 
 
 def test_no_claim_while_one_is_under_way_after_the_queue_ran_dry_or_when_stopping():
-    p = producer(concurrency=4)
+    p = batcher(concurrency=4)
     assert p.may_claim(0, 0.1)
     p.claim(0, 0.1)
     assert not p.may_claim(0, 0.1)  # under way
@@ -290,13 +290,13 @@ def test_no_claim_while_one_is_under_way_after_the_queue_ran_dry_or_when_stoppin
 
 
 def test_a_claim_waits_until_the_workers_have_room_for_half_a_backlog():
-    p = producer(concurrency=4)  # backlog 4: room needed 2
+    p = batcher(concurrency=4)  # backlog 4: room needed 2
     assert not p.may_claim(7, 0.1)  # room 1
     assert p.may_claim(6, 0.1)  # room 2
 
 
 def test_a_claim_carries_the_decisions_so_far_and_only_those_leave_the_buffer():
-    p = producer()
+    p = batcher()
     first = transitions.succeeded(claimed(1))
     p.decided(first)
     claim = p.claim(0, 0.1)
@@ -308,7 +308,7 @@ def test_a_claim_carries_the_decisions_so_far_and_only_those_leave_the_buffer():
 
 
 def test_a_failed_claim_leaves_its_decisions_for_the_next_write():
-    p = producer()
+    p = batcher()
     decision = transitions.succeeded(claimed(1))
     p.decided(decision)
     p.claim(0, 0.1)
@@ -317,7 +317,7 @@ def test_a_failed_claim_leaves_its_decisions_for_the_next_write():
 
 
 def test_decisions_are_written_on_their_own_only_when_no_claim_will_carry_them():
-    p = producer(concurrency=1, batch_size=2)
+    p = batcher(concurrency=1, batch_size=2)
     p.decided(transitions.succeeded(claimed(1)))
     assert not p.finalize_due(0, 0.1)  # not yet FLUSH_INTERVAL, fewer than a batch
     assert not p.finalize_due(0, 0.3)  # due, but a claim would carry them

@@ -13,9 +13,9 @@ The parts, one role each:
 
 | module          | part              | its one job                                               |
 |-----------------|-------------------|-----------------------------------------------------------|
-| `busy`          | `BusyTick`        | assembles the parts; runs the steps before the drain      |
+| `busy`          | `Steps`        | assembles the parts; runs the steps before the drain      |
 | `drain`         | `Drain`           | the loop: passes values between the parts until done      |
-| `producer`      | `Producer`        | pacing, the claim, the decision buffer, finalize-and-claim |
+| `batcher`      | `Batcher`        | pacing, the claim, the decision buffer, finalize-and-claim |
 | `pool`          | `Pool`            | worker threads, and each run's in-flight state            |
 | `flight`        | `Flight`          | a run in flight and its handler's result, as values       |
 | `execute`       | `execute()`       | runs one handler and captures its outcome                 |
@@ -30,7 +30,7 @@ Who owns what:
 - Only the connection keeper touches the tick's connection (the writer has a keeper
   of its own for its one). Parts that need SQL
   build the statement (a function of the connection, from `store`) and have the
-  keeper run it: the producer hands its statements to the loop, the lease keeper is
+  keeper run it: the batcher hands its statements to the loop, the lease keeper is
   handed the keeper by the loop. A failed statement raises `StatementFailed`; the
   loop decides what it means (the tick stops claiming), and only where a failure
   changes nothing does the part that asked swallow it (a heartbeat that meets a
@@ -38,7 +38,7 @@ Who owns what:
 - Only the pool changes a run's in-flight state (queued → started → done →
   settled), under its one lock; its docstring has the table.
 - Parts never call back into each other: the loop passes values between them (a
-  claim's runs from the keeper to the pool, the pool's results to the producer as
+  claim's runs from the keeper to the pool, the pool's results to the batcher as
   decisions and to the tally as counts). The one hook is the pool's `wake`, given
   to the keepers with a statement they run in the background, so a main thread
   waiting for handlers also wakes when a claim or a write is back.
@@ -119,29 +119,29 @@ def run_tick(
     report = TickReport()
     started = time.monotonic()
     original = conn
-    busy = tick_work_exists(conn, handlers, now=options.now)  # idle probe
-    if busy:
-        from cronjob.tick.busy import BusyTick, materialize, rescue
+    found_work = tick_work_exists(conn, handlers, now=options.now)  # idle probe
+    if found_work:
+        from cronjob.tick.steps import Steps, materialize, rescue
 
-        tick = BusyTick(
+        steps = Steps(
             conn, handlers, database=database, options=options,
             report=report, log=log,
         )  # fmt: skip
         try:
-            with tick.running():
-                tick.step("rescue", rescue)
-                tick.step("materialize", materialize)
-                tick.drain(started + options.max_runtime)
+            with steps.running():
+                steps.run("rescue", rescue)
+                steps.run("materialize", materialize)
+                steps.drain(started + options.max_runtime)
         except BaseException:
-            _close_unless(tick.connection.conn, original)
+            _close_unless(steps.connection.conn, original)
             raise
         finally:
             report.elapsed = time.monotonic() - started
-        conn = tick.connection.conn
+        conn = steps.connection.conn
     try:
         if options.prune_older_than is not None and report.stopped_by is None:
             _prune(conn, report, options.prune_older_than)
-        if busy:
+        if found_work:
             _fold_tally(conn)
         if options.metrics_path is not None:
             _write_metrics(conn, options.metrics_path)

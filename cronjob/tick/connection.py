@@ -109,8 +109,8 @@ class ConnectionKeeper:
 
         return self._guarded(pending.what, replay, ())
 
-    def settle(self) -> None:
-        """Wait for the statement under way, if any, and forget its result."""
+    def wait_out(self) -> None:
+        """Wait for the statement under way, if any, to end; its result is dropped."""
         pending, self._pending = self._pending, None
         if pending is not None:
             pending.finished.wait()

@@ -5,7 +5,7 @@ its runs; start the next claim when there is room; give runs back when stopping;
 collect what handlers returned and decide each run's fate; time out overrunning
 handlers; write decisions that no claim will carry, or, once the drain streams,
 take the writer's last write and start its next; renew leases. The loop runs no
-SQL of its own: the producer and the lease keeper build the statements, the
+SQL of its own: the batcher and the lease keeper build the statements, the
 connection keeper and the writer run them.
 """
 
@@ -17,18 +17,18 @@ from uuid import UUID
 
 from cronjob import transitions
 from cronjob.models import Decision, Errored
+from cronjob.tick.batcher import Batcher
 from cronjob.tick.connection import ConnectionKeeper, ReconnectFailed, StatementFailed
 from cronjob.tick.flight import Flight, FlightState, Result
 from cronjob.tick.leases import LeaseKeeper
 from cronjob.tick.pool import Pool
-from cronjob.tick.producer import Producer
 from cronjob.tick.shutdown import Shutdown
 from cronjob.tick.tally import Tally
 from cronjob.tick.writer import STREAMING_CLAIM, Writer
 
 # How long a hand-back waits for handlers that already returned to finish their
 # own bookkeeping (committing `ctx.db`), so their outcome is not thrown away.
-SETTLE_WAIT = 2.0
+FINISHING_WAIT = 2.0
 IDLE_WAIT = 0.05  # how long a pass waits for a handler to return when it cannot claim
 
 
@@ -39,14 +39,14 @@ class Drain:
         self,
         *,
         connection: ConnectionKeeper,
-        producer: Producer,
+        batcher: Batcher,
         pool: Pool,
         leases: LeaseKeeper,
         shutdown: Shutdown,
         tally: Tally,
         writer: Writer,
     ) -> None:
-        self.connection, self.writer, self.producer = connection, writer, producer
+        self.connection, self.writer, self.batcher = connection, writer, batcher
         self.pool, self.leases, self.shutdown, self.tally = pool, leases, shutdown, tally
         self._blocker: int | None = None  # the run last named for blocking the event loop
         self._lost_claims: list[UUID] = []  # failed claims in which nothing was found held
@@ -61,7 +61,7 @@ class Drain:
                     self.shutdown.request("database error")
             self._let_stopping_handlers_return()
             self._write_the_rest()
-            self.tally.unrecorded(len(self.producer.decisions))
+            self.tally.unrecorded(len(self.batcher.decisions))
             self._recover_lost_claims()
         except ReconnectFailed as exc:
             self.pool.settle_all({FlightState.QUEUED, FlightState.STARTED})
@@ -73,7 +73,7 @@ class Drain:
 
     def _pass(self, deadline: float) -> bool:
         """One pass of the loop; False when the drain is over."""
-        producer, pool = self.producer, self.pool
+        batcher, pool = self.batcher, self.pool
         now = time.monotonic()
         if now >= deadline:
             self.shutdown.request("max-runtime", now=now)
@@ -84,38 +84,38 @@ class Drain:
             if self.shutdown.grace_spent(now):
                 self._hand_back_unfinished()
                 return False
-        elif producer.may_claim(len(pool.flights), now):
-            claim = producer.claim(len(pool.flights), now, carry=not self.writer.active)
+        elif batcher.may_claim(len(pool.flights), now):
+            claim = batcher.claim(len(pool.flights), now, carry=not self.writer.active)
             self.connection.begin("claim", claim, then=pool.wake)
         idle = not pool.flights and not self.connection.busy
-        if idle and (producer.exhausted or self.shutdown.requested):
+        if idle and (batcher.exhausted or self.shutdown.requested):
             return False
         # Block for a result (or the claim under way) unless there is room to claim now.
-        wait = 0.0 if producer.may_claim(len(pool.flights), now) else IDLE_WAIT
+        wait = 0.0 if batcher.may_claim(len(pool.flights), now) else IDLE_WAIT
         self._record(pool.collect(wait))
         now = time.monotonic()
         self._time_out(now)
         self._watch_event_loop(now)
         # A claim sent before the writer's connection opened may carry decisions still.
-        if self.writer.active and not producer.carrying:
+        if self.writer.active and not batcher.carrying:
             self._write()
-        elif producer.finalize_due(len(pool.flights), now):
+        elif batcher.finalize_due(len(pool.flights), now):
             self._finalize()
         if pool.flights and self.leases.beat_due(now):
             self._renew(now)
-        if producer.exhausted and not pool.flights and not self.connection.busy:
-            producer.look_again()
+        if batcher.exhausted and not pool.flights and not self.connection.busy:
+            batcher.look_again()
         return True
 
     def _take_claim(self) -> None:
         try:
             kept, runs = self.connection.result()
         except StatementFailed:
-            self._recover_claim(*self.producer.claim_failed())
+            self._recover_claim(*self.batcher.claim_failed())
             raise
-        self.tally.finalized(self.producer.claimed(runs), kept)
+        self.tally.finalized(self.batcher.claimed(runs), kept)
         self.tally.claimed(len(runs))
-        if len(runs) >= STREAMING_CLAIM and not self.producer.exhausted:
+        if len(runs) >= STREAMING_CLAIM and not self.batcher.exhausted:
             self.writer.open()
         for flight in self.pool.add(runs):  # held from an earlier claim: this tick stalled
             self.tally.lost(flight.run, 0.0, because="lease lost (the run was claimed again)")
@@ -127,12 +127,12 @@ class Drain:
         the token is tried once more at the end of the drain, and the decisions it
         carried, fenced, are written again.
         """
-        check = self.producer.written_check(carried)
+        check = self.batcher.written_check(carried)
         held, found = self.leases.recover_claim(self.connection, token, check)
         if not held and not found:
             self._lost_claims.append(token)
             return
-        written = self.producer.written_after_all(carried)
+        written = self.batcher.written_after_all(carried)
         # Landed, and the check failed: as a rule, every decision it carried was written.
         kept = found if found is not None else {d.run.id for d in written}
         self.tally.finalized(written, kept)
@@ -149,8 +149,8 @@ class Drain:
         """What no worker has started goes back at once; what runs gets the grace period."""
         if self.connection.busy:
             self._take_claim()
-        if not self.producer.closed:
-            self.producer.close()
+        if not self.batcher.closed:
+            self.batcher.close()
             if self.pool.flights:
                 self.tally.log.info(
                     "stopping: claiming nothing more",
@@ -172,15 +172,15 @@ class Drain:
                 decisions.append(
                     decide(flight.run, result.outcome, flight.spec.backoff, result.duration)
                 )
-        self.producer.returned(len(results))
-        self.producer.decided(*decisions)
+        self.batcher.returned(len(results))
+        self.batcher.decided(*decisions)
 
     def _time_out(self, now: float) -> None:
         for flight in self.pool.overdue(now):
             timeout = flight.spec.timeout
             assert timeout is not None and flight.started is not None
             error = Errored("timeout", f"handler still running after its {timeout:g}s timeout")
-            self.producer.decided(transitions.decide(
+            self.batcher.decided(transitions.decide(
                 flight.run, error, flight.spec.backoff, now - flight.started
             ))  # fmt: skip
             self.tally.timed_out(flight.run, timeout)
@@ -203,16 +203,16 @@ class Drain:
         """Take the writer's last write if it is done; start the next with what is decided."""
         if self.writer.finished:
             self._written(*self.writer.result())
-        if not self.writer.busy and self.producer.decisions:
-            decisions, write = self.producer.finalize()
+        if not self.writer.busy and self.batcher.decisions:
+            decisions, write = self.batcher.finalize()
             self.writer.begin(decisions, write, then=self.pool.wake)
 
     def _finalize(self) -> None:
-        decisions, write = self.producer.finalize()
+        decisions, write = self.batcher.finalize()
         self._written(decisions, self.connection.run("finalize", write))
 
     def _written(self, decisions: list[Decision], kept: set[int]) -> None:
-        self.producer.finalized(decisions)
+        self.batcher.finalized(decisions)
         self.tally.finalized(decisions, kept)
 
     def _renew(self, now: float) -> None:
@@ -231,7 +231,7 @@ class Drain:
         self._hand_back(self.pool.settle_all({FlightState.QUEUED, FlightState.STARTED}))
         # Handlers that returned are finishing their bookkeeping; record them
         # rather than lose a finished outcome, but never wait long.
-        until = time.monotonic() + SETTLE_WAIT
+        until = time.monotonic() + FINISHING_WAIT
         while self.pool.flights and time.monotonic() < until:
             self._record(self.pool.collect(IDLE_WAIT))
 
@@ -276,7 +276,7 @@ class Drain:
             except StatementFailed:
                 self.shutdown.request("database error")
         for _ in range(2):  # once more, on the fresh connection if it was lost
-            if not self.producer.decisions:
+            if not self.batcher.decisions:
                 return
             try:
                 self._finalize()

@@ -6,7 +6,7 @@ lost, the run cancelled or claimed by another tick), handed back, or unrecorded
 (the database failed before the outcome could be written; the run is recovered
 once its lease expires). The exception: a run whose handler returned but was still
 committing its own `ctx.db` transaction when a stopping tick stopped waiting for it
-(see `drain.SETTLE_WAIT`); its commit decides its fate, uncounted here. A finalized
+(see `drain.FINISHING_WAIT`); its commit decides its fate, uncounted here. A finalized
 batch's "run finished" lines are written together, one `write` for the lot.
 """
 

@@ -1,6 +1,6 @@
 """The writer: a second connection that records outcomes while the tick's own claims.
 
-On one connection a busy tick's server time is spent in turn: the finalize of one
+On one connection a tick's server time is spent in turn: the finalize of one
 batch, then the claim of the next, in one backend that can never do both at once.
 Once a drain streams (a claim came back full, with at least `STREAMING_CLAIM` runs,
 so more wait behind it), its decisions are written on a connection of their own,
@@ -93,7 +93,7 @@ class Writer:
         """The decisions written and the ids whose lease was still held, once the write is done.
 
         Raises `StatementFailed` when the decisions were not written, as far as the tick
-        knows: they stay in the producer's buffer. If the connection was lost and cannot be
+        knows: they stay in the batcher's buffer. If the connection was lost and cannot be
         re-opened, the writer closes: the tick's own connection writes what is left.
         """
         assert self._keeper is not None
@@ -108,7 +108,7 @@ class Writer:
     def close(self) -> None:
         """Close the connection, once the write under way, if any, has ended.
 
-        Its decisions stay in the producer's buffer: nothing reads the write's result
+        Its decisions stay in the batcher's buffer: nothing reads the write's result
         here, so a failed one reconnects nothing.
         """
         if self._opening is not None:
@@ -119,7 +119,7 @@ class Writer:
         keeper, self._keeper = self._keeper, None
         if keeper is None:
             return
-        keeper.settle()
+        keeper.wait_out()
         _close(keeper)
 
 

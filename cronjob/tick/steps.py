@@ -1,4 +1,5 @@
-"""A tick with work to do: its parts assembled, and the steps that `run_tick` calls in order.
+"""The steps of a tick that found work: rescue, materialize and the drain, run in turn by
+`run_tick` on the parts they share, and the drain's parts assembled.
 
 Imported only once the idle probe found work, so an idle tick loads none of it.
 """
@@ -16,11 +17,11 @@ from cronjob import store
 from cronjob.db import Database
 from cronjob.handlers import HandlerSpec
 from cronjob.report import TickReport
+from cronjob.tick.batcher import Batcher
 from cronjob.tick.connection import ConnectionKeeper, ReconnectFailed, StatementFailed
 from cronjob.tick.drain import Drain
 from cronjob.tick.leases import LeaseKeeper
 from cronjob.tick.pool import Pool
-from cronjob.tick.producer import Producer
 from cronjob.tick.shutdown import Shutdown
 from cronjob.tick.tally import Tally
 from cronjob.tick.writer import Writer
@@ -35,8 +36,9 @@ def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-class BusyTick:
-    """The shutdown, connection keeper and tally of one tick; the rest is built to drain."""
+class Steps:
+    """Runs a tick's steps on its shutdown, connection keeper and tally; the rest of the
+    parts are built to drain."""
 
     def __init__(
         self,
@@ -68,7 +70,7 @@ class BusyTick:
         finally:
             self.tally.report.stopped_by = self.shutdown.reason
 
-    def step(self, name: str, step: Step) -> None:
+    def run(self, name: str, step: Step) -> None:
         """Run one step on the tick's connection, unless the tick is stopping already."""
         if self.shutdown.requested:
             return
@@ -85,7 +87,7 @@ class BusyTick:
             return
         if self.options.owns_process:
             # What is loaded by now (libraries, handler modules) lives as long as the
-            # process: kept out of the cyclic collector's passes, which a busy tick
+            # process: kept out of the cyclic collector's passes, which a long drain
             # otherwise pays for every few thousand runs.
             gc.freeze()
         options = self.options
@@ -116,7 +118,7 @@ class BusyTick:
         )
         Drain(
             connection=self.connection,
-            producer=Producer(
+            batcher=Batcher(
                 self.handlers, leases=leases.leases, concurrency=places,
                 batch_size=options.batch_size, worker=self.worker, now=options.now,
             ),

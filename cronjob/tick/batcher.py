@@ -1,8 +1,9 @@
-"""The producer: how many runs to claim and when, and the decisions waiting to be written.
+"""The batcher: how many runs to claim and when, and the decisions waiting to be written,
+batched into the statements that claim and finalize.
 
 Pacing. A tick keeps about `CLAIM_HORIZON` seconds of work claimed beyond its
 concurrency, measured by how fast its handlers return, and never more than
-`--batch-size`: enough to keep the workers busy through a claim's round trip, few
+`--batch-size`: enough to keep the workers going through a claim's round trip, few
 enough that slow runs stay claimable by other hosts.
 
 The decision buffer. What handlers' outcomes mean for their runs (`Decision`s)
@@ -14,7 +15,7 @@ its claims carry none. Decisions leave the buffer only once written; a statement
 that failed leaves them for the next one, which is safe because every write is
 fenced by the lease token.
 
-The producer builds the statements; the connection keeper or the writer runs them.
+The batcher builds the statements; the connection keeper or the writer runs them.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from cronjob.handlers import HandlerSpec
 from cronjob.models import ClaimedRun, Decision
 
 CLAIM_HORIZON = 1.0
-FLUSH_INTERVAL = 0.2  # write decisions at least this often while handlers are busy
+FLUSH_INTERVAL = 0.2  # write decisions at least this often while handlers run
 
 Claim = Callable[[Any], tuple[set[int], list[ClaimedRun]]]
 Finalize = Callable[[Any], set[int]]
@@ -58,7 +59,7 @@ class Pace:
         return max(known) if known else None
 
 
-class Producer:
+class Batcher:
     """Claim pacing and the decision buffer of one tick."""
 
     def __init__(
