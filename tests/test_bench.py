@@ -269,11 +269,12 @@ BACKGROUND = f"{THREAD};background (cronjob/tick/connection.py:89)"
 RUNS = "(cronjob/store/runs.py:1)"
 RAW = "\n".join([
     f"{MAIN};connect (cronjob/db.py:159) 6",
-    f"{DRAIN};Pool.collect (cronjob/tick/pool.py:200) 5",
+    f"{DRAIN};Pool.collect (cronjob/tick/pool.py:200) 4",
+    f"{THREAD};Workers._work_loop (cronjob/tick/workers.py:100) 1",
     f"{BACKGROUND};runs_finalize_and_claim_many {RUNS};_claimed_runs {RUNS} 3",
     f"{BACKGROUND};runs_claim_many {RUNS} 2",
     f"{BACKGROUND};runs_finalize_many {RUNS} 2",
-    f"{THREAD};Pool._work_loop (cronjob/tick/pool.py:90);execute (cronjob/tick/execute.py:40) 1",
+    f"{THREAD};Workers._run (cronjob/tick/workers.py:110);execute (cronjob/tick/execute.py:40) 1",
     f"{DRAIN};Drain._record (cronjob/tick/drain.py:160) 1",
     f"{DRAIN};Drain._pass (cronjob/tick/drain.py:90) 1",
     "BaseCursor._execute_gen (psycopg/cursor.py:1) 1",  # a stack py-spy could not read whole

@@ -47,7 +47,10 @@ CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("the claim: parameters, send, receive", ("runs_claim_many", "runs_finalize_and_claim_many")),
     ("writing outcomes: parameters, send, receive", ("runs_finalize_many",)),
     ("calling the handler", ("(cronjob/tick/execute.py",)),
-    ("handing runs to the worker thread and back", ("(cronjob/tick/pool.py",)),
+    (
+        "handing runs to the worker thread and back",
+        ("(cronjob/tick/pool.py", "(cronjob/tick/workers.py"),
+    ),
     (
         "deciding and recording outcomes",
         ("(cronjob/transitions.py", "(cronjob/tick/tally.py", "Drain._record"),

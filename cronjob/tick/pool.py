@@ -1,4 +1,5 @@
-"""The worker pool: handler threads, and the in-flight state of every run the tick holds.
+"""The pool: the in-flight state of every run the tick holds, and the executors that run
+their handlers.
 
 Each claimed run becomes a `Flight` (`cronjob.tick.flight`). Its state changes only
 here, under one lock, so a worker finishing a handler and the main thread giving
@@ -8,7 +9,7 @@ the run up (handed back, timed out, lease lost) can never both decide its fate:
     ---------+-----------------------------------------+----------+-----------------------------
     QUEUED   | claimed, waiting for a worker           | STARTED  | a worker taking it (`_start`)
              |                                         | SETTLED  | the main thread (`settle`)
-    STARTED  | a worker is running its handler         | DONE     | its worker, the handler having
+    STARTED  | its handler is running                  | DONE     | its worker, the handler having
              |                                         |          | returned (`_done_with`)
              |                                         | SETTLED  | the main thread (`settle`,
              |                                         |          | `overdue`)
@@ -26,16 +27,10 @@ A run settled while STARTED still has its handler running, told through
 given up for a lost lease it is kept in `stopping` until the handler returns, so
 the tick can wait for it before exiting.
 
-Hand-off. Queued runs wait on the main thread's side and are handed to the
-workers a few at a time (`_dispatch`), never more than `HANDED_AHEAD` beyond
-what they are running: a worker that empties its queue blocks, so the main
-thread gets the interpreter back often enough to claim on time, instead of
-finding the pool empty after a worker ran the whole batch in one stretch. A
-single worker takes its runs in chunks of `CHUNK` (it would run them in that
-order anyway); several take one run at a time, so a slow run never holds up
-runs another worker could start. A chunk's runs stay QUEUED until their turn:
-the main thread can still settle them, and when it retires a worker mid-chunk
-(its handler overran) the rest of the chunk goes back to be handed out again.
+Handlers run beside the pool, which hands them flights: plain ones on the worker
+threads (`cronjob.tick.workers`, which also tells how runs are handed to them), async
+ones on the event loop (`cronjob.tick.aio`). Both change a run's state only through
+the pool's `_start` and `_done_with`, under its lock.
 """
 
 from __future__ import annotations
@@ -43,28 +38,24 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from cronjob.context import AsyncJobContext, JobContext
 from cronjob.handlers import HandlerSpec
-from cronjob.models import ClaimedRun, Succeeded
+from cronjob.models import ClaimedRun
 from cronjob.settings import DEFAULT_ASYNC_CONCURRENCY
-from cronjob.tick.execute import commit_success, errored, execute
 from cronjob.tick.flight import Flight, FlightState, Result, Slot
+from cronjob.tick.workers import Workers
 
 if TYPE_CHECKING:
     from cronjob.db import Database
     from cronjob.tick.aio import AsyncExecutor
 
-CHUNK = 32  # runs per hand-off to a single worker
-HANDED_AHEAD = 64  # runs handed to the workers beyond those they are running
-
 
 class Pool:
-    """Up to `concurrency` worker threads running the handlers of the runs in flight."""
+    """The runs in flight, their states, and the threads and event loop running their handlers."""
 
     def __init__(
         self,
@@ -77,7 +68,6 @@ class Pool:
         async_concurrency: int = DEFAULT_ASYNC_CONCURRENCY,
     ) -> None:
         self.handlers = handlers
-        self.concurrency = concurrency
         self.async_concurrency = async_concurrency
         self._async: AsyncExecutor | None = None  # started with the first async handler's run
         self.flights: dict[int, Flight] = {}  # every run not SETTLED, by id
@@ -89,12 +79,17 @@ class Pool:
         self._worker = worker
         self._now = now
         self._lock = threading.Lock()  # guards every Flight.state change
-        self._pending: deque[Flight] = deque()  # QUEUED, not yet handed to a worker
-        self._chunk = CHUNK if concurrency == 1 else 1
-        self._work: queue.SimpleQueue[Sequence[Flight] | None] = queue.SimpleQueue()
         # None is a wake-up call (`wake`), for whoever waits in `collect`.
         self._done: queue.SimpleQueue[Result | None] = queue.SimpleQueue()
-        self._slots: list[Slot] = []
+        self._threads = Workers(
+            concurrency,
+            start=self._start,
+            done_with=self._done_with,
+            deliver=self._done.put,
+            worker=worker,
+            now=now,
+        )
+        self._dispatch = self._threads.dispatch  # bound once: `collect` calls it every pass
         self._async_types = {t for t, s in handlers.items() if s.is_async}  # asked once per type
 
     # -- the main thread's side ---------------------------------------------
@@ -105,7 +100,7 @@ class Pool:
         Returns the flights given up because their run was claimed again: this tick
         stalled past the lease, another rescued the run, and this one claimed it anew.
         """
-        displaced = []
+        displaced, pending = [], self._threads.pending
         for run in runs:
             earlier = self.flights.get(run.id)
             if earlier is not None and self.settle(earlier, await_return=True):
@@ -117,8 +112,8 @@ class Pool:
                 self._executor().submit(flight)
             else:
                 flight = self.flights[run.id] = Flight(run, spec, JobContext(run, self._database))
-                self._pending.append(flight)
-        self._ensure_workers()
+                pending.append(flight)
+        self._threads.ensure(len(self.flights))
         return displaced
 
     def running(self) -> int:
@@ -170,8 +165,8 @@ class Pool:
         self._release(flight)
         if running and flight.slot is not None:
             # Its thread stays in the handler until it returns: another takes its place.
-            self._retire(flight.slot)
-            self._ensure_workers()
+            self._threads.retire(flight.slot)
+            self._threads.ensure(len(self.flights))
         if await_return and running:
             self.stopping[id(flight)] = flight
         return True
@@ -208,10 +203,7 @@ class Pool:
 
     def stop(self) -> None:
         """Let idle workers exit; a worker still in a handler exits when it returns."""
-        self._pending.clear()  # settled by now: nothing is started any more
-        for slot in self._slots:
-            if not slot.retired:
-                self._work.put(None)
+        self._threads.stop()
         if self._async is not None:
             self._async.stop()
 
@@ -224,9 +216,13 @@ class Pool:
             from cronjob.tick.aio import AsyncExecutor
 
             self._async = AsyncExecutor(
-                self.async_concurrency, start=self._start, done_with=self._done_with,
-                deliver=self._done.put, worker=self._worker, now=self._now,
-            )  # fmt: skip
+                self.async_concurrency,
+                start=self._start,
+                done_with=self._done_with,
+                deliver=self._done.put,
+                worker=self._worker,
+                now=self._now,
+            )
         return self._async
 
     def _release(self, flight: Flight) -> None:
@@ -237,61 +233,10 @@ class Pool:
         if self.flights.get(flight.run.id) is flight:  # not the same run claimed anew
             del self.flights[flight.run.id]
 
-    def _dispatch(self) -> None:
-        """Hand queued runs to the workers, up to HANDED_AHEAD beyond what they run."""
-        pending, size, work = self._pending, self._chunk, self._work
-        while pending and work.qsize() * size < HANDED_AHEAD:
-            work.put([pending.popleft() for _ in range(min(size, len(pending)))])
-
-    def _retire(self, slot: Slot) -> None:
-        """A worker stays in an overrunning handler: the rest of its chunk goes to the others."""
-        slot.retired = True
-        rest = [f for f in slot.chunk if f.state is FlightState.QUEUED]
-        self._pending.extendleft(reversed(rest))  # first in line again, in their order
-
-    def _ensure_workers(self) -> None:
-        """Start workers up to the concurrency the runs held need, and hand them work."""
-        active = sum(not s.retired for s in self._slots)
-        wanted = min(self.concurrency, len(self.flights))
-        for _ in range(wanted - active):
-            slot = Slot()
-            # A daemon: a handler stuck past its timeout must not keep the process alive.
-            thread = threading.Thread(target=self._work_loop, args=(slot,), daemon=True,
-                                      name=f"jobrunner-worker-{len(self._slots)}")  # fmt: skip
-            self._slots.append(slot)
-            thread.start()
-        self._dispatch()
-
-    # -- the workers' side ---------------------------------------------------
-
-    def _work_loop(self, slot: Slot) -> None:
-        while True:
-            chunk = self._work.get()
-            if chunk is None:
-                return
-            slot.chunk = chunk
-            for flight in chunk:
-                if not self._start(flight, slot):
-                    continue  # handed back or lost before a worker got to it
-                self._run(flight)
-                if slot.retired:
-                    return  # this handler overran its timeout; a replacement took our place
-
-    def _run(self, flight: Flight) -> None:
-        started = flight.started
-        assert started is not None
-        outcome = execute(flight.spec, flight.run, flight.ctx)
-        result = Result(flight, outcome, time.monotonic() - started)
-        try:
-            if self._done_with(flight) and flight.ctx.used_db:
-                _finish_in_handler_transaction(result, worker=self._worker, now=self._now)
-        finally:
-            # Before the result is handed over: a failure is recorded only
-            # once the handler's transaction is gone.
-            flight.ctx.close()
-        self._done.put(result)
+    # -- the executors' side: the state changes they make --------------------
 
     def _start(self, flight: Flight, slot: Slot | None = None) -> bool:
+        """QUEUED → STARTED, as a thread or the event loop takes the run; False if settled."""
         with self._lock:
             if flight.state is not FlightState.QUEUED:
                 return False
@@ -307,21 +252,3 @@ class Pool:
                 return False
             flight.state = FlightState.DONE
             return True
-
-
-def _finish_in_handler_transaction(result: Result, *, worker: str, now: datetime | None) -> None:
-    """Record success in the handler's own transaction, or leave its writes to roll back.
-
-    The run is DONE by now, so the main thread neither hands it back nor times
-    it out while this commits.
-    """
-    if not isinstance(result.outcome, Succeeded):
-        return  # closing the connection rolls the handler's writes back
-    flight = result.flight
-    try:
-        kept = commit_success(flight.run, flight.ctx, result.duration, worker=worker, now=now)
-        result.kept, result.finalized = kept, True
-    except Exception as exc:
-        # Recorded as a failed attempt by the main thread, fenced like any
-        # other; if the COMMIT did go through after all, that write is a no-op.
-        result.outcome = errored(exc)
