@@ -5,20 +5,21 @@ its runs; start the next claim when there is room; give runs back when stopping;
 collect what handlers returned and decide each run's fate; time out overrunning
 handlers; write decisions that no claim will carry, or, once the drain streams,
 take the writer's last write and start its next; renew leases. The loop runs no
-SQL of its own: the batcher and the lease keeper build the statements, the
-connection keeper and the writer run them.
+SQL and writes no log line of its own: the batcher and the lease keeper build the
+statements, the connection keeper and the writer run them, and the tally tells
+what happened.
 """
 
 from __future__ import annotations
 
-import contextlib
 import time
 from uuid import UUID
 
 from cronjob import transitions
-from cronjob.models import Decision, Errored
+from cronjob.models import Decision
 from cronjob.tick.batcher import Batcher
 from cronjob.tick.connection import ConnectionKeeper, ReconnectFailed, StatementFailed
+from cronjob.tick.execute import timed_out
 from cronjob.tick.flight import Flight, FlightState, Result
 from cronjob.tick.leases import LeaseKeeper
 from cronjob.tick.pool import Pool
@@ -48,8 +49,6 @@ class Drain:
     ) -> None:
         self.connection, self.writer, self.batcher = connection, writer, batcher
         self.pool, self.leases, self.shutdown, self.tally = pool, leases, shutdown, tally
-        self._blocker: int | None = None  # the run last named for blocking the event loop
-        self._lost_claims: list[UUID] = []  # failed claims in which nothing was found held
 
     def run(self, deadline: float) -> None:
         try:
@@ -62,7 +61,8 @@ class Drain:
             self._let_stopping_handlers_return()
             self._write_the_rest()
             self.tally.unrecorded(len(self.batcher.decisions))
-            self._recover_lost_claims()
+            for held in self.leases.hand_back_lost_claims(self.connection):
+                self.tally.claim_recovered(held)
         except ReconnectFailed as exc:
             self.pool.settle_all({FlightState.QUEUED, FlightState.STARTED})
             raise self.tally.connection_lost(str(exc)) from None
@@ -95,7 +95,7 @@ class Drain:
         self._record(pool.collect(wait))
         now = time.monotonic()
         self._time_out(now)
-        self._watch_event_loop(now)
+        self.tally.event_loop_blocked(pool.blocking(now))
         # A claim sent before the writer's connection opened may carry decisions still.
         if self.writer.active and not batcher.carrying:
             self._write()
@@ -118,19 +118,18 @@ class Drain:
         if len(runs) >= STREAMING_CLAIM and not self.batcher.exhausted:
             self.writer.open()
         for flight in self.pool.add(runs):  # held from an earlier claim: this tick stalled
-            self.tally.lost(flight.run, 0.0, because="lease lost (the run was claimed again)")
+            self.tally.claimed_again(flight.run)
 
     def _recover_claim(self, token: UUID, carried: int) -> None:
         """Hand back what a failed claim holds, if its commit took effect after all.
 
-        Finding nothing proves nothing when the old connection may still be committing:
-        the token is tried once more at the end of the drain, and the decisions it
-        carried, fenced, are written again.
+        When nothing shows it did, the decisions it carried stay in the buffer and the
+        next write carries them again, fenced; the lease keeper tries the claim's token
+        once more at the end of the drain.
         """
         check = self.batcher.written_check(carried)
         held, found = self.leases.recover_claim(self.connection, token, check)
         if not held and not found:
-            self._lost_claims.append(token)
             return
         written = self.batcher.written_after_all(carried)
         # Landed, and the check failed: as a rule, every decision it carried was written.
@@ -139,12 +138,6 @@ class Drain:
         if held:
             self.tally.claim_recovered(held)
 
-    def _recover_lost_claims(self) -> None:
-        for token in self._lost_claims:
-            with contextlib.suppress(StatementFailed):  # then the leases expire, as before
-                if held := self.leases.hand_back_claim(self.connection, token):
-                    self.tally.claim_recovered(held)
-
     def _stop_claiming(self) -> None:
         """What no worker has started goes back at once; what runs gets the grace period."""
         if self.connection.busy:
@@ -152,12 +145,7 @@ class Drain:
         if not self.batcher.closed:
             self.batcher.close()
             if self.pool.flights:
-                self.tally.log.info(
-                    "stopping: claiming nothing more",
-                    reason=self.shutdown.reason,
-                    running=self.pool.running(),
-                    grace_s=self.shutdown.grace,
-                )
+                self.tally.stopping(self.shutdown.reason, self.pool.running(), self.shutdown.grace)
         self._hand_back(self.pool.settle_all({FlightState.QUEUED}))
 
     def _record(self, results: list[Result]) -> None:
@@ -179,25 +167,9 @@ class Drain:
         for flight in self.pool.overdue(now):
             timeout = flight.spec.timeout
             assert timeout is not None and flight.started is not None
-            error = Errored("timeout", f"handler still running after its {timeout:g}s timeout")
-            self.batcher.decided(transitions.decide(
-                flight.run, error, flight.spec.backoff, now - flight.started
-            ))  # fmt: skip
+            outcome, ran = timed_out(timeout), now - flight.started
+            self.batcher.decided(transitions.decide(flight.run, outcome, flight.spec.backoff, ran))
             self.tally.timed_out(flight.run, timeout)
-
-    def _watch_event_loop(self, now: float) -> None:
-        blocking = self.pool.blocking(now)
-        if blocking is None:
-            self._blocker = None
-            return
-        flight, lag = blocking
-        if flight is not None and flight.run.id != self._blocker:
-            self._blocker = flight.run.id
-            self.tally.log.warning(
-                "an async handler blocks the event loop: every other async run waits "
-                "(use `await`, or a plain handler for blocking or CPU-bound work)",
-                run_id=flight.run.id, job_type=flight.run.job_type, blocked_s=round(lag, 1),
-            )  # fmt: skip
 
     def _write(self) -> None:
         """Take the writer's last write if it is done; start the next with what is decided."""
@@ -222,9 +194,7 @@ class Drain:
             # Not when its handler returned: the fenced write tells what happened.
             if self.pool.settle(flight, await_return=True):
                 ran = now - flight.started if flight.started is not None else 0.0
-                self.tally.lost(flight.run, ran, because="lease lost (run cancelled, or claimed "
-                                "by another tick after this one stalled); the handler is told "
-                                "through ctx.cancelled")  # fmt: skip
+                self.tally.lease_lost(flight.run, ran)
 
     def _hand_back_unfinished(self) -> None:
         self._record(self.pool.collect(0))
@@ -258,10 +228,7 @@ class Drain:
         if not self.pool.stopping:
             return
         self._write_the_rest()  # first: no lease of a run already decided is renewed meanwhile
-        self.tally.log.info(
-            "waiting for handlers told to stop", count=len(self.pool.stopping),
-            grace_s=self.shutdown.grace,
-        )  # fmt: skip
+        self.tally.waiting_for_stopping(len(self.pool.stopping), self.shutdown.grace)
         until = time.monotonic() + self.shutdown.grace
         if self.shutdown.requested:  # one grace period per stop, shared with running handlers
             until = min(until, self.shutdown.at + self.shutdown.grace)

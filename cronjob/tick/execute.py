@@ -63,6 +63,11 @@ def outcome_of(exc: BaseException) -> Errored:
     return errored(exc)
 
 
+def timed_out(timeout: float) -> Errored:
+    """The outcome of a handler still running past its `timeout`, given up by the tick."""
+    return Errored("timeout", f"handler still running after its {timeout:g}s timeout")
+
+
 def _unreadable(payload: UnreadablePayload) -> Errored:
     # Retrying cannot help: the same text comes back on every claim.
     return Errored("UnreadablePayload", payload.reason, permanent=True)

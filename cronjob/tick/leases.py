@@ -53,6 +53,7 @@ class LeaseKeeper:
         self._now = now
         self._last_beat = clock()
         self._log = log
+        self._lost_claims: list[UUID] = []  # failed claims in which nothing was found held
 
     def lease(self, spec: HandlerSpec) -> float:
         return self.override if self.override is not None else spec.lease
@@ -106,14 +107,30 @@ class LeaseKeeper:
     ) -> tuple[list[int], set[int] | None]:
         """For a claim whose answer was lost: what it held, handed back (`hand_back_claim`),
         and which of the decisions it carried it wrote (`written_check`; None: not known).
-        Either one found proves its commit landed; a failed statement finds nothing."""
+        Either one found proves its commit landed; a failed statement finds nothing.
+
+        Finding nothing proves nothing when the old connection may still be committing:
+        the token is kept, and tried once more by `hand_back_lost_claims`.
+        """
         held: list[int] = []
         found: set[int] | None = None
         with contextlib.suppress(StatementFailed):
             held = self.hand_back_claim(connection, token)
         with contextlib.suppress(StatementFailed):
             found = connection.run("check", written_check)
+        if not held and not found:
+            self._lost_claims.append(token)
         return held, found
+
+    def hand_back_lost_claims(self, connection: ConnectionKeeper) -> list[list[int]]:
+        """At the end of the drain, what the claims in which `recover_claim` found nothing
+        hold by now, handed back: the ids of each claim that held some."""
+        found = []
+        for token in self._lost_claims:
+            with contextlib.suppress(StatementFailed):  # then the leases expire, as before
+                if held := self.hand_back_claim(connection, token):
+                    found.append(held)
+        return found
 
     def hand_back(self, connection: ConnectionKeeper, flights: Sequence[Flight]) -> set[int]:
         """Return `flights` to the queue, attempt not counted; returns the ids still held."""

@@ -21,6 +21,7 @@ from cronjob.models import ClaimedRun, Decision, Errored, Status
 from cronjob.report import SUMMARY_IDS, TickReport
 
 if TYPE_CHECKING:
+    from cronjob.tick.flight import Flight
     from cronjob.tick.pings import Pinger
 
 Line = tuple[str, str, dict[str, Any]]  # level, event, fields
@@ -34,6 +35,7 @@ class Tally:
         self.log = log
         # Told each outcome once it is committed, when some schedule checks in (pings.py).
         self.pinger: Pinger | None = None
+        self._blocker: int | None = None  # the run last named for blocking the event loop
 
     def finalized(self, decisions: Sequence[Decision], kept: set[int]) -> None:
         """Decisions were written; the runs not in `kept` had lost their lease."""
@@ -64,6 +66,19 @@ class Tally:
     def lost(self, run: ClaimedRun, ran: float, because: str) -> None:
         self._write(self._count(None, run, ran, because=because))
 
+    def lease_lost(self, run: ClaimedRun, ran: float) -> None:
+        """A lease did not renew: the run was given up, its handler told to stop."""
+        self.lost(
+            run,
+            ran,
+            because="lease lost (run cancelled, or claimed by another tick after "
+            "this one stalled); the handler is told through ctx.cancelled",
+        )
+
+    def claimed_again(self, run: ClaimedRun) -> None:
+        """A run this tick still held came back in one of its claims: this tick had stalled."""
+        self.lost(run, 0.0, because="lease lost (the run was claimed again)")
+
     def timed_out(self, run: ClaimedRun, timeout: float) -> None:
         self.log.warning(
             "handler timed out: attempt recorded as failed, anything it returns later is discarded",
@@ -78,6 +93,31 @@ class Tally:
                 self.lost(run, 0.0, because="lease lost before hand-back")
         self._handed_back(sorted(held), "handed back unfinished runs: due again, attempt not "
                           "counted", reason=reason)  # fmt: skip
+
+    def stopping(self, reason: str | None, running: int, grace: float) -> None:
+        """A stop came while runs were held: nothing more is claimed."""
+        self.log.info(
+            "stopping: claiming nothing more", reason=reason, running=running, grace_s=grace
+        )
+
+    def waiting_for_stopping(self, count: int, grace: float) -> None:
+        self.log.info("waiting for handlers told to stop", count=count, grace_s=grace)
+
+    def event_loop_blocked(self, blocking: tuple[Flight | None, float] | None) -> None:
+        """Warn of the async run holding the event loop (`Pool.blocking`), once while it does."""
+        if blocking is None:
+            self._blocker = None
+            return
+        flight, lag = blocking
+        if flight is not None and flight.run.id != self._blocker:
+            self._blocker = flight.run.id
+            self.log.warning(
+                "an async handler blocks the event loop: every other async run waits "
+                "(use `await`, or a plain handler for blocking or CPU-bound work)",
+                run_id=flight.run.id,
+                job_type=flight.run.job_type,
+                blocked_s=round(lag, 1),
+            )
 
     def claimed(self, count: int) -> None:
         self.report.claimed += count
