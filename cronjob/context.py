@@ -122,9 +122,11 @@ class JobContext:
             from cronjob.log import get_logger
 
             self._log = get_logger(
-                run_id=self.run_id, job_type=self.job_type, attempt=self.attempt,
+                run_id=self.run_id,
+                job_type=self.job_type,
+                attempt=self.attempt,
                 **({"tenant_id": self.tenant_id} if self.tenant_id is not None else {}),
-            )  # fmt: skip
+            )
         return self._log
 
     @property

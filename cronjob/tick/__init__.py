@@ -124,9 +124,13 @@ def run_tick(
         from cronjob.tick.steps import Steps, materialize, rescue
 
         steps = Steps(
-            conn, handlers, database=database, options=options,
-            report=report, log=log,
-        )  # fmt: skip
+            conn,
+            handlers,
+            database=database,
+            options=options,
+            report=report,
+            log=log,
+        )
         try:
             with steps.running():
                 steps.run("rescue", rescue)

@@ -151,8 +151,9 @@ class Batcher:
     def written_check(self, carried: int) -> Finalize:
         """The statement that finds which of the `carried` oldest decisions a claim whose
         answer was lost wrote: the ids it returns are those."""
-        return partial(store.runs_list_decided, decisions=self.decisions[:carried],
-                       worker=self._worker)  # fmt: skip
+        return partial(
+            store.runs_list_decided, decisions=self.decisions[:carried], worker=self._worker
+        )
 
     def written_after_all(self, carried: int) -> list[Decision]:
         """A claim committed, its answer lost or not: the `carried` oldest decisions are written."""
@@ -193,8 +194,9 @@ class Batcher:
     def finalize(self) -> tuple[list[Decision], Finalize]:
         """The decisions so far, and the statement that writes them."""
         decisions = list(self.decisions)
-        op = partial(store.runs_finalize_many, decisions=decisions, worker=self._worker,
-                     now=self._now)  # fmt: skip
+        op = partial(
+            store.runs_finalize_many, decisions=decisions, worker=self._worker, now=self._now
+        )
         return decisions, op
 
     def finalized(self, decisions: list[Decision]) -> None:

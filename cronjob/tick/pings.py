@@ -41,8 +41,9 @@ class Pinger:
             return
         url = target.ping_url if status is Status.SUCCEEDED else target.ping_failure_url
         if self._sender is None:
-            self._sender = threading.Thread(target=self._send_all, name="jobrunner-pings",
-                                            daemon=True)  # fmt: skip
+            self._sender = threading.Thread(
+                target=self._send_all, name="jobrunner-pings", daemon=True
+            )
             self._sender.start()
         self._queue.put((target, run.id, url))
 
@@ -72,6 +73,9 @@ class Pinger:
                 response.read(4096)
         except Exception as exc:
             self.log.warning(
-                "check-in ping failed", schedule=target.name, run_id=run_id,
-                host=urlsplit(url).hostname, error=f"{type(exc).__name__}: {exc}"[:300],
-            )  # fmt: skip
+                "check-in ping failed",
+                schedule=target.name,
+                run_id=run_id,
+                host=urlsplit(url).hostname,
+                error=f"{type(exc).__name__}: {exc}"[:300],
+            )

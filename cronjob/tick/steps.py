@@ -119,18 +119,26 @@ class Steps:
         Drain(
             connection=self.connection,
             batcher=Batcher(
-                self.handlers, leases=leases.leases, concurrency=places,
-                batch_size=options.batch_size, worker=self.worker, now=options.now,
+                self.handlers,
+                leases=leases.leases,
+                concurrency=places,
+                batch_size=options.batch_size,
+                worker=self.worker,
+                now=options.now,
             ),
             pool=Pool(
-                self.handlers, concurrency=options.concurrency, database=self.database,
-                worker=self.worker, now=options.now, async_concurrency=options.async_concurrency,
+                self.handlers,
+                concurrency=options.concurrency,
+                database=self.database,
+                worker=self.worker,
+                now=options.now,
+                async_concurrency=options.async_concurrency,
             ),
             leases=leases,
             shutdown=self.shutdown,
             tally=self.tally,
             writer=Writer(self.database, self.log),
-        ).run(deadline)  # fmt: skip
+        ).run(deadline)
 
 
 # -- the steps before the drain ----------------------------------------------

@@ -48,8 +48,9 @@ class Tally:
             if quiet and status is Status.SUCCEEDED:
                 succeeded += 1
             else:
-                level, event, fields = self._count(status, decision.run, decision.duration,
-                                                   decision.error)  # fmt: skip
+                level, event, fields = self._count(
+                    status, decision.run, decision.duration, decision.error
+                )
                 lines.setdefault((level, event), []).append(fields)
             if pinger is not None and status is not None:
                 pinger.committed(decision.run, status)
@@ -91,8 +92,11 @@ class Tally:
         for run in runs:
             if run.id not in held:
                 self.lost(run, 0.0, because="lease lost before hand-back")
-        self._handed_back(sorted(held), "handed back unfinished runs: due again, attempt not "
-                          "counted", reason=reason)  # fmt: skip
+        self._handed_back(
+            sorted(held),
+            "handed back unfinished runs: due again, attempt not counted",
+            reason=reason,
+        )
 
     def stopping(self, reason: str | None, running: int, grace: float) -> None:
         """A stop came while runs were held: nothing more is claimed."""
@@ -125,8 +129,10 @@ class Tally:
     def claim_recovered(self, ids: list[int]) -> None:
         """A claim's answer was lost; what it held was found by its token and handed back."""
         self.report.claimed += len(ids)
-        self._handed_back(ids, "handed back the runs of a claim whose answer was lost: due "
-                          "again, attempt not counted")  # fmt: skip
+        self._handed_back(
+            ids,
+            "handed back the runs of a claim whose answer was lost: due again, attempt not counted",
+        )
 
     def _handed_back(self, ids: list[int], event: str, **fields: Any) -> None:
         self.report.handed_back += len(ids)

@@ -82,8 +82,13 @@ class Writer:
             error=describe(error),
         )
 
-    def begin(self, decisions: list[Decision], write: Callable[[Any], set[int]],
-              *, then: Callable[[], None]) -> None:  # fmt: skip
+    def begin(
+        self,
+        decisions: list[Decision],
+        write: Callable[[Any], set[int]],
+        *,
+        then: Callable[[], None],
+    ) -> None:
         """Start `write(connection)`, which writes `decisions`, on its own thread."""
         assert self._keeper is not None
         self._writing = decisions
