@@ -433,3 +433,101 @@ def test_docstrings_and_comments_cite_only_statements_and_modules_that_exist():
         if (found := citations_broken(path.read_text()))
     }
     assert broken == {}
+
+
+# -- the map of the tick --
+
+TICK = PACKAGE / "tick"
+# A name in backticks that reads as code: `Pool.collect`, `execute()`, `tick/writer.py`.
+CITED_CODE = re.compile(r"`((?:cronjob/)?tick/\w+\.py|[A-Za-z_][\w.]*)(?:\(\))?`")
+# What the prose calls a handler's context.
+ALIASES = {"ctx": "cronjob.context.JobContext"}
+
+
+def _instance_attributes(cls: type) -> set[str]:
+    """The attributes a class's methods set on `self`: `Workers.pending`, `Pool.flights`."""
+    import inspect
+    import textwrap
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    return {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.ctx, ast.Store)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+    }
+
+
+def _attribute_path(target: object, parts: list[str]) -> bool:
+    for i, part in enumerate(parts):
+        if hasattr(target, part):
+            target = getattr(target, part)
+        elif isinstance(target, type) and part in _instance_attributes(target):
+            return i == len(parts) - 1  # an instance's attribute: nothing to follow past it
+        elif isinstance(target, ModuleType) and hasattr(target, "__path__"):
+            try:
+                target = importlib.import_module(f"{target.__name__}.{part}")
+            except ModuleNotFoundError:
+                return False
+        else:
+            return False
+    return True
+
+
+def _tick_name_exists(cited: str) -> bool:
+    """Whether a name the tick's map cites is real: a file, a module of the tick or of
+    cronjob, a name one of the tick's modules defines or imports, and what follows it."""
+    if cited.endswith(".py"):
+        return (PACKAGE / cited.removeprefix("cronjob/")).exists()
+    head, *rest = cited.removeprefix("cronjob.").split(".")
+    if head in ALIASES:
+        module, _, name = ALIASES[head].rpartition(".")
+        return _attribute_path(getattr(importlib.import_module(module), name), rest)
+    if head == "__init__":
+        return not rest
+    tick_modules = [importlib.import_module(f"cronjob.tick.{m}") for m in _tick_modules()]
+    homes: list[object] = [importlib.import_module("cronjob")]
+    homes += [importlib.import_module("cronjob.tick"), *tick_modules]
+    return any(
+        _attribute_path(home, [head, *rest])
+        for home in homes
+        if hasattr(home, head) or (isinstance(home, ModuleType) and hasattr(home, "__path__"))
+    )
+
+
+def _tick_modules() -> list[str]:
+    return sorted(path.stem for path in TICK.glob("*.py") if path.stem != "__init__")
+
+
+def tick_map_broken(docstring: str) -> list[str]:
+    """The names in backticks in the tick's map that name nothing."""
+    return [cited for cited in CITED_CODE.findall(docstring) if not _tick_name_exists(cited)]
+
+
+def test_the_tick_map_finds_names_that_no_longer_exist():
+    docstring = """
+    | `busy` | `BusyTick` | ... |
+    1. `Producer.claim` builds the claim; `Pool.collect`, `Pool.flights`, `transitions.decide`,
+       `Workers.pending`, `execute()`, `store.runs_claim_many` and `ctx.db` stand; `ctx.dbs`,
+       `Pool.settle_everything`, `tick/busy.py` and `drain.SETTLE_WAIT` do not, unlike
+       `tick/writer.py`, `cronjob.db.Database`, `--concurrency 1` and `async def`.
+    """
+    stale = ["busy", "BusyTick", "Producer.claim", "ctx.dbs", "Pool.settle_everything"]
+    assert tick_map_broken(docstring) == [*stale, "tick/busy.py", "drain.SETTLE_WAIT"]
+
+
+def test_the_tick_map_cites_only_parts_functions_and_files_that_exist():
+    import cronjob.tick
+
+    docstring = cronjob.tick.__doc__ or ""
+    assert "The life of one run" in docstring
+    assert tick_map_broken(docstring) == []
+
+
+def test_the_tick_map_lists_every_module_of_the_tick_in_its_parts_table():
+    import cronjob.tick
+
+    rows = re.findall(r"^\| `(\w+)`", cronjob.tick.__doc__ or "", re.MULTILINE)
+    assert sorted(rows) == sorted(["__init__", *_tick_modules()])

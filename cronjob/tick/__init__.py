@@ -11,37 +11,88 @@ did work, so an idle one skips it.
 
 The parts, one role each:
 
-| module          | part              | its one job                                               |
-|-----------------|-------------------|-----------------------------------------------------------|
-| `busy`          | `Steps`        | assembles the parts; runs the steps before the drain      |
-| `drain`         | `Drain`           | the loop: passes values between the parts until done      |
-| `batcher`      | `Batcher`        | pacing, the claim, the decision buffer, finalize-and-claim |
-| `pool`          | `Pool`            | worker threads, and each run's in-flight state            |
-| `flight`        | `Flight`          | a run in flight and its handler's result, as values       |
-| `execute`       | `execute()`       | runs one handler and captures its outcome                 |
-| `leases`        | `LeaseKeeper`     | heartbeats, lost leases, hand-back; the fencing rule      |
-| `shutdown`      | `Shutdown`        | signals, grace, urgency                                   |
-| `connection`    | `ConnectionKeeper`| the tick's connection: one statement at a time, reconnect |
-| `writer`        | `Writer`          | a streaming drain's second connection, for its finalizes  |
-| `tally`         | `Tally`           | the report and the per-run log lines                      |
+| module       | part               | its one job                                                 |
+|--------------|--------------------|-------------------------------------------------------------|
+| `__init__`   | `run_tick`         | the story above, from the idle probe to the metrics         |
+| `steps`      | `Steps`            | a tick that found work: its steps in turn, its parts built  |
+| `drain`      | `Drain`            | the loop: passes values between the parts until done        |
+| `batcher`    | `Batcher`          | claim pacing, the decision buffer; builds their statements  |
+| `pool`       | `Pool`             | each run's in-flight state; hands runs to the two below     |
+| `workers`    | `Workers`          | the threads of plain handlers, handed a few runs at a time  |
+| `aio`        | `AsyncExecutor`    | one event loop thread for `async def` handlers              |
+| `flight`     | `Flight`           | a run in flight and its handler's result, as values         |
+| `execute`    | `execute()`        | runs one handler and turns what happens into an outcome     |
+| `leases`     | `LeaseKeeper`      | heartbeats, lost leases, hand-back; the fencing rule        |
+| `shutdown`   | `Shutdown`         | signals, grace, urgency                                     |
+| `connection` | `ConnectionKeeper` | the tick's connection: one statement at a time, reconnect   |
+| `writer`     | `Writer`           | a streaming drain's second connection, for its finalizes    |
+| `tally`      | `Tally`            | the report, and the log lines of what happened to runs      |
+| `pings`      | `Pinger`           | a committed outcome's check-in ping, sent on its own thread |
 
 Who owns what:
-- Only the drain loops. Every other part does one thing when asked and returns.
+- Only the drain loops over the tick's work. Every other part does one thing when
+  asked and returns; the worker threads, the event loop and the pinger loop only
+  over what they are handed, each on a thread of its own.
 - Only the connection keeper touches the tick's connection (the writer has a keeper
-  of its own for its one). Parts that need SQL
-  build the statement (a function of the connection, from `store`) and have the
-  keeper run it: the batcher hands its statements to the loop, the lease keeper is
-  handed the keeper by the loop. A failed statement raises `StatementFailed`; the
-  loop decides what it means (the tick stops claiming), and only where a failure
-  changes nothing does the part that asked swallow it (a heartbeat that meets a
-  locked row, a hand-back of a claim whose answer was lost).
+  of its own for its one). Parts that need SQL build the statement (a function of
+  the connection, from `store`) and have the keeper run it: the batcher hands its
+  statements to the loop, the lease keeper is handed the keeper by the loop. A
+  failed statement raises `StatementFailed`; the loop decides what it means (the
+  tick stops claiming), and only where a failure changes nothing does the part that
+  asked swallow it (a heartbeat that meets a locked row, a hand-back of a claim
+  whose answer was lost).
+- One database object, `cronjob.db.Database`, opens every other connection: a
+  reconnect's, the writer's, and handlers' `ctx.db`.
 - Only the pool changes a run's in-flight state (queued → started → done →
-  settled), under its one lock; its docstring has the table.
+  settled), under its one lock; the worker threads and the event loop ask it to
+  (`Pool._start`, `Pool._done_with`). Its docstring has the table.
+- The drain writes no log line of its own: the tally tells what happened to runs;
+  a part logs only what it alone sees (a reconnect, a skipped heartbeat, a second
+  connection refused, a failed ping).
 - Parts never call back into each other: the loop passes values between them (a
   claim's runs from the keeper to the pool, the pool's results to the batcher as
-  decisions and to the tally as counts). The one hook is the pool's `wake`, given
-  to the keepers with a statement they run in the background, so a main thread
-  waiting for handlers also wakes when a claim or a write is back.
+  decisions and to the tally as counts). The one hook is `Pool.wake`, given to the
+  keepers with a statement they run in the background, so a main thread waiting
+  for handlers also wakes when a claim or a write is back.
+
+The life of one run, hop by hop:
+1. Claim. When `Batcher.may_claim` sees room, `Batcher.claim` builds the statement
+   (`store.runs_finalize_and_claim_many`, under a fresh lease token, carrying the
+   decisions so far unless the writer writes them) and `ConnectionKeeper.begin`
+   runs it on a thread of its own, which wakes the main thread (`Pool.wake`) when
+   it is back. `Drain._take_claim` takes its answer (`ConnectionKeeper.result`):
+   the runs, as `ClaimedRun`s, and which carried decisions were written
+   (`Batcher.claimed`, counted by `Tally.finalized`). A full claim opens the
+   writer (`Writer.open`).
+2. Hand-off. `Pool.add` makes each run a `Flight`, QUEUED, with its `JobContext`,
+   the handler's `ctx`. A plain handler's run waits in `Workers.pending` until
+   `Workers.dispatch` (on every `Pool.collect`) hands it to a worker thread; an
+   async one goes to the event loop (`AsyncExecutor.submit`). Either moves it to
+   STARTED through the pool (`Pool._start`).
+3. Handler. `execute` (`execute_async` on the loop) calls the handler with `ctx`
+   and the payload and turns what happens into an `Outcome`. The run is then DONE
+   (`Pool._done_with`); if the handler used `ctx.db` and succeeded, the thread (or
+   the loop) that ran it records the success in that transaction and commits it
+   (`commit_success`, fenced by the lease token). `ctx` is closed, and the `Result`
+   goes back to the pool.
+4. Decision. `Pool.collect` gives the main thread the results, their runs now
+   SETTLED, and `Drain._record` turns each outcome into a `Decision`
+   (`transitions.decide`: succeeded, failed with a retry due later, or dead)
+   for the batcher's buffer (`Batcher.decided`); a success already committed in
+   `ctx.db` is only counted (`Tally.committed_by_handler`). A run is settled by the
+   main thread instead when it overruns its timeout (`Pool.overdue`, decided as
+   `execute.timed_out`), loses its lease (`LeaseKeeper.renew`, then `Pool.settle`),
+   or is handed back at a stop (`Pool.settle_all`, `LeaseKeeper.hand_back`).
+5. Finalize. The decision waits in the buffer until a statement writes it: the
+   next claim carries it, or `Batcher.finalize` builds `store.runs_finalize_many`
+   for the keeper (`Drain._finalize`, once `Batcher.finalize_due`) or, once the
+   drain streams, for the writer (`Writer.begin`). Every such write is fenced
+   (`queries._lease_fence`): it changes the run's row only while the run is still
+   running under its lease token, and returns the ids it changed.
+6. Tally. `Tally.finalized` counts the outcome into the `TickReport` (a run whose
+   write changed nothing is lost), writes its "run finished" line (a batch's lines
+   in one write), and, when its schedule checks in, hands it to the `Pinger`
+   (`Pinger.committed`), which pings from a thread of its own.
 
 What keeps it fast: the main thread owns the connection and does all the
 bookkeeping; the claim's round trip runs on its own short-lived thread while the
