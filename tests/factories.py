@@ -13,6 +13,11 @@ from typing import Any
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from cronjob.db import Database, connect
+from cronjob.handlers import registry
+from cronjob.report import TickReport
+from cronjob.tick import TickOptions, run_tick
+
 # -- runs --
 
 TERMINAL = ("succeeded", "dead", "cancelled")
@@ -69,3 +74,32 @@ def insert_runs(conn: Any, count: int, job_type: str = "test.ok", **columns: Any
         count=sql.Literal(count),
     )
     return sorted(r[0] for r in conn.execute(statement).fetchall())
+
+
+# -- ticks --
+
+
+def tick(
+    db_url: str,
+    *types: str,
+    database: Database | None = None,
+    conn: Any = None,
+    **options: Any,
+) -> TickReport:
+    """One tick in this process for the registered handlers of `types` (none: it claims
+    nothing), with TickOptions by name (`now=` pins its clock); returns its report.
+
+    It runs on `conn` when given (the caller's, left open), else on a connection of its
+    own; `database` opens every other connection (by default `db_url`'s), for a test that
+    counts or refuses them. The test process keeps its signals.
+    """
+    handlers = {job_type: registry()[job_type] for job_type in types}
+    tick_options = TickOptions(**{"owns_process": False, **options})
+    own = conn is None
+    conn = connect(db_url) if own else conn
+    try:
+        database = database or Database(db_url)
+        return run_tick(conn, handlers, database=database, options=tick_options)
+    finally:
+        if own:
+            conn.close()

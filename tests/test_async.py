@@ -15,7 +15,8 @@ import tests.handlers.basic  # noqa: F401 - registers the plain test handlers
 from cronjob import store
 from cronjob.api import enqueue, enqueue_async
 from tests.conftest import count, wait_for
-from tests.test_lifecycle import run_row, tick
+from tests.factories import tick
+from tests.test_lifecycle import run_row
 
 
 @pytest.fixture(autouse=True)

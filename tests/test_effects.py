@@ -33,7 +33,8 @@ from cronjob.tick.flight import Flight, FlightState
 from cronjob.tick.leases import LeaseKeeper
 from cronjob.tick.pool import Pool
 from tests.conftest import ROOT, count, jobrunner_process
-from tests.test_lifecycle import db_now, run_row, tick
+from tests.factories import tick
+from tests.test_lifecycle import db_now, run_row
 
 HOUR = timedelta(hours=1)
 

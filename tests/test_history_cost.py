@@ -12,8 +12,7 @@ from cronjob import store
 from cronjob.api import enqueue
 from cronjob.queries.tally import RUNS_SNAPSHOT
 from tests.conftest import run_cli
-from tests.factories import insert_runs, now
-from tests.test_lifecycle import tick
+from tests.factories import insert_runs, now, tick
 
 
 def counted(conn: psycopg.Connection[Any]) -> dict[tuple[str, str], int]:

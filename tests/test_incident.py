@@ -12,8 +12,8 @@ import tests.handlers.basic  # noqa: F401 - registers the test handlers
 from cronjob import store
 from cronjob.api import enqueue
 from tests.conftest import count, jobrunner_process, run_cli
-from tests.factories import insert_runs, now
-from tests.test_lifecycle import claim_as, run_row, tick
+from tests.factories import insert_runs, now, tick
+from tests.test_lifecycle import claim_as, run_row
 from tests.test_ops import cli, cli_json
 
 

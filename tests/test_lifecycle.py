@@ -16,26 +16,9 @@ from psycopg import sql
 import tests.handlers.basic  # noqa: F401 - registers the test handlers
 from cronjob import store
 from cronjob.api import enqueue
-from cronjob.db import Database, connect
-from cronjob.handlers import registry
 from cronjob.report import TickReport
-from cronjob.tick import TickOptions, run_tick
 from tests.conftest import count
-from tests.factories import insert_run, insert_runs, now
-
-
-def tick(db_url: str, *types: str, now: datetime | None = None, **options: Any) -> TickReport:
-    specs = {t: registry()[t] for t in (types or ["test.ok"])}
-    conn = connect(db_url)
-    try:
-        return run_tick(
-            conn,
-            specs,
-            database=Database(db_url),
-            options=TickOptions(now=now, owns_process=False, **options),
-        )
-    finally:
-        conn.close()
+from tests.factories import insert_run, insert_runs, now, tick
 
 
 def db_now(conn: psycopg.Connection[Any]) -> datetime:

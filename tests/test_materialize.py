@@ -19,12 +19,12 @@ import pytest
 import tests.handlers.basic  # noqa: F401 - registers the test handlers
 from cronjob import definitions
 from cronjob.cron import apply_catch_up, next_after, occurrences
-from cronjob.db import Database, connect
-from cronjob.handlers import handler, registry
+from cronjob.db import connect
+from cronjob.handlers import handler
 from cronjob.materialize import plan
 from cronjob.models import DueDefinition
 from cronjob.report import TickReport
-from cronjob.tick import TickOptions, run_tick
+from tests import factories
 from tests.conftest import ROOT, count
 
 T0 = datetime(2026, 5, 12, 10, 0, tzinfo=UTC)
@@ -45,21 +45,9 @@ def tick(
     conn: Any = None,
 ) -> TickReport:
     """One tick at `now`. With no `types` nothing is claimed, so created runs stay queued."""
-    options = TickOptions(
-        now=now, tenants_sql=tenants_sql, materialize_batch=batch_size, owns_process=False
+    return factories.tick(
+        db_url, *types, now=now, tenants_sql=tenants_sql, materialize_batch=batch_size, conn=conn
     )
-    own = conn is None
-    conn = connect(db_url) if own else conn
-    try:
-        return run_tick(
-            conn,
-            {t: registry()[t] for t in types},
-            database=Database(db_url),
-            options=options,
-        )
-    finally:
-        if own:
-            conn.close()
 
 
 def define(conn: Any, name: str, cron: str, *, at: datetime | None = T0, **fields: Any) -> Any:

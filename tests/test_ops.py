@@ -21,7 +21,8 @@ import tests.handlers.basic  # noqa: F401 - registers the test handlers
 from cronjob import store
 from cronjob.api import enqueue
 from tests.conftest import count, run_cli
-from tests.test_lifecycle import db_now, tick
+from tests.factories import tick
+from tests.test_lifecycle import db_now
 
 STATUSES = ("queued", "running", "succeeded", "failed", "dead", "cancelled")
 

@@ -12,7 +12,7 @@ import pytest
 
 import tests.handlers.basic  # noqa: F401 - registers the test handlers
 from tests.conftest import count, run_cli
-from tests.test_lifecycle import tick
+from tests.factories import tick
 
 
 class Monitor:

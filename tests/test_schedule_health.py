@@ -15,7 +15,7 @@ import tests.handlers.basic  # noqa: F401 - registers the test handlers
 from cronjob import store
 from cronjob.staleness import stale_schedules
 from tests.conftest import run_cli
-from tests.test_lifecycle import tick
+from tests.factories import tick
 
 
 def add(db_url: str, name: str, job_type: str, *args: str) -> None:

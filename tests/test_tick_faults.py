@@ -17,9 +17,9 @@ from cronjob.api import enqueue
 from cronjob.db import Database, connect
 from cronjob.errors import ConnectionLost, DatabaseUnavailable
 from cronjob.handlers import handler, registry
-from cronjob.tick import TickOptions, run_tick
 from tests.conftest import count
-from tests.test_lifecycle import db_now, tick
+from tests.factories import tick
+from tests.test_lifecycle import db_now
 
 
 def _locked_for(conn: psycopg.Connection[Any], run_id: int) -> float:
@@ -80,11 +80,11 @@ def _terminate(db_url: str, application_name: str) -> None:
         )
 
 
-def _tick_on(db_url: str, specs: dict[str, Any], database: Database) -> Any:
+def _tick_on(db_url: str, job_type: str, database: Database) -> Any:
     """A tick on a connection of its own, which `_terminate` can find and kill."""
     conn = connect(db_url, application_name="jobrunner-under-test")
     try:
-        return run_tick(conn, specs, database=database, options=TickOptions(owns_process=False))
+        return tick(db_url, job_type, database=database, conn=conn)
     finally:
         conn.close()
 
@@ -100,11 +100,7 @@ def test_a_tick_whose_connection_is_killed_reconnects_and_records_the_outcome(db
     try:
         run_id = enqueue(conn, "conn.victim")
         later = enqueue(conn, "conn.victim")
-        report = _tick_on(
-            db_url,
-            {"conn.victim": registry()["conn.victim"]},
-            Database(db_url),
-        )
+        report = _tick_on(db_url, "conn.victim", Database(db_url))
     finally:
         registry().pop("conn.victim")
     assert ran.is_set()
@@ -132,7 +128,7 @@ def test_a_tick_that_cannot_reconnect_raises_connection_lost_with_its_report(
     try:
         run_id = enqueue(conn, "conn.victim")
         with pytest.raises(ConnectionLost) as lost:
-            _tick_on(db_url, {"conn.victim": registry()["conn.victim"]}, Refusing(db_url))
+            _tick_on(db_url, "conn.victim", Refusing(db_url))
     finally:
         registry().pop("conn.victim")
     assert "could not reconnect" in str(lost.value)

@@ -16,10 +16,9 @@ from cronjob.db import Database, connect
 from cronjob.errors import DatabaseUnavailable
 from cronjob.handlers import handler, registry
 from cronjob.queries.runs import RUNS_FINALIZE_MANY
-from cronjob.tick import TickOptions, run_tick
 from cronjob.tick.writer import STREAMING_CLAIM
 from tests.conftest import count, wait_for
-from tests.factories import insert_run, insert_runs
+from tests.factories import insert_run, insert_runs, tick
 from tests.test_history_cost import actual, counted
 
 WRITER = "jobrunner-second"  # the application name of the connections the tick opens
@@ -59,15 +58,8 @@ class Connections(Database):
 
 
 def _tick(db_url: str, connections: Connections, **options: Any) -> Any:
-    specs = {t: registry()[t] for t in ("writer.ok", "writer.probe")}
     options = {"concurrency": 1, "batch_size": 500, **options}
-    conn = connect(db_url)
-    try:
-        return run_tick(
-            conn, specs, database=connections, options=TickOptions(owns_process=False, **options)
-        )
-    finally:
-        conn.close()
+    return tick(db_url, "writer.ok", "writer.probe", database=connections, **options)
 
 
 def _enqueue(conn: psycopg.Connection[Any], runs: int, job_type: str = "writer.ok") -> None:

@@ -12,24 +12,13 @@ import sys
 from datetime import datetime
 
 import tests.handlers.overlap  # noqa: F401 - registers overlap.slow
-from cronjob.db import Database, connect
-from cronjob.handlers import registry
-from cronjob.tick import TickOptions, run_tick
+from tests.factories import tick
 
 
 def main() -> None:
     url, now = sys.argv[1], datetime.fromisoformat(sys.argv[2])
     extra = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
-    conn = connect(url)
-    try:
-        report = run_tick(
-            conn,
-            {"overlap.slow": registry()["overlap.slow"]},
-            database=Database(url),
-            options=TickOptions(now=now, owns_process=False, **extra),
-        )
-    finally:
-        conn.close()
+    report = tick(url, "overlap.slow", now=now, **extra)
     print(json.dumps(report.summary()))
 
 

@@ -24,20 +24,15 @@ HOUR = timedelta(hours=1)
 
 def tick(db_url: str, *, now: datetime | None = None, queues: list[str] | None = None) -> Any:
     """One tick in this process, as `manage.py jobrunner tick` runs it, at `now`."""
-    from cronjob.db import Database, connect
+    from cronjob.db import connect
     from cronjob.django.runner import register_tasks
     from cronjob.handlers import registry
-    from cronjob.tick import TickOptions, run_tick
+    from tests import factories
 
     conn = connect(db_url)
     try:
         register_tasks(conn, queues)
-        return run_tick(
-            conn,
-            dict(registry()),
-            database=Database(db_url),
-            options=TickOptions(now=now, owns_process=False, concurrency=1),
-        )
+        return factories.tick(db_url, *registry(), conn=conn, now=now, concurrency=1)
     finally:
         conn.close()
 

@@ -22,9 +22,8 @@ import tests.handlers.faults  # noqa: F401 - registers the fault handlers in thi
 from cronjob import store
 from cronjob.api import new_run
 from tests.conftest import count, effect_table, run_cli, wait_for
-from tests.factories import insert_runs, now
+from tests.factories import insert_runs, now, tick
 from tests.faults.conftest import db_now
-from tests.test_lifecycle import tick
 
 ARGS = ("--concurrency", "4", "--batch-size", "10")
 

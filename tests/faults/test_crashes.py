@@ -13,8 +13,8 @@ import tests.handlers.faults  # noqa: F401 - registers the fault handlers in thi
 from cronjob import store
 from cronjob.api import enqueue, new_run
 from tests.conftest import count, run_cli, wait_for
+from tests.factories import tick
 from tests.faults.conftest import db_now
-from tests.test_lifecycle import tick
 
 
 def test_sigkill_mid_run_the_run_is_reclaimed_once_its_lease_expires(

@@ -14,8 +14,8 @@ from cronjob import store
 from cronjob.api import enqueue
 from cronjob.db import connect
 from tests.conftest import count, jobrunner_process, wait_for
+from tests.factories import tick
 from tests.faults.conftest import db_now
-from tests.test_lifecycle import tick
 
 
 def _started(exec_log, n: int) -> bool:

@@ -12,7 +12,7 @@ import tests.handlers.faults  # noqa: F401 - registers the fault handlers in thi
 from cronjob import store
 from cronjob.api import enqueue
 from tests.conftest import count, jobrunner_process, run_cli, wait_for
-from tests.test_lifecycle import tick
+from tests.factories import tick
 
 
 def test_a_handler_past_its_timeout_fails_with_error_type_timeout_and_is_told(
