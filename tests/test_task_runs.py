@@ -61,9 +61,9 @@ def test_a_return_value_is_written_only_under_the_runs_lease(
     [run] = store.runs_claim_many(
         conn, job_types=["shop.tasks.add"], leases=[60], max_attempts=[3], limit=1, worker="w"
     )
-    assert store.task_return_value_set(conn, run, json.dumps({"sum": 3}))
-    stale = run._replace(lease_token=run.lease_token.__class__(int=0))
-    assert not store.task_return_value_set(conn, stale, "1")
+    assert store.task_return_value_set(conn, run.id, run.lease_token, json.dumps({"sum": 3}))
+    stale = run.lease_token.__class__(int=0)
+    assert not store.task_return_value_set(conn, run.id, stale, "1")
     row = store.task_result_get(conn, run.id)
     assert json.loads(row["return_value"]) == {"sum": 3}
     assert row["queue"] == "default" and row["status"] == "running" and row["locked_by"] == "w"

@@ -36,7 +36,8 @@ from cronjob.tick.flight import Flight
 
 
 class LeaseKeeper:
-    """When to renew leases, and the statements that renew them or hand runs back."""
+    """When to renew leases, the statements that renew them or hand runs back, and the
+    claims whose answer was lost."""
 
     def __init__(
         self,
