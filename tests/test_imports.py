@@ -164,8 +164,12 @@ def test_the_graph_counts_imports_in_functions_under_type_checking_and_relative(
 # -- private names stay private --
 
 
+# A named tuple's own API, underscored only so that it cannot clash with a field's name.
+NAMED_TUPLE_API = frozenset({"_fields", "_field_defaults", "_make", "_replace", "_asdict"})
+
+
 def _private(name: str) -> bool:
-    return name.startswith("_") and not name.startswith("__")
+    return name.startswith("_") and not name.startswith("__") and name not in NAMED_TUPLE_API
 
 
 def private_reads(name: str, path: Path) -> list[str]:
