@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.tasks import Task, TaskResult
@@ -63,50 +64,68 @@ class JobrunnerBackend(BaseTaskBackend):
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
         """Write the run through Django's connection, in whatever transaction it is in."""
+        from cronjob import store
         from cronjob.api import insert_runs
         from cronjob.django.connection import django_connection
+        from cronjob.django.discovery import UNKNOWN, known_tasks
 
         self.validate_task(task)
+        if task.module_path not in known_tasks().tasks:
+            # A tick would never run it: say so now, not by a run that waits for ever.
+            raise InvalidTask(f"{task.module_path}: a tick cannot run it: {UNKNOWN}")
         try:
             run = _new_run(task, args, kwargs)
         except BadInput as exc:  # too large, too deep: the arguments, not the task
             raise ValueError(f"{task.name}: {exc}") from None
         conn = django_connection(self.database)
         run_id = insert_runs(conn, [run])[0]
-        result = self._result(conn, run_id)
+        result = self._result(store.task_result_get(conn, run_id), run_id, task=task)
         task_enqueued.send(type(self), task_result=result)
         return result
 
     def get_result(self, result_id: Any) -> TaskResult:
+        from cronjob import store
         from cronjob.django.connection import django_connection
 
         run_id = _run_id(result_id)
-        return self._result(django_connection(self.database), run_id)
+        return self._result(store.task_result_get(django_connection(self.database), run_id), run_id)
 
-    def _result(self, conn: Any, run_id: int) -> TaskResult:
-        from cronjob import store
+    def _result(self, row: Any, key: Any, task: Task | None = None) -> TaskResult:
         from cronjob.django.results import task_result
 
-        row = store.task_result_get(conn, run_id)
         if row is None:
-            raise TaskResultDoesNotExist(f"no task result {run_id}")
-        return task_result(row, self.alias)
+            raise TaskResultDoesNotExist(f"no task result {str(key)!r}")
+        return task_result(row, self.alias, task=task)
 
 
-def importable_task(job_type: str) -> Any:
-    """The task at import path `job_type`, if it is a task of this backend; else ValueError
-    saying why not."""
+def importable_task(path: str) -> Any:
+    """The task at import path `path`, if it is a task of this backend; else ValueError
+    saying why not. Imports it: only for paths the project's own settings name."""
     from django.utils.module_loading import import_string
 
     try:
-        task = import_string(job_type)
+        found = import_string(path)
     except Exception as exc:
         raise ValueError(f"cannot import it: {type(exc).__name__}: {str(exc)[:300]}") from None
-    if not isinstance(task, Task):
+    return _jobrunner_task(found)
+
+
+def known_task(job_type: str, tasks: Mapping[str, Any]) -> Any:
+    """The task of `tasks` (discovery.known_tasks) a run's job type names, if it is a task
+    of this backend; else ValueError saying why not. Looks it up, never imports it."""
+    from cronjob.django.discovery import UNKNOWN
+
+    if job_type not in tasks:
+        raise ValueError(UNKNOWN)
+    return _jobrunner_task(tasks[job_type])
+
+
+def _jobrunner_task(found: Any) -> Any:
+    if not isinstance(found, Task):
         raise ValueError("it is not a Django task (a function decorated with @task)")
-    if not isinstance(task.get_backend(), JobrunnerBackend):
-        raise ValueError(f"its backend {task.backend!r} is not jobrunner's")
-    return task
+    if not isinstance(found.get_backend(), JobrunnerBackend):
+        raise ValueError(f"its backend {found.backend!r} is not jobrunner's")
+    return found
 
 
 def _new_run(task: Task, args: Any, kwargs: Any) -> Any:

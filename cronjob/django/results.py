@@ -11,7 +11,6 @@ from django.tasks import Task, TaskResult, TaskResultStatus
 from django.tasks.base import TaskError
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.utils.dateparse import parse_datetime
-from django.utils.module_loading import import_string
 
 # A run waiting for a retry is, to Django, ready to run again.
 STATUSES = {
@@ -36,17 +35,19 @@ OWN_ERRORS = {
 
 
 def task_of(job_type: str) -> Task:
-    """The Task a run's job type names (its module path); TaskResultDoesNotExist if none."""
-    try:
-        found = import_string(job_type)
-    except Exception:
-        found = None
+    """The task a run's job type names, among those the project defines (looked up, never
+    imported: the job type is a row's text); TaskResultDoesNotExist if none."""
+    from cronjob.django.discovery import UNKNOWN, known_tasks
+
+    found = known_tasks().tasks.get(job_type)
     if not isinstance(found, Task):
-        raise TaskResultDoesNotExist(f"run's job type {job_type[:200]!r} is not a Django task")
+        raise TaskResultDoesNotExist(f"the run's job type {job_type[:200]!r} is unknown: {UNKNOWN}")
     return found
 
 
-def task_result(row: dict[str, Any], backend_alias: str) -> TaskResult:
+def task_result(row: dict[str, Any], backend_alias: str, task: Task | None = None) -> TaskResult:
+    """The run `row` (queries.tasks.TASK_RESULT_GET) as Django's TaskResult; `task`, the run's
+    task when the caller has it, else the one its job type names (`task_of`)."""
     attempts = row["attempts"]
     if isinstance(attempts, str):
         attempts = json.loads(attempts)
@@ -54,7 +55,8 @@ def task_result(row: dict[str, Any], backend_alias: str) -> TaskResult:
     if not isinstance(payload, dict):
         payload = {}
     args, kwargs = payload.get("args", []), payload.get("kwargs", {})
-    task = task_of(row["job_type"])
+    if task is None:
+        task = task_of(row["job_type"])
     # Django runs larger priorities first; jobrunner claims smaller numbers first.
     priority = max(-100, min(100, -row["priority"]))
     if priority != task.priority or (row["queue"] and row["queue"] != task.queue_name):

@@ -1,8 +1,9 @@
 """Running Django tasks in a tick, and handlers whose ORM writes commit with their success.
 
-A Django tick imports the tasks that have runs waiting, by the import path each run
-carries as its job type, and those named by the schedules in settings: no --handlers
-needed. Each becomes a handler; `atomic` runs one inside a transaction on Django's
+A Django tick runs the tasks the project defines (cronjob.django.discovery: the installed
+apps' tasks modules and the settings' schedules) that have runs waiting or schedules to
+run: no --handlers needed. A run's job type is only looked up among them, never
+imported. Each becomes a handler; `atomic` runs one inside a transaction on Django's
 connection, in which the tick then records the run's success.
 """
 
@@ -22,31 +23,49 @@ def register_tasks(conn: Any, queues: Sequence[str] | None) -> list[str]:
 
     Those with runs waiting (in `queues`, if given), and those that schedules run: the
     settings' and, when they name a task, those added by `schedule add` or a file. A
-    waiting run's or a settings schedule's path that does not import as a task of this
-    backend is logged, and its runs wait.
+    waiting run's or a settings schedule's job type that names no task of this backend is
+    logged once, and its runs wait. Nothing a row holds stops the tick.
     """
     from cronjob import log, store
-    from cronjob.django.backend import importable_task
+    from cronjob.django.discovery import IMPORT_ERRORS, known_tasks, settings_task_paths
 
-    added = []
     waiting = store.task_types_waiting(conn, queues)
     settings = settings_task_paths()
     # Other schedules' types are mostly plain handlers' ("send_email"): tried, never logged.
     others = {d.job_type for d in store.definitions_list(conn) if "." in d.job_type}
-    for job_type in dict.fromkeys([*waiting, *settings, *sorted(others)]):
-        if job_type in registry():
-            continue
+    candidates = dict.fromkeys([*waiting, *settings, *sorted(others)])
+    wanted = [job_type for job_type in candidates if job_type not in registry()]
+    if not wanted:
+        return []
+    known = known_tasks()
+    logger = log.get_logger()
+    for module, why in known.problems.items():
+        logger.warning("tasks module not imported", module=module, reason=why)
+    added = []
+    for job_type in wanted:
         try:
-            task = importable_task(job_type)
-        except ValueError as exc:
+            task = _task(job_type, known.tasks, from_settings=job_type in settings)
+            if job_type not in waiting and queues is not None and task.queue_name not in queues:
+                continue
+            registry()[job_type] = task_handler(task)
+        except IMPORT_ERRORS as exc:
             if job_type in waiting or job_type in settings:
-                log.get_logger().warning("task not run", job_type=job_type[:200], reason=str(exc))
+                reason = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+                logger.warning("task not run", job_type=job_type[:200], reason=reason[:500])
             continue
-        if job_type not in waiting and queues is not None and task.queue_name not in queues:
-            continue
-        registry()[job_type] = task_handler(task)
         added.append(job_type)
     return added
+
+
+def _task(job_type: str, tasks: dict[str, Any], *, from_settings: bool) -> Any:
+    """The task of this backend `job_type` names; ValueError saying why there is none.
+
+    A path the settings' schedules name is imported, as the settings are the project's
+    own code; any other is a row's text, only looked up among the tasks the project defines.
+    """
+    from cronjob.django.backend import importable_task, known_task
+
+    return importable_task(job_type) if from_settings else known_task(job_type, tasks)
 
 
 def task_handler(task: Any) -> HandlerSpec:
@@ -128,7 +147,7 @@ def _context(task: Any, ctx: JobContext) -> tuple[Any, ...]:
     from cronjob.store import task_result_get
 
     row = task_result_get(django_connection(), ctx.run_id)
-    return (TaskContext(task_result=task_result(row, task.backend)),)
+    return (TaskContext(task_result=task_result(row, task.backend, task=task)),)
 
 
 async def _context_async(task: Any, ctx: Any) -> tuple[Any, ...]:
@@ -271,13 +290,6 @@ def atomic(func: Callable[..., Any]) -> Callable[..., Any]:
         return func(ctx, payload)
 
     return run
-
-
-def settings_task_paths() -> list[str]:
-    """The tasks the periodic tasks in settings name, as written (not checked)."""
-    from cronjob.django.schedules import task_paths
-
-    return task_paths(backend_options().get("SCHEDULES") or {})
 
 
 def schedule_specs() -> list[Any]:

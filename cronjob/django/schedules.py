@@ -39,16 +39,6 @@ def specs_from_settings(schedules: Any) -> list[DefinitionSpec]:
     return [_spec(name, entry) for name, entry in schedules.items()]
 
 
-def task_paths(schedules: Any) -> list[str]:
-    """The task paths the settings' schedules name, unchecked: a tick runs the tasks that
-    import, and one bad entry must not stop it (`sync` refuses the entry)."""
-    from django.tasks import Task
-
-    entries = schedules.values() if isinstance(schedules, dict) else []
-    tasks = [entry.get("task") for entry in entries if isinstance(entry, dict)]
-    return [t.module_path if isinstance(t, Task) else t for t in tasks if isinstance(t, str | Task)]
-
-
 def _spec(name: Any, entry: Any) -> DefinitionSpec:
     where = f"settings schedule {excerpt(str(name))}"
     if not isinstance(entry, dict):

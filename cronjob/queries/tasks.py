@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from cronjob.queries import _lease_fence
 
-# The task types with runs waiting, for a Django tick to import before it claims; with
+# The task types with runs waiting, for a Django tick to look up before it claims; with
 # `queues` NULL, of every queue. A skip scan of job_runs_waiting_tasks: one index probe per
 # (queue, type) pair, however many runs wait.
 _WAITING_TASK = "queue IS NOT NULL AND status IN ('queued', 'failed')"

@@ -47,11 +47,13 @@ def rows(db_url: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
         return conn.execute(sql, params).fetchall()
 
 
-def manage(db_url: str, *args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+def manage(
+    db_url: str, *args: str, env: dict[str, str] | None = None, **kwargs: Any
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "manage.py", "jobrunner", *args],
-        cwd=PROJECT, env=project_env(db_url), capture_output=True, text=True, timeout=120,
-        **kwargs,
+        cwd=PROJECT, env={**project_env(db_url), **(env or {})}, capture_output=True, text=True,
+        timeout=120, **kwargs,
     )  # fmt: skip
 
 

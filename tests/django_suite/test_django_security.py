@@ -1,0 +1,117 @@
+"""What a login that may only enqueue cannot make the Django backend do: import a module a
+row names, or stop a tick."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from django.tasks import default_task_backend
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+from django.test import override_settings
+
+from tests.django_suite.test_django_tasks import manage, rows, tick
+from tests.factories import insert_run
+
+TASK_PAYLOAD = {"args": [], "kwargs": {}}
+
+
+def _insert(db_url: str, job_type: str, **columns: Any) -> int:
+    """A row as a login that may only enqueue can write one, by SQL."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        return insert_run(conn, job_type, payload=TASK_PAYLOAD, **columns)
+
+
+def test_a_waiting_run_cannot_make_a_tick_import_a_module_it_names(
+    project: str, tmp_path: Path
+) -> None:
+    from shop.tasks import add
+
+    marker = tmp_path / "wiped"
+    real = add.enqueue(1, 2)
+    _insert(project, "wipe_cache.x", queue="default")
+    done = manage(project, "tick", env={"JOBRUNNER_TEST_WIPE_MARKER": str(marker)})
+    assert done.returncode == 0, done.stderr
+    assert not marker.exists()  # wipe_cache.py, in the project's directory, never ran
+    assert add.get_result(real.id).return_value == 3
+    assert "task not run" in done.stderr and "wipe_cache.x" in done.stderr
+    assert rows(project, "SELECT status FROM job_runs WHERE job_type = 'wipe_cache.x'") == [
+        ("queued",)
+    ]
+
+
+def test_a_schedule_cannot_make_a_tick_import_a_module_it_names(
+    project: str, tmp_path: Path
+) -> None:
+    from shop.tasks import add
+
+    marker = tmp_path / "wiped"
+    real = add.enqueue(1, 2)
+    with psycopg.connect(project, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO job_definitions (name, job_type, schedule, enabled)"
+            " VALUES ('wipe', 'wipe_cache.x', '0 3 * * *', false)"
+        )
+    done = manage(project, "tick", env={"JOBRUNNER_TEST_WIPE_MARKER": str(marker)})
+    assert done.returncode == 0, done.stderr
+    assert not marker.exists()
+    assert add.get_result(real.id).return_value == 3
+
+
+def test_a_run_whose_type_would_exit_at_import_does_not_stop_the_tick(project: str) -> None:
+    from shop.tasks import add
+
+    real = add.enqueue(1, 2)
+    _insert(project, "unittest.__main__.x", queue="default")
+    done = manage(project, "tick", "--json")
+    assert done.returncode == 0, done.stderr
+    assert add.get_result(real.id).return_value == 3
+    assert "unittest.__main__.x" in done.stderr  # logged: task not run, and why
+
+
+def test_get_result_of_a_run_whose_type_is_no_known_task_does_not_exist(project: str) -> None:
+    run_id = _insert(project, "unittest.__main__.x", queue="default")
+    with pytest.raises(TaskResultDoesNotExist, match=r"'unittest\.__main__\.x' is unknown"):
+        default_task_backend.get_result(str(run_id))
+
+
+def test_an_installed_apps_tasks_module_that_exits_at_import_does_not_stop_the_tick(
+    project: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from django.conf import settings
+    from shop.tasks import add
+
+    real = add.enqueue(1, 2)
+    with override_settings(INSTALLED_APPS=[*settings.INSTALLED_APPS, "broken"]):
+        report = tick(project)
+    assert report.summary()["succeeded"] == 1
+    assert add.get_result(real.id).return_value == 3
+    logged = capsys.readouterr().err
+    assert "tasks module not imported" in logged and "broken.tasks" in logged
+
+
+def test_a_task_outside_the_tasks_modules_and_the_schedules_is_refused_at_enqueue(
+    project: str,
+) -> None:
+    from shop.reports import weekly  # not in shop/tasks.py, and no schedule of the settings
+
+    with pytest.raises(InvalidTask, match="a tick cannot run it"):
+        weekly.enqueue("monday")
+    assert rows(project, "SELECT count(*) FROM job_runs") == [(0,)]
+
+
+def test_a_task_the_settings_schedules_name_runs_wherever_it_is_defined(project: str) -> None:
+    from django.conf import settings
+    from shop.models import Entry
+    from shop.reports import weekly
+
+    tasks = {"default": {**settings.TASKS["default"], "OPTIONS": {"SCHEDULES": {
+        "weekly": {"task": "shop.reports.weekly", "cron": "0 3 * * mon"},
+    }}}}  # fmt: skip
+    with override_settings(TASKS=tasks):
+        result = weekly.enqueue("monday")
+        tick(project)
+        assert weekly.get_result(result.id).return_value is None
+    assert list(Entry.objects.values_list("label", flat=True)) == ["monday"]
