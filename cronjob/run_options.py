@@ -14,6 +14,7 @@ line or a JSON line.
 # Not `from __future__ import annotations`: the metadata inside Annotated is read at
 # import, from RunOptions' own annotations.
 import typing
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -26,6 +27,7 @@ from cronjob.inputs import (
     check_text,
     check_time_in_range,
     encode_payload,
+    excerpt,
     parse_duration,
     parse_int,
     parse_integer,
@@ -72,6 +74,16 @@ def _tenant_id(value: Any, what: str) -> str:
     elif not isinstance(value, str):
         value = str(value)
     return check_text(value, what=what)
+
+
+def _result_id(value: Any, what: str) -> uuid.UUID:
+    if isinstance(value, uuid.UUID):
+        return value
+    text = check_text(value, what=what, max_length=100)
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        raise BadInput(f"invalid {what} {excerpt(text)}: expected a UUID") from None
 
 
 class RunOptions(TypedDict, total=False):
@@ -167,6 +179,18 @@ class RunOptions(TypedDict, total=False):
             what="queue",
             sql_type="text",
             column="queue",
+            optional=True,
+        ),
+    ]
+    # A Django task's result id (migration 0015), unguessable where run ids are counted:
+    # the backend sets it, no other door does.
+    result_id: Annotated[
+        uuid.UUID | str,
+        Option(
+            check=_result_id,
+            what="result id",
+            sql_type="uuid",
+            column="result_id",
             optional=True,
         ),
     ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,6 +27,11 @@ SAMPLES: dict[str, tuple[Any, str, Any]] = {
     "priority": (-3, "-3", -3),
     "tenant_id": ("acme", "acme", "acme"),
     "queue": ("emails", "emails", "emails"),
+    "result_id": (
+        uuid.UUID("5b0ec9e4-54b1-4c3e-9a57-6c1b2f2a8d10"),
+        "5b0ec9e4-54b1-4c3e-9a57-6c1b2f2a8d10",
+        uuid.UUID("5b0ec9e4-54b1-4c3e-9a57-6c1b2f2a8d10"),
+    ),
 }
 STORED = sorted(name for name, option in RUN_OPTIONS.items() if option.column)
 
@@ -66,7 +72,7 @@ def test_an_option_given_in_a_jsonl_line_is_stored_in_its_column(db_url, conn, n
 def test_the_command_line_and_jsonl_take_every_option_but_the_frameworks_own():
     help_text = run_cli("enqueue", "--help").stdout
     for name, option in RUN_OPTIONS.items():
-        if name == "queue":  # a Django task's queue, set by the backend alone
+        if name in ("queue", "result_id"):  # a Django task's, set by the backend alone
             assert option.flag is None and option.key is None
             continue
         assert option.flag in help_text

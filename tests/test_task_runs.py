@@ -1,8 +1,10 @@
-"""The store's side of Django tasks, without Django: queues, waiting task types, return values."""
+"""The store's side of Django tasks, without Django: queues, waiting task types, return values,
+result ids."""
 
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 import psycopg
@@ -10,7 +12,7 @@ import psycopg
 from cronjob import store
 from cronjob.api import insert_runs, new_run
 from cronjob.queries.runs import RUNS_INSERT_MANY, runs_insert_many_sending
-from cronjob.queries.tasks import TASK_TYPES_WAITING
+from cronjob.queries.tasks import TASK_RESULT_GET_BY_RESULT_ID, TASK_TYPES_WAITING
 from tests.factories import insert_runs as insert_runs_by_sql
 
 
@@ -67,3 +69,18 @@ def test_a_return_value_is_written_only_under_the_runs_lease(
     row = store.task_result_get(conn, run.id)
     assert json.loads(row["return_value"]) == {"sum": 3}
     assert row["queue"] == "default" and row["status"] == "running" and row["locked_by"] == "w"
+
+
+def test_a_result_is_found_by_its_result_id_in_one_index_probe(
+    conn: psycopg.Connection[Any],
+) -> None:
+    insert_runs_by_sql(conn, 20000, "shop.tasks.add", queue="default")
+    wanted = uuid.uuid4()
+    run_id = insert_runs(conn, [new_run("shop.tasks.add", queue="default", result_id=wanted)])[0]
+    conn.execute("ANALYZE job_runs")
+    assert store.task_result_get_by_result_id(conn, wanted)["id"] == run_id
+    assert store.task_result_get_by_result_id(conn, uuid.uuid4()) is None
+    plan = conn.execute(
+        f"EXPLAIN (ANALYZE, FORMAT JSON) {TASK_RESULT_GET_BY_RESULT_ID}", {"result_id": wanted}
+    ).fetchone()[0]
+    assert _most_rows_read(plan[0]["Plan"]) < 10  # not the 20,000 runs without one

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -84,11 +85,14 @@ class JobrunnerBackend(BaseTaskBackend):
         return result
 
     def get_result(self, result_id: Any) -> TaskResult:
+        """The result whose id is `result_id`: the unguessable id enqueue gave the run, never
+        its run id (which anyone can count through)."""
         from cronjob import store
         from cronjob.django.connection import django_connection
 
-        run_id = _run_id(result_id)
-        return self._result(store.task_result_get(django_connection(self.database), run_id), run_id)
+        key = _result_id(result_id)
+        row = store.task_result_get_by_result_id(django_connection(self.database), key)
+        return self._result(row, key)
 
     def _result(self, row: Any, key: Any, task: Task | None = None) -> TaskResult:
         from cronjob.django.results import task_result
@@ -150,14 +154,17 @@ def _new_run(task: Task, args: Any, kwargs: Any) -> Any:
         # Django runs larger priorities first; jobrunner claims smaller numbers first.
         priority=-task.priority,
         queue=task.queue_name,
+        # Unguessable, unlike the run id: whoever may look a result up by its id learns
+        # nothing of other tasks' results.
+        result_id=uuid.uuid4(),
     )
     return checked_run(task.module_path, payload, options)
 
 
-def _run_id(result_id: Any) -> int:
-    from cronjob.inputs import MAX_ID
-
+def _result_id(result_id: Any) -> uuid.UUID:
     text = str(result_id)
-    if not (text.isascii() and text.isdigit() and len(text) <= 19 and 0 < int(text) <= MAX_ID):
-        raise TaskResultDoesNotExist(f"no task result {text[:40]!r}: ids are run ids")
-    return int(text)
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        message = f"no task result {text[:40]!r}: result ids are UUIDs"
+        raise TaskResultDoesNotExist(message) from None

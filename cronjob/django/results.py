@@ -68,7 +68,8 @@ def task_result(row: dict[str, Any], backend_alias: str, task: Task | None = Non
     started = _time(row["started_at"])
     result = TaskResult(
         task=task,
-        id=str(row["id"]),
+        # None for a run enqueued before result ids were (migration 0015): it has none.
+        id=str(row["result_id"]) if row["result_id"] is not None else None,
         status=STATUSES.get(row["status"], TaskResultStatus.FAILED),
         enqueued_at=_time(row["created_at"]),
         started_at=min([*starts, *([started] if started else [])], default=None),

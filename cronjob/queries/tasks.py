@@ -1,5 +1,5 @@
 """Django's Tasks backend (cronjob.django): the task types waiting, a task's return value
-and its result.
+and its result, by run id or by result id.
 
 Run by cronjob.store.tasks.
 """
@@ -34,11 +34,13 @@ UPDATE job_runs SET return_value = %(value)s::jsonb
 WHERE id = %(id)s AND {_lease_fence("%(token)s")}
 """
 
-# One task run as Django's TaskResult shows it, with its failed attempts in order.
-TASK_RESULT_GET = """
-SELECT r.id, r.job_type, r.payload::text AS payload, r.status, r.priority, r.queue,
-       r.run_at, r.created_at, r.started_at, r.finished_at, r.locked_by, r.finished_by,
-       r.return_value::text AS return_value,
+# One task run as Django's TaskResult shows it, with its failed attempts in order: by its
+# run id (the running task's own context), or by the result id that Django's get_result is
+# given (unguessable, and the only way a caller names a result).
+_TASK_RESULT = """
+SELECT r.id, r.result_id, r.job_type, r.payload::text AS payload, r.status, r.priority,
+       r.queue, r.run_at, r.created_at, r.started_at, r.finished_at, r.locked_by,
+       r.finished_by, r.return_value::text AS return_value,
        coalesce(a.attempts, '[]') AS attempts
 FROM job_runs r
 LEFT JOIN LATERAL (
@@ -48,5 +50,7 @@ LEFT JOIN LATERAL (
            ORDER BY attempt, id) AS attempts
     FROM job_attempts WHERE run_id = r.id
 ) a ON true
-WHERE r.id = %(id)s
 """
+TASK_RESULT_GET = _TASK_RESULT + "WHERE r.id = %(id)s"
+# An index probe of job_runs_result_id (migration 0015).
+TASK_RESULT_GET_BY_RESULT_ID = _TASK_RESULT + "WHERE r.result_id = %(result_id)s"

@@ -1,5 +1,6 @@
 """Django's Tasks backend (cronjob.django): the task types waiting, a task's return value
-and its result. The statements are queries.tasks.
+and its result (by run id, or by the result id Django's get_result is given). The
+statements are queries.tasks.
 """
 
 from __future__ import annotations
@@ -46,3 +47,12 @@ async def task_result_get_async(conn: Any, run_id: int) -> dict[str, Any] | None
     cursor = conn.cursor(row_factory=dict_row)
     await cursor.execute(queries.TASK_RESULT_GET, {"id": run_id})
     return await cursor.fetchone()
+
+
+def task_result_get_by_result_id(conn: Any, result_id: UUID) -> dict[str, Any] | None:
+    """The task run whose result id is `result_id`, as task_result_get reads it, or None."""
+    return (
+        conn.cursor(row_factory=dict_row)
+        .execute(queries.TASK_RESULT_GET_BY_RESULT_ID, {"result_id": result_id})
+        .fetchone()
+    )

@@ -1,8 +1,9 @@
-"""What a login that may only enqueue cannot make the Django backend do: import a module a
-row names, or stop a tick."""
+"""What a login that may only enqueue, or a caller who looks results up by id, cannot make
+the Django backend do: import a module a row names, stop a tick, or read other results."""
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -72,9 +73,10 @@ def test_a_run_whose_type_would_exit_at_import_does_not_stop_the_tick(project: s
 
 
 def test_get_result_of_a_run_whose_type_is_no_known_task_does_not_exist(project: str) -> None:
-    run_id = _insert(project, "unittest.__main__.x", queue="default")
+    result_id = uuid.uuid4()
+    _insert(project, "unittest.__main__.x", queue="default", result_id=result_id)
     with pytest.raises(TaskResultDoesNotExist, match=r"'unittest\.__main__\.x' is unknown"):
-        default_task_backend.get_result(str(run_id))
+        default_task_backend.get_result(str(result_id))
 
 
 def test_an_installed_apps_tasks_module_that_exits_at_import_does_not_stop_the_tick(
@@ -115,3 +117,33 @@ def test_a_task_the_settings_schedules_name_runs_wherever_it_is_defined(project:
         tick(project)
         assert weekly.get_result(result.id).return_value is None
     assert list(Entry.objects.values_list("label", flat=True)) == ["monday"]
+
+
+def test_a_result_id_is_a_random_uuid_and_the_run_id_finds_nothing(project: str) -> None:
+    from shop.tasks import add
+
+    first, second = add.enqueue(1, 2), add.enqueue(3, 4)
+    ids = [uuid.UUID(first.id), uuid.UUID(second.id)]
+    assert [i.version for i in ids] == [4, 4] and ids[0] != ids[1]
+    assert abs(ids[0].int - ids[1].int) > 2**64  # not one after the other
+    [(run_id,)] = rows(project, "SELECT id FROM job_runs WHERE result_id = %s", first.id)
+    with pytest.raises(TaskResultDoesNotExist):
+        add.get_result(str(run_id))
+    assert add.get_result(first.id).args == [1, 2]
+    assert add.get_result(first.id.upper()).id == first.id  # any spelling of the UUID
+
+
+def test_a_running_task_sees_its_own_result_id(project: str) -> None:
+    from shop.tasks import own_result_id, own_result_id_async
+
+    plain, asynchronous = own_result_id.enqueue(), own_result_id_async.enqueue()
+    tick(project)
+    assert own_result_id.get_result(plain.id).return_value == plain.id
+    assert own_result_id_async.get_result(asynchronous.id).return_value == asynchronous.id
+
+
+def test_a_task_run_without_a_result_id_still_runs(project: str) -> None:
+    """As a run enqueued before result ids were: no id reaches its result."""
+    _insert(project, "shop.tasks.own_result_id", queue="default")
+    tick(project)
+    assert rows(project, "SELECT status, return_value FROM job_runs") == [("succeeded", None)]

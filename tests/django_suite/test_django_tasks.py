@@ -66,8 +66,8 @@ def test_enqueue_joins_the_callers_transaction(project: str) -> None:
     assert rows(project, "SELECT count(*) FROM job_runs") == [(0,)]
     with transaction.atomic():
         result = add.enqueue(1, 2)
-    assert rows(project, "SELECT id, job_type, queue FROM job_runs") == [
-        (int(result.id), "shop.tasks.add", "default")
+    assert rows(project, "SELECT result_id::text, job_type, queue FROM job_runs") == [
+        (result.id, "shop.tasks.add", "default")
     ]
     assert result.status == TaskResultStatus.READY
     assert result.args == [1, 2] and result.enqueued_at is not None
@@ -323,7 +323,7 @@ def test_a_task_and_a_handler_take_the_same_most_attempts(
     handler("shop.patient", max_attempts=1000)(add.func)
     result = jobrunner_task(max_attempts=1000)(add.func).enqueue(1, 2)
     assert fresh_registry["shop.patient"].max_attempts == 1000
-    assert rows(project, "SELECT max_attempts FROM job_runs WHERE id = %s", int(result.id)) == [
+    assert rows(project, "SELECT max_attempts FROM job_runs WHERE result_id = %s", result.id) == [
         (1000,)
     ]
 
@@ -565,10 +565,10 @@ def test_jobrunners_own_failures_name_exception_classes_that_import(project: str
     with psycopg.connect(project, autocommit=True) as conn:
         conn.execute(
             "INSERT INTO job_attempts (run_id, attempt, worker, error_type, message,"
-            " started_at, finished_at) SELECT %s, n, 'w', e, 'm', now(), now()"
+            " started_at, finished_at) SELECT r.id, n, 'w', e, 'm', now(), now()"
             " FROM unnest(ARRAY['timeout', 'lease_expired', 'NoSuchThing']) WITH ORDINALITY"
-            " AS t(e, n)",
-            [int(result.id)],
+            " AS t(e, n), job_runs r WHERE r.result_id = %s",
+            [result.id],
         )
     errors = add.get_result(result.id).errors
     assert [e.exception_class for e in errors] == [TimeoutError, LeaseLost, Exception]

@@ -41,6 +41,16 @@ async def attempt_number_async(context):
     return context.attempt
 
 
+@task(takes_context=True)
+def own_result_id(context):
+    return context.task_result.id
+
+
+@task(takes_context=True)
+async def own_result_id_async(context):
+    return context.task_result.id
+
+
 @task()
 def huge():
     return "x" * 2_000_000
