@@ -94,11 +94,13 @@ class JobrunnerBackend(BaseTaskBackend):
         row = store.task_result_get_by_result_id(django_connection(self.database), key)
         return self._result(row, key)
 
-    def _result(self, row: Any, key: Any, task: Task | None = None) -> TaskResult:
+    def _result(self, row: Any, looked_up_by: Any, task: Task | None = None) -> TaskResult:
+        """The run `row` as a TaskResult, of `task` if given; TaskResultDoesNotExist naming the
+        id it was `looked_up_by` if there is no row."""
         from cronjob.django.results import task_result
 
         if row is None:
-            raise TaskResultDoesNotExist(f"no task result {str(key)!r}")
+            raise TaskResultDoesNotExist(f"no task result {str(looked_up_by)!r}")
         return task_result(row, self.alias, task=task)
 
 
