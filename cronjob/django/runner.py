@@ -164,7 +164,7 @@ async def _context_async(task: Any, ctx: Any) -> tuple[Any, ...]:
         row = await task_result_get_async(conn, ctx.run_id)
     finally:
         await conn.close()
-    return (TaskContext(task_result=task_result(row, task.backend)),)
+    return (TaskContext(task_result=task_result(row, task.backend, task=task)),)
 
 
 def _return_json(task: Any, value: Any) -> str | None:
