@@ -17,6 +17,7 @@ from cronjob import locks, store
 from cronjob.errors import BadInput, DefinitionExists, DefinitionNotFound
 from cronjob.inputs import (
     check_payload,
+    check_ping_url,
     check_text,
     excerpt,
     parse_int,
@@ -133,30 +134,6 @@ def definition_spec(
 
 
 MAX_EXPECT_WITHIN = 366 * 86400
-MAX_URL_LENGTH = 2048
-
-
-def check_ping_url(value: Any, *, what: str) -> str:
-    """An http(s) URL with a host, no spaces or control characters; one-line BadInput else."""
-    from urllib.parse import urlsplit
-
-    if not isinstance(value, str):
-        raise BadInput(f"invalid {what} {type(value).__name__}: expected an http(s) URL")
-    if len(value) > MAX_URL_LENGTH:
-        raise BadInput(f"invalid {what}: longer than {MAX_URL_LENGTH} characters")
-    try:
-        parts = urlsplit(value)
-        parts.port  # noqa: B018 - raises ValueError for a port out of range
-    except ValueError:
-        parts = None
-    if (
-        parts is None
-        or parts.scheme not in ("http", "https")
-        or not parts.hostname
-        or any(c.isspace() or not c.isprintable() for c in value)
-    ):
-        raise BadInput(f"invalid {what} {_quoted(value)}: expected an http:// or https:// URL")
-    return value
 
 
 def _ping_failure_url(ping_url: Any, ping_failure_url: Any) -> str | None:

@@ -399,3 +399,44 @@ def check_tenants_sql(text: str | None) -> str | None:
     if "\x00" in query:
         raise BadInput("invalid tenant query: contains a NUL character")
     return query
+
+
+# A check-in URL: the column holds at most this many characters (migration 0013).
+MAX_PING_URL_LENGTH = 2048
+
+
+def ping_url_problem(value: Any) -> str | None:
+    """What makes `value` no check-in ping URL (None: it is one), in words that quote
+    none of it: the path and query of such a URL are usually its secret token.
+
+    One rule for every door: `schedule add` and `sync` refuse what it names, and a tick
+    skips a URL written into the table by other means that breaks it.
+    """
+    from urllib.parse import urlsplit
+
+    if not isinstance(value, str):
+        return f"expected an http:// or https:// URL, got {type(value).__name__}"
+    if len(value) > MAX_PING_URL_LENGTH:
+        return f"longer than {MAX_PING_URL_LENGTH} characters"
+    if any(c.isspace() or not c.isprintable() for c in value):
+        return "spaces or control characters in it"
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a port out of range
+    except ValueError:
+        return "not a URL: a bad port or brackets"
+    if parts.scheme not in ("http", "https"):
+        return "expected an http:// or https:// URL"
+    if not parts.hostname:
+        return "expected an http:// or https:// URL with a host"
+    return None
+
+
+def check_ping_url(value: Any, *, what: str) -> str:
+    """`value` if it is a check-in ping URL (`ping_url_problem`); else one-line BadInput."""
+    problem = ping_url_problem(value)
+    if problem is None:
+        return value
+    if isinstance(value, str) and len(value) <= MAX_PING_URL_LENGTH:
+        raise BadInput(f"invalid {what} {excerpt(value)}: {problem}")
+    raise BadInput(f"invalid {what}: {problem}")
