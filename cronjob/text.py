@@ -46,7 +46,8 @@ def remember_password(dsn: str) -> None:
 
 def _passwords_in(dsn: str) -> list[str]:
     """Every reading of the password in `dsn`, parseable or not: libpq ends a URL's
-    password at the last @, a careless reader at the first, and a value may be quoted."""
+    password at the first @, its writer may have meant the last, and a value may be
+    quoted."""
     found = []
     scheme, sep, rest = dsn.partition("://")
     if sep and " " not in scheme and "=" not in scheme:
@@ -56,6 +57,7 @@ def _passwords_in(dsn: str) -> list[str]:
             first = rest.split("@", 1)[0]
             if ":" in first:
                 found.append(first.split(":", 1)[1])
+        found.extend(_pieces_of_a_password_with_an_at(rest))
     for match in re.finditer(r"(?i)password\s*=\s*('(?:[^'\\]|\\.)*'?|\S+)", dsn):
         value = match.group(1)
         if value.startswith("'"):
@@ -72,6 +74,32 @@ def _passwords_in(dsn: str) -> list[str]:
                 words.append(word)
             found.extend([*words[1:], " ".join(words)])
     return [p for p in found if p]
+
+
+# Where libpq cuts a URL into its parts (user, password, host, port, database): a password
+# holding one of these is cut into pieces, each of which a message may quote on its own.
+_URL_FIELD_ENDS = re.compile(r"[:/?,]")
+_URL_PART_ENDS = re.compile(r"[@:/?#,]")
+
+
+def _pieces_of_a_password_with_an_at(rest: str) -> list[str]:
+    """The pieces of a URL's password written with an unencoded @ (`rest` is the URL after
+    its `scheme://`). libpq ends the password at the first @ and reads what follows as
+    the host, the port and the database, which its messages quote ("failed to resolve host
+    'ss@db.example'" for `app:pa@ss@db.example`). The password is taken to end at the last
+    @ before the query string, where its writer meant it to; an @ in the query string
+    (`?options=...`) belongs to no password."""
+    at = rest.find("@")
+    if at < 0:
+        return []
+    query = rest.find("?", at)
+    head = (rest if query < 0 else rest[:query]).rsplit("@", 1)[0]
+    if ":" not in head:
+        return []
+    password = head.split(":", 1)[1]
+    if not _URL_PART_ENDS.search(password):
+        return []  # in one piece: already found whole
+    return [*_URL_FIELD_ENDS.split(password), *_URL_PART_ENDS.split(password)]
 
 
 def redact(text: str) -> str:

@@ -162,3 +162,38 @@ def test_a_password_escaped_in_a_key_value_string_is_known_unescaped(password):
     # the password jobrunner remembers must be the one a message would show.
     remember_password(conninfo.make_conninfo("", host="db", password=password))
     assert password not in redact(f"authentication failed: {password}")
+
+
+# Passwords with an unencoded @ (and the other characters a URL's parts are cut at): libpq
+# ends the password at the first @ and reads what follows as the host, the port or the
+# database, which its messages quote.
+AT_PASSWORDS = [
+    "Zq@xKvJwQz",
+    "QwXz@JkVq@ZxWk",
+    "QwXz@JkVq:ZxWk",
+    "QwXz?JkVq@ZxWk",
+    "QwXz@JkVq/ZxWk",
+    "QwXz@JkVq,ZxWk",
+    "QwXz/JkVq@ZxWk",
+    "QwXz@JkVq#ZxWk",
+]
+
+
+def _assert_no_four_characters_of(password: str, text: str) -> None:
+    for start in range(len(password) - 3):
+        assert password[start : start + 4] not in text, (password, text)
+
+
+@pytest.mark.parametrize("password", AT_PASSWORDS)
+def test_no_part_of_a_password_with_an_unencoded_at_is_shown(password):
+    url = f"postgresql://app:{password}@db.invalid/app"
+    for args, env in [
+        (["list", "--database-url", url], {}),
+        (["list"], {"JOBRUNNER_DATABASE_URL": url}),
+        (["tick", "--log-level", "debug"], {"JOBRUNNER_DATABASE_URL": url}),
+    ]:
+        process = jobrunner_process(*args, env=env)
+        out, err = process.communicate(timeout=60)
+        assert process.returncode == 1, err
+        assert "database" in err
+        _assert_no_four_characters_of(password, out + err)
