@@ -7,6 +7,7 @@ idle `jobrunner tick` pays for nothing it does not use.
 from __future__ import annotations
 
 import atexit
+import functools
 import gc
 import importlib
 import sys
@@ -100,16 +101,42 @@ def cli() -> None:
 
 
 def database_url_option(func: Callable[..., Any]) -> Callable[..., Any]:
-    """--database-url, for every command that reaches the database."""
+    """--database-url and --database-url-file, for every command that reaches the
+    database: the command is given the URL either names as `database_url`."""
+
+    @functools.wraps(func)
+    def with_database_url(*args: Any, database_url_file: str | None, **kwargs: Any) -> Any:
+        if database_url_file is not None:
+            if kwargs.get("database_url") is not None:
+                raise click.UsageError(
+                    "give --database-url or --database-url-file, not both",
+                    click.get_current_context(silent=True),
+                )
+            from cronjob.location import GivenUrl, read_url_file
+
+            url = read_url_file(database_url_file, source="--database-url-file")
+            kwargs["database_url"] = GivenUrl(url, "--database-url-file")
+        return func(*args, **kwargs)
+
+    with_file = click.option(
+        "--database-url-file",
+        metavar="PATH",
+        help="Read the PostgreSQL URL from this file (a Docker or Kubernetes secret): its "
+        "one line, at most 4 KB. Keeps the password out of the command line and the "
+        "environment. JOBRUNNER_DATABASE_URL_FILE names such a file too (see --database-url "
+        "for which source wins).",
+    )(with_database_url)
     return click.option(
         "--database-url",
         metavar="URL",
-        help="PostgreSQL URL [env: JOBRUNNER_DATABASE_URL, then DATABASE_URL]. "
-        "With none, a Django project's database (DJANGO_SETTINGS_MODULE set), else the "
-        "embedded server in the user's data directory. Keep the password "
-        "out of it: every user of the host can read a command line (ps). Put the URL in "
-        "the environment, or the password in ~/.pgpass.",
-    )(func)
+        help="PostgreSQL URL. Where the URL comes from, the first of: this option or "
+        "--database-url-file (not both), JOBRUNNER_DATABASE_URL, the file "
+        "JOBRUNNER_DATABASE_URL_FILE names, a Django project's database "
+        "(DJANGO_SETTINGS_MODULE set), DATABASE_URL, else the embedded server in the "
+        "user's data directory. Keep the password out of this option: every user of the "
+        "host can read a command line (ps). Use --database-url-file, the environment, or "
+        "~/.pgpass.",
+    )(with_file)
 
 
 def handlers_option(func: Callable[..., Any]) -> Callable[..., Any]:

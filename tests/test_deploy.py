@@ -138,15 +138,26 @@ def test_cronjob_lets_ticks_overlap_and_drain_gracefully() -> None:
     assert pod["terminationGracePeriodSeconds"] > TICK_GRACE_SECONDS
 
 
-def test_cronjob_reads_the_url_from_a_secret_and_handlers_from_a_configmap() -> None:
-    documents = manifests()
-    container = documents["CronJob"]["spec"]["jobTemplate"]["spec"]["template"]["spec"][
-        "containers"
-    ][0]
+def secret_url_file(pod: dict) -> tuple[str, str]:
+    """The Secret and key the pod's JOBRUNNER_DATABASE_URL_FILE names a mounted file of."""
+    container = pod["containers"][0]
     env = {item["name"]: item for item in container["env"]}
+    assert "JOBRUNNER_DATABASE_URL" not in env  # the URL itself stays out of the environment
+    path = Path(env["JOBRUNNER_DATABASE_URL_FILE"]["value"])
+    (mount,) = [m for m in container["volumeMounts"] if Path(m["mountPath"]) == path.parent]
+    assert mount["readOnly"] is True
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    (item,) = [i for i in volume["secret"]["items"] if i["path"] == path.name]
+    return volume["secret"]["secretName"], item["key"]
+
+
+def test_cronjob_reads_the_url_from_a_secret_file_and_handlers_from_a_configmap() -> None:
+    documents = manifests()
+    pod = documents["CronJob"]["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    container = pod["containers"][0]
 
     assert container["command"] == ["jobrunner", "tick"]
-    assert "secretKeyRef" in env["JOBRUNNER_DATABASE_URL"]["valueFrom"]
+    assert secret_url_file(pod) == ("jobrunner-database", "worker-url")
     assert container["envFrom"] == [
         {"configMapRef": {"name": documents["ConfigMap"]["metadata"]["name"]}}
     ]
@@ -159,13 +170,10 @@ def test_migrate_job_runs_migrate_with_the_owner_login() -> None:
     migrate = documents["Job"]["spec"]["template"]["spec"]
     tick = documents["CronJob"]["spec"]["jobTemplate"]["spec"]["template"]["spec"]
 
-    def url_source(pod: dict) -> dict:
-        env = {item["name"]: item for item in pod["containers"][0]["env"]}
-        return env["JOBRUNNER_DATABASE_URL"]["valueFrom"]["secretKeyRef"]
-
     assert migrate["containers"][0]["command"] == ["jobrunner", "migrate"]
     assert migrate["restartPolicy"] == "Never"
-    assert url_source(migrate) != url_source(tick)
+    assert secret_url_file(migrate) == ("jobrunner-database", "owner-url")
+    assert secret_url_file(migrate) != secret_url_file(tick)
 
 
 # --- cron --------------------------------------------------------------------------------
