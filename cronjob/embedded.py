@@ -209,6 +209,10 @@ def _run(*command: str | Path, pgdata: Path, **as_account: Any) -> None:
 # nothing, and jobrunner need not create an account of its own.
 THROWAWAY_ACCOUNT = "nobody"
 
+# All the environment the account's processes get. Root's own may hold secrets (database
+# URLs, cloud keys), and any process of the account could read it in /proc/PID/environ.
+THROWAWAY_ENVIRONMENT = {"PATH": "/usr/bin:/bin", "LC_ALL": "C", "LANG": "C"}
+
 
 @contextlib.contextmanager
 def throwaway_server() -> Iterator[str]:
@@ -220,8 +224,9 @@ def throwaway_server() -> Iterator[str]:
     holds the 0700 socket; no TCP address. Any process of that account can change what
     is in that directory at any moment, so root does nothing there by path: it hands the
     directory over by a descriptor opened without following links, and removes it without
-    following them either. Only root and that account can reach the server, for the few
-    seconds the demo runs, and it holds nothing but the demo's runs. Yields its URL.
+    following them either. The server's processes get a fixed environment, nothing of
+    root's. Only root and that account can reach the server, for the few seconds the
+    demo runs, and it holds nothing but the demo's runs. Yields its URL.
     """
     import pwd
     import tempfile
@@ -233,7 +238,10 @@ def throwaway_server() -> Iterator[str]:
             "as root the demo runs its server as the account 'nobody', which this system "
             "lacks: run the demo as a user that is not root"
         ) from None
-    as_account = {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
+    as_account = {
+        "user": account.pw_uid, "group": account.pw_gid, "extra_groups": [],
+        "env": dict(THROWAWAY_ENVIRONMENT),
+    }  # fmt: skip
     home = Path(tempfile.mkdtemp(prefix="jobrunner-demo-"))
     pgdata = home / "data"
     try:

@@ -1,5 +1,5 @@
 """The demo as root: its throwaway server, run as the account nobody, cannot be turned
-against root by a process of that account.
+against root by a process of that account, and gets nothing of root's environment.
 
 Each test runs `jobrunner demo` as a real process with a temporary directory of its own
 (TMPDIR, sticky and open to all like /tmp), so that it finds its own demo's directory and
@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import secrets
 import shutil
 import signal
 import subprocess
@@ -27,6 +28,7 @@ from tests.conftest import ROOT, wait_for
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the demo's throwaway server is for root")
 
+HOLD = "tests.handlers.demo_hold"
 DEMO_TIMEOUT = 120  # seconds: only bounds a hung demo
 
 
@@ -67,6 +69,25 @@ def _demo(tmp: Path, *args: str, **env: str) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
+def _held_demo(tmp: Path, **env: str) -> tuple[subprocess.Popen[str], Path]:
+    """A demo held in its greeting while its server runs, and the demo's directory."""
+    held = tmp / "held"
+    demo = _demo(tmp, "--handlers", HOLD, JOBRUNNER_TEST_DEMO_HELD=str(held), **env)
+
+    def holding() -> bool:
+        if demo.poll() is not None:
+            raise AssertionError(f"the demo ended (exit {demo.returncode}): {demo.stderr.read()}")
+        return held.exists()
+
+    wait_for(holding, "the demo's greeting to run", timeout=DEMO_TIMEOUT)
+    [home] = tmp.glob("jobrunner-demo-*")
+    return demo, home
+
+
+def _release(tmp: Path) -> None:
+    (tmp / "held.released").touch()
+
+
 def _server_processes(under: Path) -> dict[int, int]:
     """The live processes working in a directory under `under` (a PostgreSQL server's
     processes work in its data directory), and the account each runs as."""
@@ -84,6 +105,11 @@ def _server_processes(under: Path) -> dict[int, int]:
     return found
 
 
+def _parent(pid: int) -> int:
+    # The field after the command's name, which is in parentheses and may hold spaces.
+    return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+
+
 def _stop_servers_under(tmp: Path) -> None:
     """Whatever server a failed demo left running under `tmp`: asked to quit, then killed."""
     for sig in (signal.SIGQUIT, signal.SIGKILL):
@@ -93,6 +119,37 @@ def _stop_servers_under(tmp: Path) -> None:
         with contextlib.suppress(AssertionError):
             wait_for(lambda: not _server_processes(tmp), "the servers to go", timeout=10)
             return
+
+
+def test_the_servers_processes_get_none_of_roots_environment(demo_tmp, nobody):
+    token = secrets.token_hex(8)
+    roots = {
+        "AWS_SECRET_ACCESS_KEY": f"aws-secret-{token}",
+        "PGPASSWORD": f"pg-password-{token}",
+        "APP_DATABASE_URL": f"postgresql://app:db-password-{token}@db.internal/app",
+    }
+    demo, home = _held_demo(demo_tmp, **roots)
+    try:
+        processes = _server_processes(home)
+        assert processes and set(processes.values()) == {nobody.pw_uid}
+        environs = {pid: Path(f"/proc/{pid}/environ").read_bytes() for pid in processes}
+        # The postmaster's is as it was given (its children write their titles over theirs).
+        [postmaster] = [pid for pid in processes if _parent(pid) not in processes]
+        assert b"PATH=" in environs[postmaster]
+        leaked = [
+            (pid, name)
+            for pid, environ in environs.items()
+            for name, value in roots.items()
+            if name.encode() in environ or value.encode() in environ
+        ]
+        assert leaked == []
+        _release(demo_tmp)
+        _, stderr = demo.communicate(timeout=DEMO_TIMEOUT)
+        assert demo.returncode == 0, stderr
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait()
 
 
 # How many demos the attacker races. Against a demo that handed the whole tree to the
