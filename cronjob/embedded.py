@@ -226,7 +226,9 @@ def throwaway_server() -> Iterator[str]:
     directory over by a descriptor opened without following links, and removes it without
     following them either. The server's processes get a fixed environment, nothing of
     root's. Only root and that account can reach the server, for the few seconds the
-    demo runs, and it holds nothing but the demo's runs. Yields its URL.
+    demo runs, and it holds nothing but the demo's runs; root's connections reach only a
+    server run as that account (`requirepeer`), wherever a link in its place may lead the
+    socket's path. Yields its URL.
     """
     import pwd
     import tempfile
@@ -256,7 +258,7 @@ def throwaway_server() -> Iterator[str]:
             options = f"{SOCKET_OPTIONS} -k {pgdata} -c fsync=off"
             _run(bindir / "pg_ctl", "-D", pgdata, "-l", pgdata / "server.log", "-o", options,
                  "-w", "-t", str(START_TIMEOUT), "start", pgdata=pgdata, **as_account)  # fmt: skip
-            yield _uri(str(pgdata), "postgres")
+            yield f"{_uri(str(pgdata), 'postgres')}&requirepeer={THROWAWAY_ACCOUNT}"
         finally:
             # Also when the start was cut short (a signal): the server may be up.
             with contextlib.suppress(DatabaseUnavailable):

@@ -1,9 +1,9 @@
 """The demo as root: its throwaway server, run as the account nobody, cannot be turned
 against root by a process of that account, and gets nothing of root's environment.
 
-Each test runs `jobrunner demo` as a real process with a temporary directory of its own
-(TMPDIR, sticky and open to all like /tmp), so that it finds its own demo's directory and
-no other run's.
+Each demo runs as a real `jobrunner demo` process with a temporary directory of its own
+(TMPDIR, sticky and open to all like /tmp), so that a test finds its own demo's directory
+and no other run's.
 """
 
 from __future__ import annotations
@@ -217,3 +217,41 @@ def test_a_process_of_the_account_racing_the_demo_cannot_get_root_to_chown_files
     assert int(seen) == RACED_DEMOS  # it saw every demo
     assert _owners(victim) == {0}
     assert [code for _, code in results] == [0] * RACED_DEMOS, results
+
+
+def test_roots_connections_reach_only_a_server_run_as_the_account(nobody):
+    """A process of the account that links the server's socket to another one (a server
+    the account could not reach, of another user's) cannot lead root's connections there."""
+    import socket
+    import threading
+    from urllib.parse import parse_qs, urlsplit
+
+    import psycopg
+
+    elsewhere = Path(tempfile.mkdtemp(prefix="jr-elsewhere-"))  # root's alone
+    received: list[bytes] = []
+    with socket.socket(socket.AF_UNIX) as listener, embedded.throwaway_server() as url:
+        listener.bind(str(elsewhere / "socket"))
+        listener.listen()
+        listener.settimeout(DEMO_TIMEOUT)
+
+        def serve() -> None:
+            conn, _ = listener.accept()
+            with conn:
+                conn.settimeout(5)
+                with contextlib.suppress(TimeoutError):
+                    received.append(conn.recv(1024))
+
+        server = threading.Thread(target=serve, daemon=True)
+        server.start()
+        [socket_dir] = parse_qs(urlsplit(url).query)["host"]
+        [server_socket] = Path(socket_dir).glob(".s.PGSQL.*[0-9]")
+        subprocess.run(
+            ["ln", "-sfn", str(elsewhere / "socket"), str(server_socket)], check=True, cwd="/",
+            **pgserver.as_account(nobody),
+        )  # fmt: skip
+        with pytest.raises(psycopg.OperationalError, match="requirepeer"):
+            psycopg.connect(url, connect_timeout=10)
+        server.join(timeout=DEMO_TIMEOUT)
+    shutil.rmtree(elsewhere, ignore_errors=True)
+    assert received in ([], [b""])  # nothing sent, not even the user name
