@@ -1,5 +1,6 @@
 """The demo as root: its throwaway server, run as the account nobody, cannot be turned
-against root by a process of that account, and gets nothing of root's environment.
+against root by a process of that account, gets nothing of root's environment, and goes
+away with its directory when the demo is stopped by a signal.
 
 Each demo runs as a real `jobrunner demo` process with a temporary directory of its own
 (TMPDIR, sticky and open to all like /tmp), so that a test finds its own demo's directory
@@ -146,6 +147,27 @@ def test_the_servers_processes_get_none_of_roots_environment(demo_tmp, nobody):
         _release(demo_tmp)
         _, stderr = demo.communicate(timeout=DEMO_TIMEOUT)
         assert demo.returncode == 0, stderr
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait()
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_stops_the_demo_its_server_and_removes_its_directory(demo_tmp, sig, code):
+    demo, home = _held_demo(demo_tmp)
+    try:
+        assert _server_processes(home)
+        demo.send_signal(sig)
+        _, stderr = demo.communicate(timeout=DEMO_TIMEOUT)
+        assert demo.returncode == code, stderr
+        said = [x for x in stderr.splitlines() if x.strip() and not x.startswith("{")]
+        assert said == [
+            f"jobrunner: the demo was stopped ({sig.name}): its throwaway server is stopped "
+            "and removed"
+        ]
+        wait_for(lambda: not _server_processes(home), "the server's processes to end")
+        assert list(demo_tmp.glob("jobrunner-demo-*")) == []
     finally:
         if demo.poll() is None:
             demo.kill()
