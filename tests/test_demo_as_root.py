@@ -241,7 +241,7 @@ def test_a_process_of_the_account_racing_the_demo_cannot_get_root_to_chown_files
     assert [code for _, code in results] == [0] * RACED_DEMOS, results
 
 
-def test_roots_connections_reach_only_a_server_run_as_the_account(nobody):
+def test_roots_connections_reach_only_a_server_run_as_the_account(nobody, tmp_path):
     """A process of the account that links the server's socket to another one (a server
     the account could not reach, of another user's) cannot lead root's connections there."""
     import socket
@@ -250,10 +250,10 @@ def test_roots_connections_reach_only_a_server_run_as_the_account(nobody):
 
     import psycopg
 
-    elsewhere = Path(tempfile.mkdtemp(prefix="jr-elsewhere-"))  # root's alone
+    elsewhere = tmp_path / "socket"  # in a directory of root's alone
     received: list[bytes] = []
     with socket.socket(socket.AF_UNIX) as listener, embedded.throwaway_server() as url:
-        listener.bind(str(elsewhere / "socket"))
+        listener.bind(str(elsewhere))
         listener.listen()
         listener.settimeout(DEMO_TIMEOUT)
 
@@ -269,11 +269,10 @@ def test_roots_connections_reach_only_a_server_run_as_the_account(nobody):
         [socket_dir] = parse_qs(urlsplit(url).query)["host"]
         [server_socket] = Path(socket_dir).glob(".s.PGSQL.*[0-9]")
         subprocess.run(
-            ["ln", "-sfn", str(elsewhere / "socket"), str(server_socket)], check=True, cwd="/",
+            ["ln", "-sfn", str(elsewhere), str(server_socket)], check=True, cwd="/",
             **pgserver.as_account(nobody),
         )  # fmt: skip
         with pytest.raises(psycopg.OperationalError, match="requirepeer"):
             psycopg.connect(url, connect_timeout=10)
         server.join(timeout=DEMO_TIMEOUT)
-    shutil.rmtree(elsewhere, ignore_errors=True)
     assert received in ([], [b""])  # nothing sent, not even the user name
