@@ -209,19 +209,28 @@ def _run(*command: str | Path, pgdata: Path, **as_account: Any) -> None:
 # nothing, and jobrunner need not create an account of its own.
 THROWAWAY_ACCOUNT = "nobody"
 
+# All the environment the account's processes get. Root's own may hold secrets (database
+# URLs, cloud keys), and any process of the account could read it in /proc/PID/environ.
+THROWAWAY_ENVIRONMENT = {"PATH": "/usr/bin:/bin", "LC_ALL": "C", "LANG": "C"}
+
 
 @contextlib.contextmanager
 def throwaway_server() -> Iterator[str]:
     """As root, for the demo: a server of its own as the account nobody, gone when it ends.
 
-    Everything it uses sits in a private temporary directory jobrunner creates and then
-    gives to that account: a copy of the extra's binaries (root's home is usually closed
-    to other accounts), the data, and the 0700 socket; no TCP address. Only root and
-    that account can reach it, for the few seconds the demo runs, and it holds nothing
-    but the demo's runs. Yields its URL.
+    It lives in a temporary directory of root's, which the account may read and not
+    change: a copy of the extra's binaries (root's home is usually closed to other
+    accounts), and the one directory the account owns, the data directory, which also
+    holds the 0700 socket; no TCP address. Any process of that account can change what
+    is in that directory at any moment, so root does nothing there by path: it hands the
+    directory over by a descriptor opened without following links, and removes it without
+    following them either. The server's processes get a fixed environment, nothing of
+    root's. Only root and that account can reach the server, for the few seconds the
+    demo runs, and it holds nothing but the demo's runs; root's connections reach only a
+    server run as that account (`requirepeer`), wherever a link in its place may lead the
+    socket's path. Yields its URL.
     """
     import pwd
-    import shutil
     import tempfile
 
     try:
@@ -231,32 +240,92 @@ def throwaway_server() -> Iterator[str]:
             "as root the demo runs its server as the account 'nobody', which this system "
             "lacks: run the demo as a user that is not root"
         ) from None
+    as_account = {
+        "user": account.pw_uid, "group": account.pw_gid, "extra_groups": [],
+        "env": dict(THROWAWAY_ENVIRONMENT),
+    }  # fmt: skip
     home = Path(tempfile.mkdtemp(prefix="jobrunner-demo-"))
-    as_account = {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
+    pgdata = home / "data"
     try:
-        # The binaries find their libraries relative to themselves: the package's layout
-        # is kept, the headers left out.
-        package = _binaries().parent.parent
-        copy = home / "site" / package.name / "pginstall"
-        for part in ("bin", "lib", "share"):
-            shutil.copytree(package / "pginstall" / part, copy / part, symlinks=True)
-        libs = package.parent / f"{package.name}.libs"
-        if libs.is_dir():
-            shutil.copytree(libs, home / "site" / libs.name, symlinks=True)
-        for path in (home, *home.rglob("*")):
-            os.chown(path, account.pw_uid, account.pw_gid, follow_symlinks=False)
-        bindir, pgdata = copy / "bin", home / "data"
+        # Made while the directory is root's alone (0700): no other account sees it yet.
+        bindir = _copy_binaries(home / "site")
+        _hand_over(pgdata, account)
+        _open_for_reading(home)
         _run(bindir / "initdb", "-D", pgdata, "-U", "postgres", "--auth=trust",
              "--encoding=UTF8", "--no-instructions", "--no-sync", pgdata=pgdata,
              **as_account)  # fmt: skip
-        options = f"{SOCKET_OPTIONS} -k {home} -c fsync=off"
-        _run(bindir / "pg_ctl", "-D", pgdata, "-l", pgdata / "server.log", "-o", options,
-             "-w", "-t", str(START_TIMEOUT), "start", pgdata=pgdata, **as_account)  # fmt: skip
         try:
-            yield _uri(str(home), "postgres")
+            options = f"{SOCKET_OPTIONS} -k {pgdata} -c fsync=off"
+            _run(bindir / "pg_ctl", "-D", pgdata, "-l", pgdata / "server.log", "-o", options,
+                 "-w", "-t", str(START_TIMEOUT), "start", pgdata=pgdata, **as_account)  # fmt: skip
+            yield f"{_uri(str(pgdata), 'postgres')}&requirepeer={THROWAWAY_ACCOUNT}"
         finally:
+            # Also when the start was cut short (a signal): the server may be up.
             with contextlib.suppress(DatabaseUnavailable):
                 _run(bindir / "pg_ctl", "-D", pgdata, "-m", "immediate", "-w", "stop",
                      pgdata=pgdata, **as_account)  # fmt: skip
     finally:
-        shutil.rmtree(home, ignore_errors=True)
+        _remove(home, pgdata, as_account)
+
+
+def _copy_binaries(site: Path) -> Path:
+    """The extra's installation copied to `site`, readable by all; its bin directory.
+
+    The binaries find their libraries relative to themselves: the package's layout is
+    kept, the headers left out.
+    """
+    import shutil
+
+    package = _binaries().parent.parent
+    copy = site / package.name / "pginstall"
+    for part in ("bin", "lib", "share"):
+        shutil.copytree(package / "pginstall" / part, copy / part, symlinks=True)
+    libs = package.parent / f"{package.name}.libs"
+    if libs.is_dir():
+        shutil.copytree(libs, site / libs.name, symlinks=True)
+    # Root's files, which the account runs: readable and searchable by all, writable by
+    # root alone, whatever umask they were installed with. By path, as nothing here is
+    # within another account's reach; links are left as they are.
+    for directory, _, files in os.walk(site):
+        os.chmod(directory, 0o755)
+        for name in files:
+            path = os.path.join(directory, name)
+            mode = os.lstat(path).st_mode
+            if stat.S_ISREG(mode):
+                executable = 0o111 if mode & stat.S_IXUSR else 0
+                os.chmod(path, (mode & 0o755) | 0o444 | executable)
+    return copy / "bin"
+
+
+def _hand_over(directory: Path, account: Any) -> None:
+    """A new directory, private to `account`: given by its descriptor, never by a path."""
+    os.mkdir(directory, 0o700)
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        os.fchown(fd, account.pw_uid, account.pw_gid)
+    finally:
+        os.close(fd)
+
+
+def _open_for_reading(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        os.fchmod(fd, 0o755)
+    finally:
+        os.close(fd)
+
+
+def _remove(home: Path, pgdata: Path, as_account: dict[str, Any]) -> None:
+    """Remove the demo's directory, following no link the account may have put in it."""
+    import shutil
+
+    if not shutil.rmtree.avoids_symlink_attacks and os.path.lexists(pgdata):
+        # This platform's rmtree could be led elsewhere by a directory the account swaps
+        # for a link mid-way: the account removes its own directory first, as itself.
+        import subprocess
+
+        subprocess.run(["rm", "-rf", "--", str(pgdata)], stdin=subprocess.DEVNULL,
+                       capture_output=True, check=False, **as_account)  # fmt: skip
+        if os.path.lexists(pgdata):
+            return  # left in place rather than removed by root
+    shutil.rmtree(home, ignore_errors=True)

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 from datetime import UTC
 from typing import Any
 
@@ -60,7 +61,8 @@ def _demo_database(
     """Where the demo runs, connected and migrated; True when it is a throwaway server.
 
     As root the embedded server is refused (PostgreSQL will not run as root): the demo,
-    which keeps nothing, runs on a throwaway server of its own instead.
+    which keeps nothing, runs on a throwaway server of its own instead, which SIGTERM
+    and SIGINT stop and remove on their way out of the demo.
     """
     from cronjob.commands import open_database
     from cronjob.db import Database
@@ -72,7 +74,10 @@ def _demo_database(
         return (*open_database(settings, embedded_only=True), False)
     from cronjob import embedded, log, migrate
 
+    stop = stack.enter_context(_stopped_by_signals())
     database = Database(stack.enter_context(embedded.throwaway_server()), "throwaway")
+    # Unwound before the server: a signal from here on waits for the server to go.
+    stack.callback(stop.hold)
     conn = stack.enter_context(database.connect())
     migrate.apply(conn)
     log.info(
@@ -80,6 +85,61 @@ def _demo_database(
         "removed when it ends"
     )
     return database, conn, True
+
+
+class _Stopped(BaseException):
+    """A signal stopped the demo. Not an Exception, as KeyboardInterrupt is not: no
+    `except Exception` between the signal and the server's removal may swallow it."""
+
+
+class _Stop:
+    """The first SIGTERM or SIGINT, raised where the demo is (once held, it waits for the
+    block to end instead); later ones change nothing, so nothing interrupts the removal."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.held = False
+
+    def on_signal(self, signum: int, _frame: Any = None) -> None:
+        if self.signum is None:
+            self.signum = signum
+            if not self.held:
+                raise _Stopped
+
+    def hold(self) -> None:
+        self.held = True
+
+
+@contextlib.contextmanager
+def _stopped_by_signals() -> Iterator[_Stop]:
+    """SIGTERM and SIGINT stop the demo: the block unwinds (what it entered after this is
+    stopped and removed), then one line, and exit 143 or 130, as the signal would."""
+    import signal
+    import threading
+
+    stop = _Stop()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop  # only the main thread may handle signals: left as they are
+        return
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    for sig in previous:
+        signal.signal(sig, stop.on_signal)
+    try:
+        yield stop
+    except _Stopped:
+        pass
+    finally:
+        stop.hold()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if stop.signum is not None:
+        name = signal.Signals(stop.signum).name
+        click.echo(
+            f"jobrunner: the demo was stopped ({name}): its throwaway server is stopped "
+            "and removed",
+            err=True,
+        )
+        raise click.exceptions.Exit(128 + stop.signum)
 
 
 def _run_demo(database: Any, conn: Any, *, leave_nothing_due: bool) -> None:
