@@ -4,10 +4,17 @@ These locks are transaction-scoped advisory locks that a host holds for as long 
 migration, sync or batch takes, which can be minutes. A host that finds one taken says so
 in its log and waits for as long as the caller allows, instead of the runner's 5-second
 `lock_timeout` meant for row locks, which would fail it whenever the first host was slow.
+
+One lock is held by a session instead: the one a migration that cannot run in a
+transaction (`CREATE INDEX CONCURRENTLY`) is applied under. Hosts wait for it by asking
+again every so often (`poll`), never inside a statement: a concurrent index build waits
+for every transaction whose snapshot is older than its own, and a host blocked on the
+lock inside a statement would hold such a snapshot while waiting for the builder.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +23,9 @@ from cronjob.errors import DatabaseError, JobrunnerError
 # Long enough for any migration or sync; a host still waiting then is stuck behind
 # something an operator should look at.
 DEFAULT_LOCK_WAIT = 600.0
+
+# How often a host waiting for a session's lock asks again.
+POLL_INTERVAL = 0.2
 
 # SQLSTATEs of a wait cut short by lock_timeout and by statement_timeout.
 _LOCK_NOT_AVAILABLE = "55P03"
@@ -50,3 +60,23 @@ def take(conn: Any, lock: Callable[..., bool], *, what: str, wait: float) -> Non
             f"gave up waiting for another host's {what} after {seconds_text(wait)} "
             "(--lock-wait sets how long to wait)"
         ) from None
+
+
+def poll(conn: Any, lock: Callable[..., bool], *, what: str, wait: float) -> None:
+    """Take `lock` (a store function with a `wait` flag, whose lock outlives transactions)
+    on an autocommit connection, asking again every POLL_INTERVAL seconds for at most
+    `wait` seconds; no transaction is open between the questions."""
+    if lock(conn, wait=False):
+        return
+    from cronjob import log
+    from cronjob.health import seconds_text
+
+    log.info(f"waiting for another host's {what}", lock=what, wait_limit=seconds_text(wait))
+    deadline = time.monotonic() + wait
+    while not lock(conn, wait=False):
+        if time.monotonic() >= deadline:
+            raise LockWaitExpired(
+                f"gave up waiting for another host's {what} after {seconds_text(wait)} "
+                "(--lock-wait sets how long to wait)"
+            )
+        time.sleep(POLL_INTERVAL)

@@ -485,13 +485,24 @@ MIGRATIONS_TABLE = (
 
 
 def migrate(url: str) -> None:
-    """What `jobrunner migrate` does, by hand: every shipped migration, and its record."""
-    options = ["-1", "-c", MIGRATIONS_TABLE]
+    """What `jobrunner migrate` does, by hand: every shipped migration, and its record; in
+    one transaction, but for those whose first line asks to run outside one, which psql
+    runs a statement at a time between the transactions before and after them."""
+    from cronjob.migrate import NO_TRANSACTION
+
+    batch = ["-c", MIGRATIONS_TABLE]
     for path in sorted((REPO / "sql").glob("[0-9][0-9][0-9][0-9]_*.sql")):
         version, _, name = path.stem.partition("_")
         record = f"INSERT INTO jobrunner_migrations VALUES ({int(version)}, '{name}')"
-        options += ["-f", str(path), "-c", record]
-    psql(url, options=options)
+        if path.read_text().startswith(NO_TRANSACTION):
+            if batch:
+                psql(url, options=["-1", *batch])
+            psql(url, options=["-f", str(path), "-c", record])
+            batch = []
+        else:
+            batch += ["-f", str(path), "-c", record]
+    if batch:
+        psql(url, options=["-1", *batch])
 
 
 def assert_worker_can_use(url: str, table: str = "job_runs") -> None:

@@ -29,6 +29,16 @@ MIGRATIONS_GET_LATEST_VERSION = "SELECT coalesce(max(version), 0) FROM jobrunner
 MIGRATIONS_LOCK = "SELECT pg_advisory_xact_lock(29958816149106290)"
 MIGRATIONS_LOCK_TRY = "SELECT pg_try_advisory_xact_lock(29958816149106290)"
 
+# A migration that cannot run in a transaction (its first line says so: cronjob.migrate) is
+# applied under a lock its session holds from one statement to the next. Another key than
+# the one above: while a host builds an index concurrently, the others still take that one
+# in their transactions, find this one held, and wait for it by asking again now and then
+# (cronjob.locks.poll), so that none of them waits inside a statement whose snapshot the
+# build would wait for in turn.
+MIGRATIONS_LOCK_SESSION = "SELECT pg_advisory_lock(29958816149106291)"
+MIGRATIONS_LOCK_SESSION_TRY = "SELECT pg_try_advisory_lock(29958816149106291)"
+MIGRATIONS_UNLOCK_SESSION = "SELECT pg_advisory_unlock(29958816149106291)"
+
 # -- waiting for another host: for the migration lock, the sync lock (queries.definitions)
 # or the keyed batch lock of enqueue (queries.runs) --
 
@@ -54,3 +64,27 @@ MIGRATIONS_LIST_APPLIED = "SELECT version FROM jobrunner_migrations"
 MIGRATION_APPLY_RECORD = (
     "INSERT INTO jobrunner_migrations (version, name) VALUES (%(version)s, %(name)s)"
 )
+
+# -- a migration applied outside a transaction, a statement at a time --
+
+# A concurrent index build can outlast the runner's 30 s statement_timeout on a large table,
+# and waits for every older transaction to end: it may wait as long as the host allows any
+# lock wait (--lock-wait), and take as long as it needs. For the session, until restored.
+MIGRATION_APPLY_ALONE_LIMITS = """
+SELECT set_config('statement_timeout', '0', false), set_config('lock_timeout', %(ms)s, false)
+"""
+MIGRATION_APPLY_ALONE_RESTORE_LIMITS = """
+SELECT set_config(name, reset_val, false) FROM pg_settings
+WHERE name IN ('statement_timeout', 'lock_timeout')
+"""
+
+# An index such a migration builds, left INVALID by a build that did not finish (a crash, a
+# cancel, a timeout): `CREATE INDEX CONCURRENTLY IF NOT EXISTS` would take it for done.
+# Resolved through the search_path, as the migration's own statements are.
+MIGRATION_APPLY_ALONE_INVALID_INDEXES = """
+SELECT name FROM unnest(%(names)s::text[]) AS name
+JOIN pg_index i ON i.indexrelid = to_regclass(quote_ident(name))
+WHERE NOT i.indisvalid
+"""
+# Composed with the index's name as an identifier (psycopg.sql).
+MIGRATION_APPLY_ALONE_DROP_INDEX = "DROP INDEX CONCURRENTLY IF EXISTS {index}"

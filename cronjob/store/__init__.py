@@ -23,10 +23,13 @@ from cronjob.store.preflight import (
     advisory_lock,
     lock_wait_limits,
     migration_apply,
+    migration_apply_alone,
     migrations_create_table,
     migrations_get_latest_version,
     migrations_list_applied,
     migrations_lock,
+    migrations_lock_session,
+    migrations_unlock_session,
     tick_work_exists,
 )
 
@@ -42,10 +45,13 @@ __all__ = [
     "advisory_lock",
     "lock_wait_limits",
     "migration_apply",
+    "migration_apply_alone",
     "migrations_create_table",
     "migrations_get_latest_version",
     "migrations_list_applied",
     "migrations_lock",
+    "migrations_lock_session",
+    "migrations_unlock_session",
     "tick_work_exists",
 ]
 

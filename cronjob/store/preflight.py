@@ -6,7 +6,7 @@ idle tick runs two of these and nothing else.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -40,6 +40,19 @@ def migrations_lock(conn: Any, *, wait: bool = True) -> bool:
     return advisory_lock(conn, queries.MIGRATIONS_LOCK, queries.MIGRATIONS_LOCK_TRY, wait=wait)
 
 
+def migrations_lock_session(conn: Any, *, wait: bool = True) -> bool:
+    """Take the lock a migration outside a transaction is applied under, held by the session
+    until `migrations_unlock_session`; with `wait`, queue for it, else return False at once
+    if another host holds it."""
+    return advisory_lock(
+        conn, queries.MIGRATIONS_LOCK_SESSION, queries.MIGRATIONS_LOCK_SESSION_TRY, wait=wait
+    )
+
+
+def migrations_unlock_session(conn: Any) -> None:
+    conn.execute(queries.MIGRATIONS_UNLOCK_SESSION)
+
+
 def lock_wait_limits(conn: Any, seconds: float | None) -> None:
     """Let this transaction wait `seconds` for a lock (None: back to the runner's limits)."""
     if seconds is None:
@@ -60,3 +73,32 @@ def migration_apply(conn: Any, sql_text: str, version: int, name: str) -> None:
     """Run one migration file's statements and record its version, in the caller's transaction."""
     conn.execute(sql_text)
     conn.execute(queries.MIGRATION_APPLY_RECORD, {"version": version, "name": name})
+
+
+def migration_apply_alone(
+    conn: Any, statements: Sequence[str], version: int, name: str, *,
+    builds: Sequence[str], lock_wait: float,
+) -> None:  # fmt: skip
+    """Run a migration that cannot run in a transaction, a statement at a time, each
+    committing on its own, then record its version. Indexes it `builds` that an unfinished
+    build left INVALID are dropped first, to be built again.
+
+    `conn` is in autocommit mode, and its session holds the migration's lock.
+    """
+    from psycopg import sql
+
+    ms = str(max(1, round(lock_wait * 1000)))
+    conn.execute(queries.MIGRATION_APPLY_ALONE_LIMITS, {"ms": ms})
+    try:
+        invalid = conn.execute(
+            queries.MIGRATION_APPLY_ALONE_INVALID_INDEXES, {"names": list(builds)}
+        ).fetchall()
+        for (index,) in invalid:
+            drop = sql.SQL(queries.MIGRATION_APPLY_ALONE_DROP_INDEX)
+            conn.execute(drop.format(index=sql.Identifier(index)))
+        for statement in statements:
+            conn.execute(statement)
+        conn.execute(queries.MIGRATION_APPLY_RECORD, {"version": version, "name": name})
+    finally:
+        if not conn.broken:
+            conn.execute(queries.MIGRATION_APPLY_ALONE_RESTORE_LIMITS)
