@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from cronjob.errors import IdempotencyConflict
 from cronjob.run_options import NewRun, checked_run, unknown
 
 if TYPE_CHECKING:
@@ -34,9 +33,9 @@ def enqueue(conn: Any, job_type: str, payload: Any = None, **options: Unpack[Run
     `options` are those of `cronjob.run_options.RunOptions`: `run_at` (a timezone-aware
     datetime) or `delay` (a duration), `idempotency_key`, `max_attempts`, `priority`,
     `tenant_id`. Runs in the caller's transaction: the job exists only if that
-    transaction commits. With an `idempotency_key` that already exists, nothing is
-    inserted and the existing run's id is returned if it is of the same job type and
-    tenant; if not, IdempotencyConflict (exit 1) names it.
+    transaction commits. An `idempotency_key` is unique per (job type, tenant): when a run
+    of this type for this tenant (or for no tenant) has it already, nothing is inserted
+    and that run's id is returned.
     """
     return insert_runs(conn, [new_run(job_type, payload, **options)])[0]
 
@@ -47,38 +46,16 @@ async def enqueue_async(
     """As `enqueue`, on a psycopg AsyncConnection, in the caller's transaction."""
     from cronjob.store import runs_insert_many_async
 
-    runs = [new_run(job_type, payload, **options)]
-    return _same_work(runs, await runs_insert_many_async(conn, runs))[0]
+    enqueued = await runs_insert_many_async(conn, [new_run(job_type, payload, **options)])
+    return enqueued[0].id
 
 
 def insert_runs(conn: Any, runs: Sequence[NewRun]) -> list[int]:
     """Insert checked runs in the caller's transaction; returns their ids in order.
 
-    A run whose idempotency key exists already is not inserted: the existing run's id
-    is returned when it is the same piece of work (same job type, same tenant), and
-    IdempotencyConflict is raised, naming it, when it is not.
+    A run whose idempotency key a run of the same job type and tenant holds already is not
+    inserted: that run's id is returned.
     """
     from cronjob.store import runs_insert_many
 
-    return _same_work(runs, runs_insert_many(conn, runs))
-
-
-def _same_work(runs: Sequence[NewRun], found: Sequence[Any]) -> list[int]:
-    for run, enqueued in zip(runs, found, strict=True):
-        tenant = run.options.get("tenant_id")
-        if not enqueued.created and (enqueued.job_type, enqueued.tenant_id) != (
-            run.job_type,
-            tenant,
-        ):
-            key = run.options.get("idempotency_key", "")[:80]
-            raise IdempotencyConflict(
-                f"idempotency key {key!r} belongs to run {enqueued.id} "
-                f"({_work(enqueued.job_type, enqueued.tenant_id)}), not to "
-                f"{_work(run.job_type, tenant)}: nothing enqueued"
-            )
-    return [enqueued.id for enqueued in found]
-
-
-def _work(job_type: str, tenant_id: str | None) -> str:
-    tenant = "no tenant" if tenant_id is None else f"tenant {tenant_id[:80]!r}"
-    return f"type {job_type[:80]!r}, {tenant}"
+    return [enqueued.id for enqueued in runs_insert_many(conn, runs)]

@@ -67,8 +67,9 @@ class ConnectionLost(DatabaseUnavailable):
 
 
 class IdempotencyConflict(JobrunnerError):
-    """An idempotency key is taken by a run of another job type or tenant: not the same
-    piece of work, so neither its id nor a new run is the answer (exit 1)."""
+    """No longer raised: an idempotency key is unique per (job type, tenant), so a key
+    another type or tenant holds belongs to another piece of work and enqueues a run of
+    its own. Kept so that code catching it still imports."""
 
 
 class SchemaNotReady(JobrunnerError):

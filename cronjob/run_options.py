@@ -126,9 +126,8 @@ class RunOptions(TypedDict, total=False):
             flag="--idempotency-key",
             key="idempotency_key",
             metavar="KEY",
-            help="A key unique among runs (at most 1000 bytes): if a run of the same type and "
-            "tenant has it already, its id is printed and nothing is enqueued; if another type "
-            "or tenant has it, nothing is enqueued and the command exits 1 naming that run.",
+            help="A key unique per job type and tenant (at most 1000 bytes): if a run of the "
+            "same type and tenant has it already, its id is printed and nothing is enqueued.",
         ),
     ]
     max_attempts: Annotated[

@@ -1,72 +1,111 @@
-"""An idempotency key returns an existing run only when it is the same piece of work:
-the same job type for the same tenant. Otherwise it is refused, naming the run."""
+"""An idempotency key is unique per (job type, tenant), forever: the same key for the same
+type and tenant returns the existing run; a key another type or tenant holds is another
+piece of work, with a run of its own."""
 
 from __future__ import annotations
 
 import json
+import threading
 
-import pytest
+import psycopg
 
 from cronjob import enqueue
-from cronjob.errors import IdempotencyConflict
 from tests.conftest import count, run_cli
 
 
-def _enqueue(db_url: str, job_type: str, *extra: str):
-    return run_cli("enqueue", job_type, "--idempotency-key", "k1", *extra, "--database-url", db_url)
+def _enqueue(db_url: str, job_type: str, *extra: str) -> int:
+    result = run_cli(
+        "enqueue", job_type, "--idempotency-key", "K", *extra, "--database-url", db_url
+    )
+    assert result.exit_code == 0, result.stderr
+    return int(result.stdout)
 
 
 def test_the_same_key_for_the_same_type_and_tenant_returns_the_existing_run(db_url, conn):
     for tenant in ("acme", "globex"):
-        first = run_cli(
-            "enqueue", "test.ok", "--idempotency-key", f"k-{tenant}", "--tenant", tenant,
-            "--database-url", db_url,
-        )  # fmt: skip
-        again = run_cli(
-            "enqueue", "test.ok", "--idempotency-key", f"k-{tenant}", "--tenant", tenant,
-            "--database-url", db_url,
-        )  # fmt: skip
-        assert (first.exit_code, again.exit_code) == (0, 0)
-        assert first.stdout == again.stdout
+        first = _enqueue(db_url, "test.ok", "--tenant", tenant)
+        assert _enqueue(db_url, "test.ok", "--tenant", tenant) == first
+    first = _enqueue(db_url, "test.ok")
+    assert _enqueue(db_url, "test.ok") == first
+    assert count(conn, "SELECT count(*) FROM job_runs") == 3
+
+
+def test_a_key_another_tenant_or_type_holds_enqueues_a_run_of_its_own(db_url, conn):
+    acme = _enqueue(db_url, "test.ok", "--tenant", "acme")
+
+    globex = _enqueue(db_url, "test.ok", "--tenant", "globex")
+    no_tenant = _enqueue(db_url, "test.ok")
+    other_type = _enqueue(db_url, "test.fail", "--tenant", "acme")
+
+    assert len({acme, globex, no_tenant, other_type}) == 4
+    assert _enqueue(db_url, "test.ok", "--tenant", "acme") == acme
+    assert _enqueue(db_url, "test.ok", "--tenant", "globex") == globex
+    assert _enqueue(db_url, "test.ok") == no_tenant
+    assert _enqueue(db_url, "test.fail", "--tenant", "acme") == other_type
+    assert count(conn, "SELECT count(*) FROM job_runs") == 4
+
+
+def test_an_empty_tenant_is_a_tenant_and_no_tenant_is_another(conn):
+    # The index reads no tenant as '': a run for the tenant '' shares its key with runs
+    # for no tenant, as it always has in the occurrence index.
+    none = enqueue(conn, "test.ok", idempotency_key="K")
+    assert enqueue(conn, "test.ok", idempotency_key="K", tenant_id="acme") != none
+    assert enqueue(conn, "test.ok", idempotency_key="K") == none
+
+
+def test_a_batch_enqueues_one_run_per_type_and_tenant_for_a_shared_key(db_url, conn):
+    lines = [
+        {"type": "test.ok", "idempotency_key": "K", "tenant": "acme"},
+        {"type": "test.ok", "idempotency_key": "K", "tenant": "globex"},
+        {"type": "test.ok", "idempotency_key": "K", "tenant": "acme"},
+        {"type": "test.fail", "idempotency_key": "K", "tenant": "acme"},
+        {"type": "test.ok", "idempotency_key": "K"},
+    ]
+    stdin = "\n".join(json.dumps(line) for line in lines)
+    result = run_cli("enqueue", "--jsonl", "-", "--database-url", db_url, input=stdin)
+    assert result.exit_code == 0, result.stderr
+    acme, globex, acme_again, other_type, no_tenant = map(int, result.stdout.split())
+
+    assert acme_again == acme
+    assert len({acme, globex, other_type, no_tenant}) == 4
+    assert count(conn, "SELECT count(*) FROM job_runs") == 4
+
+
+def test_the_python_api_returns_the_run_of_the_same_type_and_tenant_only(conn):
+    acme = enqueue(conn, "test.ok", idempotency_key="K", tenant_id="acme")
+    globex = enqueue(conn, "test.ok", idempotency_key="K", tenant_id="globex")
+    other = enqueue(conn, "test.other", idempotency_key="K", tenant_id="acme")
+
+    assert len({acme, globex, other}) == 3
+    assert enqueue(conn, "test.ok", idempotency_key="K", tenant_id="acme") == acme
+    assert enqueue(conn, "test.other", idempotency_key="K", tenant_id="acme") == other
+
+
+def test_a_key_committed_while_waiting_returns_that_run_not_another_tenants(db_url, conn):
+    globex = enqueue(conn, "test.ok", idempotency_key="K", tenant_id="globex")
+    with psycopg.connect(db_url) as holder:
+        held = enqueue(holder, "test.ok", idempotency_key="K", tenant_id="acme")
+        found: list[int] = []
+        waiting = threading.Thread(target=lambda: found.append(
+            enqueue(conn, "test.ok", idempotency_key="K", tenant_id="acme")
+        ))  # fmt: skip
+        waiting.start()
+        _wait_until_blocked(db_url)
+        holder.commit()
+        waiting.join(timeout=30)
+
+    assert found == [held] != [globex]
     assert count(conn, "SELECT count(*) FROM job_runs") == 2
 
 
-@pytest.mark.parametrize(
-    "first, second",
-    [
-        (("test.ok", "--tenant", "acme"), ("test.ok", "--tenant", "globex")),
-        (("test.ok", "--tenant", "globex"), ("test.ok", "--tenant", "acme")),
-        (("test.ok",), ("test.ok", "--tenant", "acme")),
-        (("test.ok", "--tenant", "acme"), ("test.ok",)),
-        (("test.ok",), ("test.fail",)),
-    ],
-)
-def test_the_same_key_for_other_work_is_refused_naming_the_run(db_url, conn, first, second):
-    created = _enqueue(db_url, *first)
-    assert created.exit_code == 0
-    refused = _enqueue(db_url, *second)
-    assert refused.exit_code == 1
-    assert refused.stdout == ""
-    [line] = refused.stderr.splitlines()
-    assert f"belongs to run {int(created.stdout)}" in line
-    assert count(conn, "SELECT count(*) FROM job_runs") == 1
+def _wait_until_blocked(db_url: str) -> None:
+    from tests.conftest import wait_for
 
-
-def test_a_conflict_within_a_batch_writes_nothing(db_url, conn):
-    lines = [
-        json.dumps({"type": "test.ok", "idempotency_key": "k", "tenant": "acme"}),
-        json.dumps({"type": "test.ok", "idempotency_key": "k", "tenant": "globex"}),
-    ]
-    result = run_cli("enqueue", "--jsonl", "-", "--database-url", db_url, input="\n".join(lines))
-    assert result.exit_code == 1
-    assert "belongs to run" in result.stderr
-    assert count(conn, "SELECT count(*) FROM job_runs") == 0
-
-
-def test_the_python_api_refuses_a_key_taken_by_another_tenant(conn):
-    first = enqueue(conn, "test.ok", idempotency_key="k", tenant_id="acme")
-    assert enqueue(conn, "test.ok", idempotency_key="k", tenant_id="acme") == first
-    with pytest.raises(IdempotencyConflict, match=f"belongs to run {first}"):
-        enqueue(conn, "test.ok", idempotency_key="k", tenant_id="globex")
-    with pytest.raises(IdempotencyConflict):
-        enqueue(conn, "test.other", idempotency_key="k", tenant_id="acme")
+    with psycopg.connect(db_url, autocommit=True) as watcher:
+        wait_for(
+            lambda: watcher.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND datname = current_database()"
+            ).fetchone()[0],
+            "the second enqueue to wait on the first one's key",
+        )

@@ -35,14 +35,31 @@ _RUN_COLUMNS = ", ".join(
 )
 
 
+# An idempotency key is unique per (job type, tenant), no tenant being one of its own: the
+# unique index of migration 0017, whose expression the insert's ON CONFLICT names and the
+# lookups of an existing run repeat, so that they walk that index.
+_SAME_WORK = "ON CONFLICT (job_type, (coalesce(tenant_id, '')), idempotency_key)"
+
+
+def _same_key(run: str, given: str) -> str:
+    """`run` holds the idempotency key of the run `given` asks for: same key, type, tenant."""
+    return (
+        f"{run}.idempotency_key = {given}.idempotency_key AND {run}.job_type = {given}.job_type"
+        f" AND coalesce({run}.tenant_id, '') = coalesce({given}.tenant_id, '')"
+    )
+
+
 # Ids are drawn from the sequence up front so each input row can be matched to
 # the id it got, whether it was inserted now or already existed under its key.
 # The arrays travel in binary: text arrays of JSON would otherwise be quoted and
 # escaped element by element. Each option of a run (cronjob.run_options) sent is an
 # array of its own, and the column it is stored in takes the option's expression.
+# What it reads back of job_runs is the id, type, tenant and key of runs: all that the
+# enqueuer role of deploy/roles.sql may read.
 @functools.cache
 def runs_insert_many_sending(sent: tuple[str, ...]) -> str:
-    """The insert of runs whose options `sent` (names of run_options.RUN_OPTIONS) travel."""
+    """The insert of runs whose options `sent` (names of run_options.RUN_OPTIONS) travel:
+    ALWAYS_SENT, the idempotency key and the tenant among them, and any others."""
     options = [(name, RUN_OPTIONS[name]) for name in sent]
     arrays = "".join(f", %({name})b::{option.sql_type}[]" for name, option in options)
     inputs = "".join(f", {name}" for name, _ in options)
@@ -59,23 +76,17 @@ inserted AS (
     INSERT INTO job_runs (id, job_type, payload{columns}, created_at, updated_at)
     SELECT new_id, job_type, payload::jsonb, {values}{_NOW}, {_NOW}
     FROM input ORDER BY ord
-    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-    RETURNING id, idempotency_key, job_type, tenant_id
+    {_SAME_WORK} WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id, job_type, tenant_id, idempotency_key
 )
-SELECT i.ord, i.idempotency_key,
+SELECT i.ord, i.job_type, i.tenant_id, i.idempotency_key,
        coalesce(mine.id, same_key.id, existing.id) AS id,
-       mine.id IS NOT NULL AS created,
-       CASE WHEN mine.id IS NOT NULL THEN i.job_type
-            WHEN same_key.id IS NOT NULL THEN same_key.job_type
-            ELSE existing.job_type END AS job_type,
-       CASE WHEN mine.id IS NOT NULL THEN i.tenant_id
-            WHEN same_key.id IS NOT NULL THEN same_key.tenant_id
-            ELSE existing.tenant_id END AS tenant_id
+       mine.id IS NOT NULL AS created
 FROM input i
 LEFT JOIN inserted mine ON mine.id = i.new_id
-LEFT JOIN inserted same_key ON mine.id IS NULL AND same_key.idempotency_key = i.idempotency_key
+LEFT JOIN inserted same_key ON mine.id IS NULL AND {_same_key("same_key", "i")}
 LEFT JOIN job_runs existing ON mine.id IS NULL AND same_key.id IS NULL
-                           AND existing.idempotency_key = i.idempotency_key
+                           AND {_same_key("existing", "i")}
 ORDER BY i.ord
 """
 
@@ -83,14 +94,20 @@ ORDER BY i.ord
 # What most batches send: every option but those later migrations added.
 RUNS_INSERT_MANY = runs_insert_many_sending(ALWAYS_SENT)
 
-RUNS_INSERT_MANY_IDS_BY_KEY = (
-    "SELECT idempotency_key, id, job_type, tenant_id FROM job_runs"
-    " WHERE idempotency_key = ANY(%(keys)s)"
-)
+# The runs that hold the keys of input rows the insert found taken but could not see.
+RUNS_INSERT_MANY_IDS_BY_KEY = f"""
+SELECT k.job_type, k.tenant_id, k.idempotency_key, r.id
+FROM unnest(%(job_types)s::text[], %(tenant_ids)s::text[], %(keys)s::text[])
+    AS k(job_type, tenant_id, idempotency_key)
+JOIN job_runs r ON {_same_key("r", "k")}
+"""
 
 # Batches that carry idempotency keys take turns: two batches holding some of each
-# other's keys, in different orders, would otherwise wait on each other until the
-# server broke the deadlock by failing one. This constant spells "jobkeys".
+# other's keys (the same key for the same type and tenant), in different orders, would
+# otherwise wait on each other until the server broke the deadlock by failing one. One
+# lock for every batch, whatever its types and tenants: a lock per type and tenant, taken
+# chunk by chunk as a batch meets them, could be taken in different orders again. This
+# constant spells "jobkeys".
 RUNS_LOCK_FOR_KEYED_BATCH = "SELECT pg_advisory_xact_lock(29958816149218675)"
 RUNS_LOCK_FOR_KEYED_BATCH_TRY = "SELECT pg_try_advisory_xact_lock(29958816149218675)"
 

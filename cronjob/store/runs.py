@@ -28,13 +28,11 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Enqueued:
-    """One enqueued run, or the run that already had its idempotency key, with that
-    run's job type and tenant."""
+    """One enqueued run, or the run of the same type and tenant that already had its
+    idempotency key."""
 
     id: int
     created: bool
-    job_type: str
-    tenant_id: str | None
 
 
 @dataclass(frozen=True)
@@ -53,15 +51,12 @@ def runs_insert_many(
         return []
     cursor = conn.cursor(row_factory=dict_row)
     rows = cursor.execute(*_inserting(runs, now)).fetchall()
-    missing = [row["idempotency_key"] for row in rows if row["id"] is None]
-    found: dict[str, dict[str, Any]] = {}
-    if missing:
+    found: dict[tuple[str, str, str], int] = {}
+    if missing := _keys_not_seen(rows):
         # Another transaction inserted these keys while ours waited on them; they
         # are visible now, in a statement with a fresh snapshot.
-        by_key = conn.cursor(row_factory=dict_row).execute(
-            queries.RUNS_INSERT_MANY_IDS_BY_KEY, {"keys": missing}
-        )
-        found = {row["idempotency_key"]: row for row in by_key.fetchall()}
+        by_key = conn.execute(queries.RUNS_INSERT_MANY_IDS_BY_KEY, missing)
+        found = {_work(*row[:3]): row[3] for row in by_key.fetchall()}
     return _enqueued(rows, found)
 
 
@@ -73,13 +68,11 @@ async def runs_insert_many_async(
     cursor = conn.cursor(row_factory=dict_row)
     await cursor.execute(*_inserting(runs, now))
     rows = await cursor.fetchall()
-    missing = [row["idempotency_key"] for row in rows if row["id"] is None]
-    found: dict[str, dict[str, Any]] = {}
-    if missing:
+    found: dict[tuple[str, str, str], int] = {}
+    if missing := _keys_not_seen(rows):
         # As in runs_insert_many: keys another transaction inserted while ours waited.
-        by_key = conn.cursor(row_factory=dict_row)
-        await by_key.execute(queries.RUNS_INSERT_MANY_IDS_BY_KEY, {"keys": missing})
-        found = {row["idempotency_key"]: row for row in await by_key.fetchall()}
+        by_key = await conn.execute(queries.RUNS_INSERT_MANY_IDS_BY_KEY, missing)
+        found = {_work(*row[:3]): row[3] for row in await by_key.fetchall()}
     return _enqueued(rows, found)
 
 
@@ -98,20 +91,33 @@ def _inserting(runs: Sequence[NewRun], now: datetime | None) -> tuple[str, dict[
     return statement, params
 
 
-def _enqueued(rows: list[dict[str, Any]], found: dict[str, dict[str, Any]]) -> list[Enqueued]:
+def _work(job_type: str, tenant_id: str | None, key: str) -> tuple[str, str, str]:
+    """What an idempotency key is unique for: its job type and tenant (none: '')."""
+    return job_type, tenant_id or "", key
+
+
+def _keys_not_seen(rows: list[dict[str, Any]]) -> dict[str, list[str | None]] | None:
+    """The (type, tenant, key) of the input rows the insert found no run for, as the
+    parameters of RUNS_INSERT_MANY_IDS_BY_KEY; None if there are none."""
+    missing = [row for row in rows if row["id"] is None]
+    if not missing:
+        return None
+    return {
+        "job_types": [row["job_type"] for row in missing],
+        "tenant_ids": [row["tenant_id"] for row in missing],
+        "keys": [row["idempotency_key"] for row in missing],
+    }
+
+
+def _enqueued(rows: list[dict[str, Any]], found: dict[tuple[str, str, str], int]) -> list[Enqueued]:
     """Each input row's run: its own, or the run already holding its key (`found`)."""
+    enqueued = []
     for row in rows:
-        if row["id"] is None:
-            row.update(found[row["idempotency_key"]])
-    return [
-        Enqueued(
-            id=int(row["id"]),
-            created=bool(row["created"]),
-            job_type=row["job_type"],
-            tenant_id=row["tenant_id"],
-        )
-        for row in rows
-    ]
+        run_id = row["id"]
+        if run_id is None:
+            run_id = found[_work(row["job_type"], row["tenant_id"], row["idempotency_key"])]
+        enqueued.append(Enqueued(id=int(run_id), created=bool(row["created"])))
+    return enqueued
 
 
 def runs_lock_for_keyed_batch(conn: Any, *, wait: bool = True) -> bool:
