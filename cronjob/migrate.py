@@ -102,9 +102,13 @@ def _apply_alone(conn: Any, migration: Migration, lock_wait: float) -> bool:
             return False
         text = migration.path.read_text()
         store.migration_apply_alone(
-            conn, statements(text), migration.version, migration.name,
-            builds=_CONCURRENT_BUILD.findall(text), lock_wait=lock_wait,
-        )  # fmt: skip
+            conn,
+            statements(text),
+            migration.version,
+            migration.name,
+            builds=_CONCURRENT_BUILD.findall(text),
+            lock_wait=lock_wait,
+        )
         return True
     finally:
         if not conn.broken:

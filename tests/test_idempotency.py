@@ -86,9 +86,11 @@ def test_a_key_committed_while_waiting_returns_that_run_not_another_tenants(db_u
     with psycopg.connect(db_url) as holder:
         held = enqueue(holder, "test.ok", idempotency_key="K", tenant_id="acme")
         found: list[int] = []
-        waiting = threading.Thread(target=lambda: found.append(
-            enqueue(conn, "test.ok", idempotency_key="K", tenant_id="acme")
-        ))  # fmt: skip
+        waiting = threading.Thread(
+            target=lambda: found.append(
+                enqueue(conn, "test.ok", idempotency_key="K", tenant_id="acme")
+            )
+        )
         waiting.start()
         _wait_until_blocked(db_url)
         holder.commit()

@@ -33,8 +33,9 @@ def before_the_build(empty_database_url: str) -> Iterator[str]:
         for m in shipped_migrations():
             if m.version < ALONE:
                 store.migration_apply(conn, m.path.read_text(), m.version, m.name)
-        conn.execute("INSERT INTO job_runs (job_type, tenant_id, idempotency_key)"
-                     " VALUES ('t', 'acme', 'K')")  # fmt: skip
+        conn.execute(
+            "INSERT INTO job_runs (job_type, tenant_id, idempotency_key) VALUES ('t', 'acme', 'K')"
+        )
     yield empty_database_url
 
 
@@ -90,8 +91,9 @@ def test_migrating_builds_the_new_index_while_job_runs_takes_writes(before_the_b
     assert "0017_idempotency_key_per_type_and_tenant" in stderr
     assert indexes(url) == {NEW_INDEX: True}
     assert recorded(url) == [ALONE]
-    taken = run_cli("enqueue", "t", "--tenant", "globex", "--idempotency-key", "K",
-                    "--database-url", url)  # fmt: skip
+    taken = run_cli(
+        "enqueue", "t", "--tenant", "globex", "--idempotency-key", "K", "--database-url", url
+    )
     assert taken.exit_code == 0, taken.stderr
 
 

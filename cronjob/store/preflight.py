@@ -76,9 +76,14 @@ def migration_apply(conn: Any, sql_text: str, version: int, name: str) -> None:
 
 
 def migration_apply_alone(
-    conn: Any, statements: Sequence[str], version: int, name: str, *,
-    builds: Sequence[str], lock_wait: float,
-) -> None:  # fmt: skip
+    conn: Any,
+    statements: Sequence[str],
+    version: int,
+    name: str,
+    *,
+    builds: Sequence[str],
+    lock_wait: float,
+) -> None:
     """Run a migration that cannot run in a transaction, a statement at a time, each
     committing on its own, then record its version. Indexes it `builds` that an unfinished
     build left INVALID are dropped first, to be built again.
