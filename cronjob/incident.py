@@ -4,7 +4,8 @@
 run counts; a real one walks the selection in id order, in batches of at most
 `MAX_BATCH` runs, each its own short transaction, so no run stays locked for longer
 than one batch. The first batch's transaction also writes the command's one
-`job_audit` row; each later batch adds its count to that row as it commits. Both
+`job_audit` row; each later batch appends its count to it (`job_audit_batches`) as it
+commits, since the trail is append-only. Both
 read the same rows in the same order under the same limit, so what a dry run
 counts is what the command then changes, unless something else moved meanwhile.
 """
@@ -164,7 +165,7 @@ def _audit_batch(
             changed=len(ids), sample_ids=ids, reason=reason,
         )  # fmt: skip
     elif ids:
-        store.audit_add_changed(conn, applied.audit_id, ids)
+        store.audit_batch_insert(conn, applied.audit_id, ids)
     room = store.AUDIT_SAMPLE - len(applied.sample_ids)
     applied.sample_ids.extend(list(ids)[: max(0, room)])
 

@@ -377,8 +377,9 @@ class AuditEntry:
     """One state-changing command, as `jobrunner audit` lists it."""
 
     id: int
-    at: datetime
-    actor: str
+    at: datetime  # the database's clock, whatever the writer said
+    actor: str  # who the command said was acting (--actor)
+    login: str | None  # the database session_user that wrote it; None before migration 0016
     command: str
     selection: dict[str, object]
     changed: int

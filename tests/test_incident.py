@@ -43,8 +43,10 @@ def statuses(conn: psycopg.Connection[Any], ids: list[int]) -> dict[int, str]:
 
 
 def audit_rows(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
-    cursor = conn.cursor(row_factory=psycopg.rows.dict_row)
-    return cursor.execute("SELECT * FROM job_audit ORDER BY id").fetchall()
+    """The audit entries as `jobrunner audit` lists them: each with all of its batches."""
+    from dataclasses import asdict
+
+    return [asdict(entry) for entry in store.audit_list(conn)]
 
 
 # -- acting on sets -----------------------------------------------------------

@@ -273,7 +273,11 @@ def resume(job_types: tuple[str, ...], database_url: str | None, reason: str | N
 @click.option("--since", metavar="DURATION", help="Only entries this recent, e.g. 2h, 7d.")
 @json_option
 def audit(database_url: str | None, since: str | None, as_json: bool) -> None:
-    """List what state-changing commands did: when, who, what, how many runs, and why."""
+    """List what state-changing commands did: when, who, what, how many runs, and why.
+
+    AT is the database's clock and LOGIN the database user that wrote the entry, both set
+    by the database; ACTOR is who the command said was acting (--actor).
+    """
     from cronjob import store
     from cronjob.inputs import parse_duration
 
@@ -283,9 +287,9 @@ def audit(database_url: str | None, since: str | None, as_json: bool) -> None:
         entries = store.audit_list(conn, since=seconds)
     if as_json:
         click.echo(json.dumps([
-            {"id": e.id, "at": iso(e.at), "actor": e.actor, "command": e.command,
-             "selection": e.selection, "changed": e.changed, "sample_ids": e.sample_ids,
-             "reason": e.reason}
+            {"id": e.id, "at": iso(e.at), "actor": e.actor, "login": e.login,
+             "command": e.command, "selection": e.selection, "changed": e.changed,
+             "sample_ids": e.sample_ids, "reason": e.reason}
             for e in entries
         ], indent=2))  # fmt: skip
         return
@@ -293,8 +297,9 @@ def audit(database_url: str | None, since: str | None, as_json: bool) -> None:
         click.echo("no audit entries" + (f" in the last {since}" if since else ""))
         return
     rows = [
-        (str(e.id), when(e.at), clip(e.actor, 30), e.command, str(e.changed),
-         clip(json.dumps(e.selection, ensure_ascii=False), 60), clip(e.reason or "", 40))
+        (str(e.id), when(e.at), clip(e.actor, 30), clip(e.login or "?", 30), e.command,
+         str(e.changed), clip(json.dumps(e.selection, ensure_ascii=False), 60),
+         clip(e.reason or "", 40))
         for e in entries
     ]  # fmt: skip
-    table(("ID", "AT", "ACTOR", "COMMAND", "CHANGED", "SELECTION", "REASON"), rows)
+    table(("ID", "AT", "ACTOR", "LOGIN", "COMMAND", "CHANGED", "SELECTION", "REASON"), rows)

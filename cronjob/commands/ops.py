@@ -524,13 +524,24 @@ def _prune_effects(conn: Any, keep: float, batch_size: int) -> int:
 def _prune_audit(conn: Any, older_than: float, options: dict[str, Any]) -> int | None:
     from cronjob import store
     from cronjob.commands.incident import record_audit
+    from cronjob.db import INSUFFICIENT_PRIVILEGE, database_errors
+    from cronjob.errors import DatabaseError, JobrunnerError
 
     if options.get("dry_run"):
         return None
-    with conn.transaction():
-        deleted = store.audit_prune(conn, older_than=older_than)
-        record_audit(conn, "prune", options.get("actor"), options.get("reason"),
-                     selection={"audit_older_than": older_than}, changed=deleted)  # fmt: skip
+    try:
+        with database_errors(), conn.transaction():
+            deleted = store.audit_prune(conn, older_than=older_than)
+            record_audit(conn, "prune", options.get("actor"), options.get("reason"),
+                         selection={"audit_older_than": older_than}, changed=deleted)  # fmt: skip
+    except DatabaseError as exc:
+        if exc.sqlstate != INSUFFICIENT_PRIVILEGE:
+            raise
+        raise JobrunnerError(
+            f"cannot trim the audit trail as role {conn.info.user}: {exc.primary}; only its "
+            "owner may: run `jobrunner prune --audit-older-than` as jobrunner_owner "
+            "(deploy/roles.sql)"
+        ) from None
     return deleted
 
 

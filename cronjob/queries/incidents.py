@@ -113,27 +113,43 @@ DELETE FROM job_type_pauses WHERE job_type = ANY(%(job_types)s::text[])
 RETURNING job_type
 """
 
-AUDIT_INSERT = f"""
-INSERT INTO job_audit (at, actor, command, selection, changed, sample_ids, reason)
-VALUES ({_NOW}, %(actor)s, %(command)s, %(selection)s::jsonb, %(changed)s,
-        %(sample_ids)s::bigint[], %(reason)s)
+# One row per state-changing command (migration 0009), append-only (0016): its time and the
+# database login are the server's (a trigger sets them), its actor the one declared.
+AUDIT_INSERT = """
+INSERT INTO job_audit (actor, command, selection, changed, sample_ids, reason)
+VALUES (%(actor)s, %(command)s, %(selection)s::jsonb, %(changed)s, %(sample_ids)s::bigint[],
+        %(reason)s)
 RETURNING id
 """
 
-# A later batch of the same command: its count and sample grow in that batch's commit.
-AUDIT_ADD_CHANGED = """
-UPDATE job_audit
-SET changed = changed + %(changed)s,
-    sample_ids = (sample_ids || %(sample_ids)s::bigint[])[1:%(sample)s]
-WHERE id = %(id)s
+# A later batch of the same command, appended in that batch's commit: an entry is never
+# updated. The trigger refuses a batch for an entry another login recorded.
+AUDIT_BATCH_INSERT = """
+INSERT INTO job_audit_batches (audit_id, changed, sample_ids)
+VALUES (%(id)s, %(changed)s, %(sample_ids)s::bigint[])
 """
 
+# Each entry with the runs of all its batches, and its first sample ids across them.
 AUDIT_LIST = f"""
-SELECT id, at, actor, command, selection, changed, sample_ids, reason FROM job_audit
-WHERE %(since)s::float8 IS NULL OR at >= {_NOW} - make_interval(secs => %(since)s::float8)
-ORDER BY at, id
+SELECT a.id, a.at, a.actor, a.login, a.command, a.selection,
+       a.changed + coalesce(later.changed, 0) AS changed,
+       (a.sample_ids || coalesce(later.sample_ids, '{{}}'))[1:%(sample)s] AS sample_ids,
+       a.reason
+FROM job_audit a
+LEFT JOIN LATERAL (
+    SELECT sum(b.changed)::bigint AS changed,
+           (SELECT array_agg(sample.id ORDER BY b2.id, sample.n)
+            FROM job_audit_batches b2, unnest(b2.sample_ids) WITH ORDINALITY AS sample(id, n)
+            WHERE b2.audit_id = a.id) AS sample_ids
+    FROM job_audit_batches b
+    WHERE b.audit_id = a.id
+) later ON true
+WHERE %(since)s::float8 IS NULL OR a.at >= {_NOW} - make_interval(secs => %(since)s::float8)
+ORDER BY a.at, a.id
 """
 
+# Trimming the trail is its owner's alone: the trigger of migration 0016 refuses anyone else.
+# Batches go with their entry (ON DELETE CASCADE).
 AUDIT_PRUNE = f"""
 DELETE FROM job_audit WHERE at < {_NOW} - make_interval(secs => %(older_than)s)
 """

@@ -111,29 +111,28 @@ def job_types_resume(conn: Any, job_types: Sequence[str]) -> list[str]:
 
 def audit_insert(
     conn: Any, *, actor: str, command: str, selection: dict[str, Any], changed: int,
-    sample_ids: Sequence[int], reason: str | None, now: datetime | None = None,
+    sample_ids: Sequence[int], reason: str | None,
 ) -> int:  # fmt: skip
     """Record a state-changing command in the caller's transaction; returns its id."""
     params = {
         "actor": actor, "command": command, "selection": json.dumps(selection),
         "changed": changed, "sample_ids": list(sample_ids)[:AUDIT_SAMPLE], "reason": reason,
-        "now": now,
     }  # fmt: skip
     return int(conn.execute(queries.AUDIT_INSERT, params).fetchone()[0])
 
 
-def audit_add_changed(conn: Any, audit_id: int, ids: Sequence[int]) -> None:
-    """Count a later batch's runs in the command's audit row, in that batch's transaction."""
-    params = {"id": audit_id, "changed": len(ids), "sample_ids": list(ids)[:AUDIT_SAMPLE],
-              "sample": AUDIT_SAMPLE}  # fmt: skip
-    conn.execute(queries.AUDIT_ADD_CHANGED, params)
+def audit_batch_insert(conn: Any, audit_id: int, ids: Sequence[int]) -> None:
+    """Count a later batch's runs in the command's audit entry, in that batch's transaction."""
+    params = {"id": audit_id, "changed": len(ids), "sample_ids": list(ids)[:AUDIT_SAMPLE]}
+    conn.execute(queries.AUDIT_BATCH_INSERT, params)
 
 
 def audit_list(
     conn: Any, *, since: float | None = None, now: datetime | None = None
 ) -> list[AuditEntry]:
     cursor = conn.cursor(row_factory=class_row(AuditEntry))
-    return cursor.execute(queries.AUDIT_LIST, {"since": since, "now": now}).fetchall()
+    params = {"since": since, "now": now, "sample": AUDIT_SAMPLE}
+    return cursor.execute(queries.AUDIT_LIST, params).fetchall()
 
 
 def audit_prune(conn: Any, *, older_than: float, now: datetime | None = None) -> int:
