@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -428,6 +429,27 @@ def test_an_audit_row_records_the_filter_and_a_sample_of_ids(db_url, conn):
     ]
     text = cli(db_url, "audit").stdout
     assert "alice" in text and "retry" in text and "SMTP back" in text
+
+
+def test_a_command_of_many_batches_is_one_entry_with_the_runs_of_all_of_them(db_url, conn):
+    dead = add_finished(conn, 5)
+
+    assert cli(db_url, "prune", "--status", "dead", "--batch-size", "2").exit_code == 0
+
+    [entry] = cli_json(db_url, "audit")
+    assert (entry["command"], entry["changed"], entry["sample_ids"]) == ("prune", 5, dead)
+    # The entry is written once, with the first batch; the later ones are appended to it.
+    assert count(conn, "SELECT count(*) FROM job_audit") == 1
+    assert count(conn, "SELECT count(*) FROM job_audit_batches") == 2
+
+
+def test_an_audit_entry_carries_the_databases_time_and_login_beside_the_actor(db_url, conn):
+    cli(db_url, "pause", "a", "--actor", "alice")
+
+    [entry] = cli_json(db_url, "audit")
+    login, clock = conn.execute("SELECT session_user, now()").fetchone()
+    assert (entry["actor"], entry["login"]) == ("alice", login)
+    assert abs((datetime.fromisoformat(entry["at"]) - clock).total_seconds()) < 60
 
 
 def test_a_command_that_fails_leaves_no_audit_row(db_url, conn):
