@@ -257,11 +257,19 @@ def database_errors(*, passing: tuple[type[BaseException], ...] = ()) -> Iterato
         description = describe(exc)
         primary = exc.diag.message_primary  # None when the client raised it
         raise kind(
-            f"database: {description}",
+            f"database: {description}{_whose_privileges(exc)}",
             description=description,
             sqlstate=exc.sqlstate,
             primary=redact(one_line(primary)) if primary else None,
         ) from exc
+
+
+def _whose_privileges(exc: Any) -> str:
+    """For a permission denied: the role that lacks it, and where the roles are told."""
+    if exc.sqlstate != INSUFFICIENT_PRIVILEGE or getattr(exc, "pgconn", None) is None:
+        return ""
+    user = exc.pgconn.user.decode(errors="replace")
+    return f" (as role {user}; deploy/roles.sql says what each role may do)"
 
 
 # PostgreSQL error codes (SQLSTATE) that callers of database_errors tell apart.

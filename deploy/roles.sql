@@ -1,4 +1,4 @@
--- roles.sql: the two PostgreSQL roles jobrunner runs as, each with only what it needs.
+-- roles.sql: the PostgreSQL roles jobrunner runs as, one per job, each with only what it needs.
 --
 -- Run it as a superuser in the application's database; -v schema names the schema jobrunner
 -- lives in (default public; a schema that does not exist yet is created, owned by
@@ -7,22 +7,55 @@
 --   psql -v schema=public -d myapp -f deploy/roles.sql
 --
 -- It is idempotent. Run it once before the first `jobrunner migrate`: default privileges
--- then give the worker access to every table and sequence that migrations create, now and
--- in later releases. Run it again after migrating (or run it only then, on a database that
--- was migrated earlier): it grants on what exists, takes ownership of jobrunner's tables if
--- another role created them, and narrows the worker to read-only on jobrunner_migrations,
--- which default privileges cannot single out.
+-- then give the worker and the reader access to every table that migrations create, now and
+-- in later releases, so ticks and monitoring work right after a migration. Run it again
+-- after migrating (or run it only then, on a database that was migrated earlier): it sets
+-- every role's grants on what exists to exactly the table below, revoking whatever else an
+-- earlier version of this script or a hand-made grant gave (the worker's writes to the audit
+-- trail, say), takes ownership of jobrunner's tables and functions if another role created
+-- them, and grants what default privileges cannot: column lists, and the enqueuer's and
+-- operator's rights, which no table gets by default.
 --
--- jobrunner_owner  owns the schema objects and runs `jobrunner migrate` (CREATE on the
---                  schema, owner of every jobrunner table).
--- jobrunner_worker runs everything else (tick, enqueue, status, prune, ...): USAGE on the
---                  schema; SELECT, INSERT, UPDATE, DELETE on jobrunner's tables; USAGE,
---                  SELECT on its sequences; SELECT on jobrunner_migrations, to check the
---                  schema version (never more: migrate revokes the default privileges'
---                  writes on it). No CREATE (CREATE on public is revoked from PUBLIC
---                  too, as PostgreSQL 15 does by default), no TRUNCATE, no DDL.
+-- role                does                                       grants
+-- jobrunner_owner     migrate; trim the audit trail              owns the schema objects
+-- jobrunner_worker    tick (claim, finalize, heartbeat, hand     job_runs, job_attempts,
+--                     back, rescue, materialize, prune after     job_effects, job_run_tally,
+--                     the tick, metrics textfile, pings); reads  job_schedule_skips: read and
+--                     what a tick reads                          write; job_definitions: read,
+--                                                                update; the rest it reads
+--                                                                but the audit trail: read
+-- jobrunner_enqueuer  enqueue (Python API, `enqueue`, --jsonl,   job_runs: INSERT of the
+--                     Django's Task.enqueue), learning the id    columns an enqueue sets;
+--                     of the run that holds a key                SELECT of id, job_type,
+--                                                                tenant_id, idempotency_key,
+--                                                                created_at; nothing else
+-- jobrunner_reader    status, list, show, metrics, check,        SELECT on every table but
+--                     audit, schedule list/show/preview,         job_effects
+--                     Django's get_result
+-- jobrunner_operator  retry, cancel, prune, pause, resume,       job_runs: SELECT and UPDATE
+--                     schedule add/pause/resume/remove/sync      of the bookkeeping columns
+--                                                                (never payloads or return
+--                                                                values), DELETE;
+--                                                                job_definitions,
+--                                                                job_type_pauses: read and
+--                                                                write; job_audit: INSERT
 --
--- Both are NOLOGIN group roles, and no password appears here. Give each app or host its
+-- Every role reads jobrunner_migrations (each command checks the schema version); none but
+-- the owner can create, alter, drop or truncate anything. The enqueuer reads the id, type,
+-- tenant and key of runs through column grants rather than a SECURITY DEFINER function: the
+-- insert of cronjob/queries/runs.py stays one statement, whatever options a release adds,
+-- and the role sees no payload, error, traceback or return value. The operator does not
+-- read payloads either: give a person who operates jobrunner_reader as well.
+--
+-- The audit trail (job_audit, job_audit_batches) is append-only for every role but the owner:
+-- no role gets UPDATE or DELETE, and a trigger (migration 0016) refuses them to anyone but
+-- the owner even if such a grant is given by mistake. The database sets each entry's time
+-- and its login (session_user) itself, whatever the INSERT says.
+--
+-- The triggers that keep derived tables (the finished-run tally, schedule health) act as the
+-- owner (SECURITY DEFINER, migration 0016), so no role needs grants on what they write.
+--
+-- All are NOLOGIN group roles, and no password appears here. Give each app or host its
 -- own login in a group: credentials can then be rotated or revoked one login at a time
 -- without touching a single grant. As a superuser:
 --
@@ -32,14 +65,17 @@
 --   ALTER ROLE myapp_migrator SET role = 'jobrunner_owner';
 --   \password myapp_migrator
 --
---   CREATE ROLE myapp_jobs LOGIN IN ROLE jobrunner_worker;
---   \password myapp_jobs
+--   CREATE ROLE myapp_jobs LOGIN IN ROLE jobrunner_worker;       -- the hosts' ticks
+--   CREATE ROLE myapp_web LOGIN IN ROLE jobrunner_enqueuer;      -- the app itself
+--   CREATE ROLE myapp_monitor LOGIN IN ROLE jobrunner_reader;    -- check, metrics
+--   CREATE ROLE alice LOGIN IN ROLE jobrunner_reader, jobrunner_operator;  -- on call
+--   \password myapp_jobs   (and each of the others)
 --
 -- jobrunner's statements name tables without a schema: outside public, also give each
 -- login the schema as its search path, e.g.
 --   ALTER ROLE myapp_jobs IN DATABASE myapp SET search_path = jobs;
 --
--- Roles belong to the whole cluster: databases on one server share these two names.
+-- Roles belong to the whole cluster: databases on one server share these names.
 
 \set ON_ERROR_STOP on
 \set QUIET on
@@ -53,30 +89,37 @@ SET client_min_messages = warning;
 BEGIN;
 
 DO $$
+DECLARE
+    rolename text;
 BEGIN
-    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'jobrunner_owner') THEN
-        CREATE ROLE jobrunner_owner NOLOGIN;
-    END IF;
-    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'jobrunner_worker') THEN
-        CREATE ROLE jobrunner_worker NOLOGIN;
-    END IF;
+    FOREACH rolename IN ARRAY ARRAY['jobrunner_owner', 'jobrunner_worker', 'jobrunner_enqueuer',
+                                'jobrunner_reader', 'jobrunner_operator']
+    LOOP
+        IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = rolename) THEN
+            EXECUTE format('CREATE ROLE %I NOLOGIN', rolename);
+        END IF;
+    END LOOP;
 END
 $$;
 
 -- A connect grant survives a database whose CONNECT was revoked from PUBLIC.
-GRANT CONNECT ON DATABASE :"DBNAME" TO jobrunner_owner, jobrunner_worker;
+GRANT CONNECT ON DATABASE :"DBNAME"
+    TO jobrunner_owner, jobrunner_worker, jobrunner_enqueuer, jobrunner_reader,
+       jobrunner_operator;
 
 CREATE SCHEMA IF NOT EXISTS :"schema" AUTHORIZATION jobrunner_owner;
 GRANT USAGE, CREATE ON SCHEMA :"schema" TO jobrunner_owner;
-GRANT USAGE ON SCHEMA :"schema" TO jobrunner_worker;
--- Before PostgreSQL 15 every role may create tables in public, which would hand the worker
+GRANT USAGE ON SCHEMA :"schema"
+    TO jobrunner_worker, jobrunner_enqueuer, jobrunner_reader, jobrunner_operator;
+-- Before PostgreSQL 15 every role may create tables in public, which would hand the others
 -- DDL through PUBLIC; this is the revoke PostgreSQL 15 made the default. Roles of other
 -- apps that relied on it need their own GRANT CREATE.
-REVOKE CREATE ON SCHEMA :"schema" FROM PUBLIC, jobrunner_worker;
+REVOKE CREATE ON SCHEMA :"schema"
+    FROM PUBLIC, jobrunner_worker, jobrunner_enqueuer, jobrunner_reader, jobrunner_operator;
 
 -- The same for public when jobrunner lives elsewhere: on a database created before
--- PostgreSQL 15 (upgrades keep it), PUBLIC may still create tables there, and the
--- worker with it. If the revoke cannot be made, say so loudly: the worker's "no DDL"
+-- PostgreSQL 15 (upgrades keep it), PUBLIC may still create tables there, and every
+-- jobrunner role with it. If the revoke cannot be made, say so loudly: their "no DDL"
 -- does not hold until someone who owns public revokes it.
 DO $$
 BEGIN
@@ -86,8 +129,8 @@ BEGIN
         IF EXISTS (SELECT FROM pg_namespace n, aclexplode(n.nspacl) a
                     WHERE n.nspname = 'public' AND a.grantee = 0
                       AND a.privilege_type = 'CREATE') THEN
-            RAISE WARNING 'every role may still create tables in schema public, jobrunner_worker '
-                'included: run REVOKE CREATE ON SCHEMA public FROM PUBLIC as its owner (%)',
+            RAISE WARNING 'every role may still create tables in schema public, jobrunner''s '
+                'roles included: run REVOKE CREATE ON SCHEMA public FROM PUBLIC as its owner (%)',
                 (SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = 'public');
         END IF;
     END IF;
@@ -95,9 +138,13 @@ END
 $$;
 
 -- Tables and sequences that jobrunner_owner creates from now on (migrations, this release's
--- and later ones'): the worker gets data access, nothing more.
+-- and later ones'): the worker gets data access and the reader reads, until this script runs
+-- again and sets exactly what each needs. The enqueuer and the operator get nothing by
+-- default: their grants are on named tables and columns, below.
 ALTER DEFAULT PRIVILEGES FOR ROLE jobrunner_owner IN SCHEMA :"schema"
     GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO jobrunner_worker;
+ALTER DEFAULT PRIVILEGES FOR ROLE jobrunner_owner IN SCHEMA :"schema"
+    GRANT SELECT ON TABLES TO jobrunner_reader;
 ALTER DEFAULT PRIVILEGES FOR ROLE jobrunner_owner IN SCHEMA :"schema"
     GRANT USAGE, SELECT ON SEQUENCES TO jobrunner_worker;
 
@@ -110,18 +157,99 @@ SELECT format('ALTER TABLE %I.%I OWNER TO jobrunner_owner', n.nspname, c.relname
  WHERE n.nspname = :'schema'
    AND c.relkind IN ('r', 'p')
    AND c.relname IN ('jobrunner_migrations', 'job_definitions', 'job_runs', 'job_attempts',
-                     'job_effects', 'job_type_pauses', 'job_audit', 'job_run_tally',
-                     'job_schedule_skips', 'job_schedule_health')
+                     'job_effects', 'job_type_pauses', 'job_audit', 'job_audit_batches',
+                     'job_run_tally', 'job_schedule_skips', 'job_schedule_health')
    AND c.relowner <> 'jobrunner_owner'::regrole
  ORDER BY c.relname
 \gexec
 
--- What already exists: exactly these privileges, whatever was granted before.
-SELECT format('REVOKE ALL ON TABLE %I.%I FROM jobrunner_worker', n.nspname, c.relname),
-       format('GRANT %s ON TABLE %I.%I TO jobrunner_worker',
-              CASE WHEN c.relname = 'jobrunner_migrations' THEN 'SELECT'
-                   ELSE 'SELECT, INSERT, UPDATE, DELETE' END,
-              n.nspname, c.relname)
+-- And jobrunner's functions: the triggers that act as the owner (SECURITY DEFINER) must act
+-- as jobrunner_owner, not as a superuser that happened to migrate.
+SELECT format('ALTER FUNCTION %s OWNER TO jobrunner_owner', p.oid::regprocedure)
+  FROM pg_proc p
+  JOIN pg_namespace n ON n.oid = p.pronamespace
+ WHERE n.nspname = :'schema'
+   AND p.proname LIKE 'jobrunner\_%'
+   AND p.proowner <> 'jobrunner_owner'::regrole
+ ORDER BY 1
+\gexec
+
+-- What each role may do on each of jobrunner's tables (a list of columns: on those only).
+-- Read with cronjob/queries/: each grant is what a statement of a role's commands needs.
+CREATE TEMPORARY TABLE jobrunner_grants (relname name, grantee name, privileges text)
+    ON COMMIT DROP;
+INSERT INTO jobrunner_grants VALUES
+    ('jobrunner_migrations', 'jobrunner_worker', 'SELECT'),
+    ('jobrunner_migrations', 'jobrunner_enqueuer', 'SELECT'),
+    ('jobrunner_migrations', 'jobrunner_reader', 'SELECT'),
+    ('jobrunner_migrations', 'jobrunner_operator', 'SELECT'),
+
+    ('job_runs', 'jobrunner_worker', 'SELECT, INSERT, UPDATE, DELETE'),
+    -- The columns an enqueue writes (cronjob/run_options.py), and those its insert reads
+    -- back to learn the id of the run that holds a key (and Django its enqueue time).
+    ('job_runs', 'jobrunner_enqueuer',
+     'INSERT (id, job_type, payload, run_at, idempotency_key, max_attempts, priority,'
+     ' tenant_id, queue, created_at, updated_at),'
+     ' SELECT (id, job_type, tenant_id, idempotency_key, created_at)'),
+    ('job_runs', 'jobrunner_reader', 'SELECT'),
+    -- What retry, cancel and prune select runs by and change; no payload, no return value.
+    ('job_runs', 'jobrunner_operator',
+     'SELECT (id, definition_id, job_type, tenant_id, scheduled_for, run_at, status, attempts,'
+     ' max_attempts, priority, locked_by, locked_until, last_error, error_type, started_at,'
+     ' finished_at, created_at, updated_at),'
+     ' UPDATE (status, attempts, run_at, finished_at, locked_by, locked_until, lease_token,'
+     ' updated_at),'
+     ' DELETE'),
+
+    ('job_attempts', 'jobrunner_worker', 'SELECT, INSERT'),
+    ('job_attempts', 'jobrunner_reader', 'SELECT'),
+    -- A retry records the attempt it takes from a running worker.
+    ('job_attempts', 'jobrunner_operator', 'INSERT'),
+
+    ('job_definitions', 'jobrunner_worker', 'SELECT, UPDATE'),
+    ('job_definitions', 'jobrunner_reader', 'SELECT'),
+    ('job_definitions', 'jobrunner_operator', 'SELECT, INSERT, UPDATE, DELETE'),
+
+    -- Pruning locks the keys it deletes (FOR UPDATE needs an UPDATE grant on some column).
+    ('job_effects', 'jobrunner_worker', 'SELECT, INSERT, UPDATE, DELETE'),
+    ('job_effects', 'jobrunner_operator',
+     'SELECT (key, run_id, created_at), UPDATE (created_at), DELETE'),
+
+    ('job_type_pauses', 'jobrunner_worker', 'SELECT'),
+    ('job_type_pauses', 'jobrunner_reader', 'SELECT'),
+    ('job_type_pauses', 'jobrunner_operator', 'SELECT, INSERT, DELETE'),
+
+    ('job_audit', 'jobrunner_reader', 'SELECT'),
+    ('job_audit', 'jobrunner_operator', 'INSERT, SELECT (id)'),
+    ('job_audit_batches', 'jobrunner_reader', 'SELECT'),
+    ('job_audit_batches', 'jobrunner_operator', 'INSERT'),
+
+    ('job_run_tally', 'jobrunner_worker', 'SELECT, INSERT, DELETE'),
+    ('job_run_tally', 'jobrunner_reader', 'SELECT'),
+
+    ('job_schedule_skips', 'jobrunner_worker', 'SELECT, INSERT, DELETE'),
+    ('job_schedule_skips', 'jobrunner_reader', 'SELECT'),
+
+    ('job_schedule_health', 'jobrunner_worker', 'SELECT'),
+    ('job_schedule_health', 'jobrunner_reader', 'SELECT');
+
+-- A table of jobrunner_owner's that this version does not know (a later release's, before
+-- its own roles.sql runs) gets what default privileges give.
+INSERT INTO jobrunner_grants
+SELECT c.relname, grantee, privileges
+  FROM pg_class c
+  JOIN pg_namespace n ON n.oid = c.relnamespace
+ CROSS JOIN (VALUES ('jobrunner_worker', 'SELECT, INSERT, UPDATE, DELETE'),
+                    ('jobrunner_reader', 'SELECT')) AS d(grantee, privileges)
+ WHERE n.nspname = :'schema'
+   AND c.relkind IN ('r', 'p')
+   AND c.relowner = 'jobrunner_owner'::regrole
+   AND c.relname NOT IN (SELECT relname FROM jobrunner_grants);
+
+-- What exists: exactly these privileges, whatever was granted before. Revoking a table's
+-- privileges revokes those on its columns too.
+SELECT format('REVOKE ALL ON TABLE %I.%I FROM jobrunner_worker, jobrunner_enqueuer,'
+              ' jobrunner_reader, jobrunner_operator', n.nspname, c.relname)
   FROM pg_class c
   JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = :'schema'
@@ -130,7 +258,20 @@ SELECT format('REVOKE ALL ON TABLE %I.%I FROM jobrunner_worker', n.nspname, c.re
  ORDER BY c.relname
 \gexec
 
-SELECT format('REVOKE ALL ON SEQUENCE %I.%I FROM jobrunner_worker', n.nspname, c.relname),
+SELECT format('GRANT %s ON TABLE %I.%I TO %I', g.privileges, n.nspname, c.relname, g.grantee)
+  FROM jobrunner_grants g
+  JOIN pg_class c ON c.relname = g.relname
+  JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = :'schema'
+   AND c.relkind IN ('r', 'p')
+   AND c.relowner = 'jobrunner_owner'::regrole
+ ORDER BY c.relname, g.grantee
+\gexec
+
+-- Sequences: the worker uses them all; the enqueuer draws run ids, the operator the ids of
+-- the schedules, attempts and audit entries it writes. (Identity columns need no grant.)
+SELECT format('REVOKE ALL ON SEQUENCE %I.%I FROM jobrunner_worker, jobrunner_enqueuer,'
+              ' jobrunner_reader, jobrunner_operator', n.nspname, c.relname),
        format('GRANT USAGE, SELECT ON SEQUENCE %I.%I TO jobrunner_worker', n.nspname, c.relname)
   FROM pg_class c
   JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -140,6 +281,19 @@ SELECT format('REVOKE ALL ON SEQUENCE %I.%I FROM jobrunner_worker', n.nspname, c
  ORDER BY c.relname
 \gexec
 
+SELECT format('GRANT USAGE ON SEQUENCE %I.%I TO %I', n.nspname, c.relname, s.grantee)
+  FROM (VALUES ('job_runs_id_seq', 'jobrunner_enqueuer'),
+               ('job_attempts_id_seq', 'jobrunner_operator'),
+               ('job_definitions_id_seq', 'jobrunner_operator'),
+               ('job_audit_id_seq', 'jobrunner_operator')) AS s(relname, grantee)
+  JOIN pg_class c ON c.relname = s.relname
+  JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = :'schema'
+   AND c.relkind = 'S'
+   AND c.relowner = 'jobrunner_owner'::regrole
+ ORDER BY c.relname
+\gexec
+
 COMMIT;
 
-\echo jobrunner_owner and jobrunner_worker are ready in schema :schema of database :DBNAME
+\echo jobrunner_owner, jobrunner_worker, jobrunner_enqueuer, jobrunner_reader and jobrunner_operator are ready in schema :schema of database :DBNAME

@@ -546,9 +546,13 @@ def test_roles_sql_is_idempotent_and_creates_nologin_groups(db: Database) -> Non
     groups = scalar(
         db.admin,
         "SELECT string_agg(rolname || ' login=' || rolcanlogin, ', ' ORDER BY rolname) "
-        "FROM pg_roles WHERE rolname IN ('jobrunner_owner', 'jobrunner_worker')",
+        "FROM pg_roles WHERE rolname LIKE 'jobrunner\\_%'",
     )
-    assert groups == "jobrunner_owner login=false, jobrunner_worker login=false"
+    assert groups == (
+        "jobrunner_enqueuer login=false, jobrunner_operator login=false, "
+        "jobrunner_owner login=false, jobrunner_reader login=false, "
+        "jobrunner_worker login=false"
+    )
 
 
 def test_worker_can_use_tables_that_migrate_creates_after_roles_sql(db: Database) -> None:
@@ -578,7 +582,37 @@ def test_roles_sql_adopts_tables_that_another_role_migrated(db: Database) -> Non
         "WHERE relnamespace = 'public'::regnamespace AND relkind IN ('r', 'S')",
     )
     assert owners == "jobrunner_owner"
+    # The triggers that act as the owner act as jobrunner_owner, not as the superuser.
+    function_owners = scalar(
+        db.admin,
+        "SELECT string_agg(DISTINCT pg_get_userbyid(proowner), ',') FROM pg_proc "
+        "WHERE pronamespace = 'public'::regnamespace AND proname LIKE 'jobrunner%'",
+    )
+    assert function_owners == "jobrunner_owner"
     assert_worker_can_use(db.login("jobrunner_worker"))
+
+
+def test_roles_sql_run_again_narrows_the_worker_an_earlier_version_set_up(db: Database) -> None:
+    db.roles_sql()
+    migrate(db.login("jobrunner_owner"))
+    # What roles.sql gave the worker before each job had a role: data access to every table.
+    psql(
+        db.admin,
+        "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO jobrunner_worker",
+    )
+    worker = db.login("jobrunner_worker")
+    sneaky_schedule = (
+        "INSERT INTO job_definitions (name, job_type, schedule) VALUES ('s', 't', '@daily')"
+    )
+    psql(worker, sneaky_schedule, "DELETE FROM job_definitions")
+
+    db.roles_sql()
+
+    assert_denied(worker, sneaky_schedule)
+    assert_denied(worker, "DELETE FROM job_type_pauses")
+    assert_denied(worker, "INSERT INTO job_audit (actor, command) VALUES ('x', 'prune')")
+    assert_denied(worker, "SELECT count(*) FROM job_audit")
+    assert_worker_can_use(worker)
 
 
 def test_worker_can_use_tables_that_a_later_migration_adds(migrated: Migrated) -> None:
