@@ -58,14 +58,23 @@ def connect(
     attempts: int = 3,
     retry_delay: float = 0.5,
     application_name: str = "jobrunner",
+    settings: dict[str, str] | None = None,
 ) -> Any:
-    """Open a connection, retrying briefly: a restarting server gets a few seconds."""
+    """Open a connection, retrying briefly: a restarting server gets a few seconds.
+
+    `settings` (server parameters) go with the runner's own at the connection's start.
+    """
     remember_password(url)
     last: DatabaseInterrupted | None = None
     for attempt in range(attempts):
         try:
             with database_errors():
-                return _open(url, autocommit=autocommit, application_name=application_name)
+                return _open(
+                    url,
+                    autocommit=autocommit,
+                    application_name=application_name,
+                    settings=settings or {},
+                )
         except DatabaseInterrupted as exc:
             last = exc
             if attempt + 1 < attempts:
@@ -76,19 +85,33 @@ def connect(
     raise DatabaseUnavailable(f"cannot connect to the database: {last.description}") from None
 
 
+def connect_beside(conn: Any, *, settings: dict[str, str]) -> Any:
+    """Another autocommit connection to the database `conn` is connected to, as its user,
+    with server `settings` given at its start rather than SET (no SET outlives a statement
+    behind a pooler in transaction mode): a pooler that refuses them gets none, and the
+    login's own apply."""
+    from psycopg import conninfo
+
+    params = conninfo.conninfo_to_dict(conn.info.dsn)
+    if conn.info.password:
+        params["password"] = conn.info.password
+    return connect(conninfo.make_conninfo(**params), settings=settings)
+
+
 # URLs whose server refused the `options` startup parameter: connection poolers
 # such as PgBouncer do, unless told to ignore it. Remembered so that the
 # connections a tick opens for handlers do not each pay for a refused attempt.
 _REFUSES_STARTUP_OPTIONS: set[str] = set()
 
 
-def _open(url: str, *, autocommit: bool, application_name: str) -> Any:
+def _open(url: str, *, autocommit: bool, application_name: str, settings: dict[str, str]) -> Any:
     import psycopg
 
     common = _connection_params(url, autocommit, application_name)
     if url not in _REFUSES_STARTUP_OPTIONS:
+        given = "".join(f" -c {name}={value}" for name, value in settings.items())
         try:
-            return psycopg.connect(url, options=startup_options(url), **common)
+            return psycopg.connect(url, options=startup_options(url) + given, **common)
         except psycopg.OperationalError as exc:
             if "unsupported startup parameter" not in str(exc):
                 raise

@@ -5,17 +5,19 @@ migration, sync or batch takes, which can be minutes. A host that finds one take
 in its log and waits for as long as the caller allows, instead of the runner's 5-second
 `lock_timeout` meant for row locks, which would fail it whenever the first host was slow.
 
-One lock is held by a session instead: the one a migration that cannot run in a
-transaction (`CREATE INDEX CONCURRENTLY`) is applied under. Hosts wait for it by asking
-again every so often (`poll`), never inside a statement: a concurrent index build waits
-for every transaction whose snapshot is older than its own, and a host blocked on the
-lock inside a statement would hold such a snapshot while waiting for the builder.
+One is waited for differently: the lock a migration that cannot run in a transaction
+(`CREATE INDEX CONCURRENTLY`) is applied under. A host asks for it, and if another host
+holds it, ends its transaction and asks again a moment later (`holding`), never waiting
+inside a statement: a concurrent index build waits for every transaction whose snapshot is
+older than its own, and a host blocked on the lock inside a statement would hold such a
+snapshot while waiting for the host that builds, which then waits for it in turn.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from cronjob.errors import DatabaseError, JobrunnerError
@@ -24,7 +26,7 @@ from cronjob.errors import DatabaseError, JobrunnerError
 # something an operator should look at.
 DEFAULT_LOCK_WAIT = 600.0
 
-# How often a host waiting for a session's lock asks again.
+# How often a host waiting without a statement (`holding`) asks again.
 POLL_INTERVAL = 0.2
 
 # SQLSTATEs of a wait cut short by lock_timeout and by statement_timeout.
@@ -62,19 +64,26 @@ def take(conn: Any, lock: Callable[..., bool], *, what: str, wait: float) -> Non
         ) from None
 
 
-def poll(conn: Any, lock: Callable[..., bool], *, what: str, wait: float) -> None:
-    """Take `lock` (a store function with a `wait` flag, whose lock outlives transactions)
-    on an autocommit connection, asking again every POLL_INTERVAL seconds for at most
-    `wait` seconds; no transaction is open between the questions."""
-    if lock(conn, wait=False):
-        return
-    from cronjob import log
-    from cronjob.health import seconds_text
+@contextmanager
+def holding(conn: Any, lock: Callable[..., bool], *, what: str, wait: float) -> Iterator[None]:
+    """Inside a transaction of `conn` that holds `lock` (a store function with a `wait` flag):
+    a host that finds it taken ends its transaction and asks again every POLL_INTERVAL
+    seconds, for at most `wait` seconds."""
+    deadline = None
+    while True:
+        with conn.transaction():
+            if lock(conn, wait=False):
+                yield
+                return
+        if deadline is None:
+            from cronjob import log
+            from cronjob.health import seconds_text
 
-    log.info(f"waiting for another host's {what}", lock=what, wait_limit=seconds_text(wait))
-    deadline = time.monotonic() + wait
-    while not lock(conn, wait=False):
-        if time.monotonic() >= deadline:
+            log.info(f"waiting for another host's {what}", lock=what, wait_limit=seconds_text(wait))
+            deadline = time.monotonic() + wait
+        elif time.monotonic() >= deadline:
+            from cronjob.health import seconds_text
+
             raise LockWaitExpired(
                 f"gave up waiting for another host's {what} after {seconds_text(wait)} "
                 "(--lock-wait sets how long to wait)"

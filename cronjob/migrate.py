@@ -4,8 +4,9 @@ Pending migrations run in one transaction, but for a migration whose first line 
 `NO_TRANSACTION` (`-- jobrunner: no transaction`): what PostgreSQL refuses to run in a
 transaction, such as `CREATE INDEX CONCURRENTLY`, which builds an index on a large table
 without blocking its writes. The migrations before it commit first; it then runs a statement
-at a time, under a lock its session holds, and records itself once all of them succeeded;
-the migrations after it follow in a transaction of their own. Such a migration must be
+at a time on a connection of its own, under a lock another transaction holds, and records
+itself once all of them succeeded; the migrations after it follow in a transaction of their
+own. Such a migration must be
 safe to run again from its start (`IF NOT EXISTS`, `IF EXISTS`): a crash or a cancel can
 stop it anywhere, and the next `migrate` runs it again, dropping first the indexes it builds
 that the interrupted build left INVALID. Its statements end with a semicolon at the end of
@@ -62,8 +63,8 @@ def apply(conn: Any, *, lock_wait: float = DEFAULT_LOCK_WAIT) -> list[Migration]
     The migrations up to one that must run outside a transaction are applied in one
     transaction, under a transaction-scoped lock (works behind PgBouncer in transaction
     mode), and hosts that wait on it, up to `lock_wait` seconds, find the work done when
-    they get it. One outside a transaction needs `conn` in autocommit mode, and a session
-    of its own (not PgBouncer's transaction mode).
+    they get it. One outside a transaction is applied on a second connection, made as
+    `conn` was.
     """
     applied: list[Migration] = []
     while True:
@@ -90,29 +91,29 @@ def apply(conn: Any, *, lock_wait: float = DEFAULT_LOCK_WAIT) -> list[Migration]
 
 def _apply_alone(conn: Any, migration: Migration, lock_wait: float) -> bool:
     """Apply a migration outside a transaction, unless another host did meanwhile; True if
-    this one did."""
-    if not conn.autocommit:
-        raise ValueError(
-            f"migration {migration.version:04d}_{migration.name} runs outside a transaction:"
-            " it needs an autocommit connection"
-        )
-    locks.poll(conn, store.migrations_lock_session, what="migration", wait=lock_wait)
-    try:
+    this one did.
+
+    A transaction of `conn` holds the lock while a connection of its own builds: no session
+    state is needed, so this works behind PgBouncer in transaction mode too. The build may
+    outlast the runner's statement_timeout on a large table, and waits for every older
+    transaction to end for as long as the host allows any lock wait (`lock_wait`).
+    """
+    from cronjob import db
+
+    with locks.holding(conn, store.migrations_lock_alone, what="migration", wait=lock_wait):
         if migration.version in store.migrations_list_applied(conn):
             return False
         text = migration.path.read_text()
-        store.migration_apply_alone(
-            conn,
-            statements(text),
-            migration.version,
-            migration.name,
-            builds=_CONCURRENT_BUILD.findall(text),
-            lock_wait=lock_wait,
-        )
+        limits = {"statement_timeout": "0", "lock_timeout": f"{max(1, round(lock_wait * 1000))}"}
+        with db.connect_beside(conn, settings=limits) as builder:
+            store.migration_apply_alone(
+                builder,
+                statements(text),
+                migration.version,
+                migration.name,
+                builds=_CONCURRENT_BUILD.findall(text),
+            )
         return True
-    finally:
-        if not conn.broken:
-            store.migrations_unlock_session(conn)
 
 
 def statements(text: str) -> list[str]:

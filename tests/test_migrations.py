@@ -75,13 +75,16 @@ def a_writer(url: str) -> psycopg.Connection[Any]:
 def test_migrating_builds_the_new_index_while_job_runs_takes_writes(before_the_build):
     url = before_the_build
     writer = a_writer(url)
-    migrating = jobrunner_process("migrate", "--database-url", url)
+    # A build on a large table outlasts any statement_timeout meant for the runner's work.
+    short = {"PGOPTIONS": "-c statement_timeout=500"}
+    migrating = jobrunner_process("migrate", "--database-url", url, env=short)
     try:
         with psycopg.connect(url, autocommit=True) as watcher:
             wait_for(lambda: building(watcher), "the index build to wait for the open writer")
             # A plain CREATE INDEX would hold off every write until it was done.
             watcher.execute("SET lock_timeout = '1s'")
             watcher.execute("INSERT INTO job_runs (job_type, idempotency_key) VALUES ('t', 'L')")
+            time.sleep(1)
     finally:
         writer.rollback()
         writer.close()

@@ -30,14 +30,15 @@ MIGRATIONS_LOCK = "SELECT pg_advisory_xact_lock(29958816149106290)"
 MIGRATIONS_LOCK_TRY = "SELECT pg_try_advisory_xact_lock(29958816149106290)"
 
 # A migration that cannot run in a transaction (its first line says so: cronjob.migrate) is
-# applied under a lock its session holds from one statement to the next. Another key than
-# the one above: while a host builds an index concurrently, the others still take that one
-# in their transactions, find this one held, and wait for it by asking again now and then
-# (cronjob.locks.poll), so that none of them waits inside a statement whose snapshot the
-# build would wait for in turn.
-MIGRATIONS_LOCK_SESSION = "SELECT pg_advisory_lock(29958816149106291)"
-MIGRATIONS_LOCK_SESSION_TRY = "SELECT pg_try_advisory_lock(29958816149106291)"
-MIGRATIONS_UNLOCK_SESSION = "SELECT pg_advisory_unlock(29958816149106291)"
+# built on a connection of its own while a transaction of the migrating connection holds
+# this lock, another one than the above: while a host builds an index concurrently, the
+# others still take that one in their transactions, find this one held, and ask again a
+# moment later (cronjob.locks.holding), so that none of them waits inside a statement whose
+# snapshot the build would wait for in turn. The holder sits idle in its transaction for as
+# long as the build takes: the runner's idle_in_transaction_session_timeout is lifted for it.
+MIGRATIONS_LOCK_ALONE = "SELECT pg_advisory_xact_lock(29958816149106291)"
+MIGRATIONS_LOCK_ALONE_TRY = "SELECT pg_try_advisory_xact_lock(29958816149106291)"
+MIGRATIONS_LOCK_ALONE_HOLD = "SELECT set_config('idle_in_transaction_session_timeout', '0', true)"
 
 # -- waiting for another host: for the migration lock, the sync lock (queries.definitions)
 # or the keyed batch lock of enqueue (queries.runs) --
@@ -66,17 +67,6 @@ MIGRATION_APPLY_RECORD = (
 )
 
 # -- a migration applied outside a transaction, a statement at a time --
-
-# A concurrent index build can outlast the runner's 30 s statement_timeout on a large table,
-# and waits for every older transaction to end: it may wait as long as the host allows any
-# lock wait (--lock-wait), and take as long as it needs. For the session, until restored.
-MIGRATION_APPLY_ALONE_LIMITS = """
-SELECT set_config('statement_timeout', '0', false), set_config('lock_timeout', %(ms)s, false)
-"""
-MIGRATION_APPLY_ALONE_RESTORE_LIMITS = """
-SELECT set_config(name, reset_val, false) FROM pg_settings
-WHERE name IN ('statement_timeout', 'lock_timeout')
-"""
 
 # An index such a migration builds, left INVALID by a build that did not finish (a crash, a
 # cancel, a timeout): `CREATE INDEX CONCURRENTLY IF NOT EXISTS` would take it for done.

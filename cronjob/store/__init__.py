@@ -28,8 +28,7 @@ from cronjob.store.preflight import (
     migrations_get_latest_version,
     migrations_list_applied,
     migrations_lock,
-    migrations_lock_session,
-    migrations_unlock_session,
+    migrations_lock_alone,
     tick_work_exists,
 )
 
@@ -50,8 +49,7 @@ __all__ = [
     "migrations_get_latest_version",
     "migrations_list_applied",
     "migrations_lock",
-    "migrations_lock_session",
-    "migrations_unlock_session",
+    "migrations_lock_alone",
     "tick_work_exists",
 ]
 

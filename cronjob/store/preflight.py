@@ -40,17 +40,16 @@ def migrations_lock(conn: Any, *, wait: bool = True) -> bool:
     return advisory_lock(conn, queries.MIGRATIONS_LOCK, queries.MIGRATIONS_LOCK_TRY, wait=wait)
 
 
-def migrations_lock_session(conn: Any, *, wait: bool = True) -> bool:
-    """Take the lock a migration outside a transaction is applied under, held by the session
-    until `migrations_unlock_session`; with `wait`, queue for it, else return False at once
-    if another host holds it."""
-    return advisory_lock(
-        conn, queries.MIGRATIONS_LOCK_SESSION, queries.MIGRATIONS_LOCK_SESSION_TRY, wait=wait
-    )
-
-
-def migrations_unlock_session(conn: Any) -> None:
-    conn.execute(queries.MIGRATIONS_UNLOCK_SESSION)
+def migrations_lock_alone(conn: Any, *, wait: bool = True) -> bool:
+    """Take the lock a migration outside a transaction is built under, held until this
+    transaction ends, however long it then idles; with `wait`, queue for it, else return
+    False at once if another host holds it."""
+    if not advisory_lock(
+        conn, queries.MIGRATIONS_LOCK_ALONE, queries.MIGRATIONS_LOCK_ALONE_TRY, wait=wait
+    ):
+        return False
+    conn.execute(queries.MIGRATIONS_LOCK_ALONE_HOLD)
+    return True
 
 
 def lock_wait_limits(conn: Any, seconds: float | None) -> None:
@@ -76,34 +75,20 @@ def migration_apply(conn: Any, sql_text: str, version: int, name: str) -> None:
 
 
 def migration_apply_alone(
-    conn: Any,
-    statements: Sequence[str],
-    version: int,
-    name: str,
-    *,
-    builds: Sequence[str],
-    lock_wait: float,
+    conn: Any, statements: Sequence[str], version: int, name: str, *, builds: Sequence[str]
 ) -> None:
     """Run a migration that cannot run in a transaction, a statement at a time, each
     committing on its own, then record its version. Indexes it `builds` that an unfinished
     build left INVALID are dropped first, to be built again.
 
-    `conn` is in autocommit mode, and its session holds the migration's lock.
+    `conn` is in autocommit mode, and another connection holds the migration's lock.
     """
     from psycopg import sql
 
-    ms = str(max(1, round(lock_wait * 1000)))
-    conn.execute(queries.MIGRATION_APPLY_ALONE_LIMITS, {"ms": ms})
-    try:
-        invalid = conn.execute(
-            queries.MIGRATION_APPLY_ALONE_INVALID_INDEXES, {"names": list(builds)}
-        ).fetchall()
-        for (index,) in invalid:
-            drop = sql.SQL(queries.MIGRATION_APPLY_ALONE_DROP_INDEX)
-            conn.execute(drop.format(index=sql.Identifier(index)))
-        for statement in statements:
-            conn.execute(statement)
-        conn.execute(queries.MIGRATION_APPLY_RECORD, {"version": version, "name": name})
-    finally:
-        if not conn.broken:
-            conn.execute(queries.MIGRATION_APPLY_ALONE_RESTORE_LIMITS)
+    names = {"names": list(builds)}
+    for (index,) in conn.execute(queries.MIGRATION_APPLY_ALONE_INVALID_INDEXES, names).fetchall():
+        drop = sql.SQL(queries.MIGRATION_APPLY_ALONE_DROP_INDEX)
+        conn.execute(drop.format(index=sql.Identifier(index)))
+    for statement in statements:
+        conn.execute(statement)
+    conn.execute(queries.MIGRATION_APPLY_RECORD, {"version": version, "name": name})
