@@ -4,7 +4,8 @@ Every door derives from `RunOptions`. `enqueue()` and `enqueue_async()` take its
 keywords; `jobrunner enqueue` makes an option of each key that has a `flag`; a `--jsonl`
 line takes each key's `key`; the Django backend fills the keys a task sets; and the
 insert statement (queries.runs) sends each key's array and writes its `column`. An
-option that can be enqueued is one entry below, plus the migration that adds its column.
+option that can be enqueued is one entry below, plus the migration that adds its column
+and that column in the enqueuer role's INSERT grant (deploy/roles.sql).
 
 Values are checked the same way from every door (`check_options`), each by its option's
 `check`, which takes what any door may give: a Python value, or the text of a command

@@ -244,6 +244,24 @@ def test_the_enqueuer_reads_no_payload_error_or_result_and_changes_no_run(world:
     assert refused(url, "INSERT INTO job_type_pauses (job_type, paused_by) VALUES ('t', 'x')")
 
 
+def test_the_enqueuer_may_insert_exactly_the_columns_an_enqueue_sets(world: World) -> None:
+    from cronjob.run_options import RUN_OPTIONS
+
+    # run_options.py declares what a run can be enqueued with: each option stored in a column
+    # needs that column in the enqueuer's INSERT grant of deploy/roles.sql, and no more.
+    stored = {option.column for option in RUN_OPTIONS.values() if option.column}
+    with psycopg.connect(world.db.admin) as conn:
+        insertable = {
+            row[0]
+            for row in conn.execute(
+                "SELECT attname FROM pg_attribute WHERE attrelid = 'job_runs'::regclass"
+                " AND attnum > 0 AND NOT attisdropped"
+                " AND has_column_privilege('jobrunner_enqueuer', attrelid, attnum, 'INSERT')"
+            )
+        }
+    assert insertable == {"id", "job_type", "payload", "created_at", "updated_at", *stored}
+
+
 def test_the_worker_writes_no_schedule_pause_or_audit_entry(world: World) -> None:
     url = world.logins[WORKER]
 
