@@ -5,9 +5,9 @@ run counts; a real one walks the selection in id order, in batches of at most
 `MAX_BATCH` runs, each its own short transaction, so no run stays locked for longer
 than one batch. The first batch's transaction also writes the command's one
 `job_audit` row; each later batch appends its count to it (`job_audit_batches`) as it
-commits, since the trail is append-only. Both
-read the same rows in the same order under the same limit, so what a dry run
-counts is what the command then changes, unless something else moved meanwhile.
+commits, since the trail is append-only. Both read the same rows in the same order
+under the same limit, so what a dry run counts is what the command then changes,
+unless something else moved meanwhile.
 """
 
 from __future__ import annotations

@@ -6,11 +6,11 @@ transaction, such as `CREATE INDEX CONCURRENTLY`, which builds an index on a lar
 without blocking its writes. The migrations before it commit first; it then runs a statement
 at a time on a connection of its own, under a lock another transaction holds, and records
 itself once all of them succeeded; the migrations after it follow in a transaction of their
-own. Such a migration must be
-safe to run again from its start (`IF NOT EXISTS`, `IF EXISTS`): a crash or a cancel can
-stop it anywhere, and the next `migrate` runs it again, dropping first the indexes it builds
-that the interrupted build left INVALID. Its statements end with a semicolon at the end of
-a line, and hold none in between (no function bodies: those belong in a transaction).
+own. Such a migration must be safe to run again from its start (`IF NOT EXISTS`, `IF
+EXISTS`): a crash or a cancel can stop it anywhere, and the next `migrate` runs it again,
+dropping first the indexes it builds that the interrupted build left INVALID. Its
+statements end with a semicolon at the end of a line, and hold none in between (no
+function bodies: those belong in a transaction).
 """
 
 from __future__ import annotations

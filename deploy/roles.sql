@@ -10,35 +10,29 @@
 -- then give the worker and the reader access to every table that migrations create, now and
 -- in later releases, so ticks and monitoring work right after a migration. Run it again
 -- after migrating (or run it only then, on a database that was migrated earlier): it sets
--- every role's grants on what exists to exactly the table below, revoking whatever else an
--- earlier version of this script or a hand-made grant gave (the worker's writes to the audit
--- trail, say), takes ownership of jobrunner's tables and functions if another role created
--- them, and grants what default privileges cannot: column lists, and the enqueuer's and
--- operator's rights, which no table gets by default.
+-- every role's grants on what exists to exactly those of jobrunner_grants (further down),
+-- revoking whatever else an earlier version of this script or a hand-made grant gave (the
+-- worker's writes to the audit trail, say), takes ownership of jobrunner's tables and
+-- functions if another role created them, and grants what default privileges cannot:
+-- column lists, and the enqueuer's and operator's rights, which no table gets by default.
 --
--- role                does                                       grants
--- jobrunner_owner     migrate; trim the audit trail              owns the schema objects
--- jobrunner_worker    tick (claim, finalize, heartbeat, hand     job_runs, job_attempts,
---                     back, rescue, materialize, prune after     job_effects, job_run_tally,
---                     the tick, metrics textfile, pings); reads  job_schedule_skips: read and
---                     what a tick reads                          write; job_definitions: read,
---                                                                update; the rest it reads
---                                                                but the audit trail: read
--- jobrunner_enqueuer  enqueue (Python API, `enqueue`, --jsonl,   job_runs: INSERT of the
---                     Django's Task.enqueue), learning the id    columns an enqueue sets;
---                     of the run that holds a key                SELECT of id, job_type,
---                                                                tenant_id, idempotency_key,
---                                                                created_at; nothing else
--- jobrunner_reader    status, list, show, metrics, check,        SELECT on every table but
---                     audit, schedule list/show/preview,         job_effects
---                     Django's get_result
--- jobrunner_operator  retry, cancel, prune, pause, resume,       job_runs: SELECT and UPDATE
---                     schedule add/pause/resume/remove/sync      of the bookkeeping columns
---                                                                (never payloads or return
---                                                                values), DELETE;
---                                                                job_definitions,
---                                                                job_type_pauses: read and
---                                                                write; job_audit: INSERT
+-- jobrunner_owner     migrate; trim the audit trail (prune --audit-older-than). Owns the
+--                     schema objects.
+-- jobrunner_worker    tick: claim, finalize, heartbeat, hand back, rescue, materialize, prune
+--                     after the tick, the metrics textfile, pings; and reads what a tick
+--                     reads. Reads and writes job_runs, job_attempts, job_effects,
+--                     job_run_tally, job_schedule_skips; reads and updates job_definitions;
+--                     reads job_type_pauses, job_schedule_health. Nothing of the audit trail.
+-- jobrunner_enqueuer  apps: enqueue() and enqueue_async(), `jobrunner enqueue` (--jsonl too),
+--                     Django's Task.enqueue(). Inserts into job_runs the columns an enqueue
+--                     sets, and reads back id, job_type, tenant_id, idempotency_key and
+--                     created_at: the id of the run that holds a key. Nothing else.
+-- jobrunner_reader    status, list, show, metrics, check, audit, schedule list/show/preview,
+--                     Django's get_result(). Reads every table but job_effects.
+-- jobrunner_operator  retry, cancel, prune, pause, resume, schedule add/pause/resume/remove/
+--                     sync. Reads and updates the bookkeeping columns of job_runs (never
+--                     payloads or return values) and deletes runs; reads and writes
+--                     job_definitions and job_type_pauses; appends to the audit trail.
 --
 -- Every role reads jobrunner_migrations (each command checks the schema version); none but
 -- the owner can create, alter, drop or truncate anything. The enqueuer reads the id, type,

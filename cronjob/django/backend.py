@@ -166,8 +166,8 @@ def _new_run(task: Task, args: Any, kwargs: Any) -> Any:
 def _enqueued_row(conn: Any, run_id: int, run: Any) -> dict[str, Any]:
     """The run that `run` was just enqueued as, as get_result reads it, from what the enqueue
     wrote: of the row, only its enqueue time is read back, which a login that may enqueue
-    and no more (deploy/roles.sql) may read. A task run has no idempotency key, so the
-    enqueue always wrote it."""
+    and no more (deploy/roles.sql) may read. A task gives no idempotency key, so the
+    enqueue always wrote a new run."""
     from cronjob import store
 
     return {
