@@ -168,69 +168,76 @@ SELECT format('ALTER FUNCTION %s OWNER TO jobrunner_owner', p.oid::regprocedure)
  ORDER BY 1
 \gexec
 
--- What each role may do on each of jobrunner's tables (a list of columns: on those only).
--- Read with cronjob/queries/: each grant is what a statement of a role's commands needs.
-CREATE TEMPORARY TABLE jobrunner_grants (relname name, grantee name, privileges text)
-    ON COMMIT DROP;
+-- What each role may do on each of jobrunner's tables: a privilege on the whole table, or
+-- (columns) on those columns only, of those the table has: a database migrated by an earlier
+-- release, before its `jobrunner migrate`, has not all of them yet. Read with
+-- cronjob/queries/: each grant is what a statement of a role's commands needs.
+CREATE TEMPORARY TABLE jobrunner_grants (
+    relname name, grantee name, privileges text, columns name[]
+) ON COMMIT DROP;
 INSERT INTO jobrunner_grants VALUES
-    ('jobrunner_migrations', 'jobrunner_worker', 'SELECT'),
-    ('jobrunner_migrations', 'jobrunner_enqueuer', 'SELECT'),
-    ('jobrunner_migrations', 'jobrunner_reader', 'SELECT'),
-    ('jobrunner_migrations', 'jobrunner_operator', 'SELECT'),
+    ('jobrunner_migrations', 'jobrunner_worker', 'SELECT', NULL),
+    ('jobrunner_migrations', 'jobrunner_enqueuer', 'SELECT', NULL),
+    ('jobrunner_migrations', 'jobrunner_reader', 'SELECT', NULL),
+    ('jobrunner_migrations', 'jobrunner_operator', 'SELECT', NULL),
 
-    ('job_runs', 'jobrunner_worker', 'SELECT, INSERT, UPDATE, DELETE'),
+    ('job_runs', 'jobrunner_worker', 'SELECT, INSERT, UPDATE, DELETE', NULL),
     -- The columns an enqueue writes (cronjob/run_options.py), and those its insert reads
     -- back to learn the id of the run that holds a key (and Django its enqueue time).
-    ('job_runs', 'jobrunner_enqueuer',
-     'INSERT (id, job_type, payload, run_at, idempotency_key, max_attempts, priority,'
-     ' tenant_id, queue, created_at, updated_at),'
-     ' SELECT (id, job_type, tenant_id, idempotency_key, created_at)'),
-    ('job_runs', 'jobrunner_reader', 'SELECT'),
+    ('job_runs', 'jobrunner_enqueuer', 'INSERT',
+     '{id, job_type, payload, run_at, idempotency_key, max_attempts, priority, tenant_id,'
+     ' queue, created_at, updated_at}'),
+    ('job_runs', 'jobrunner_enqueuer', 'SELECT',
+     '{id, job_type, tenant_id, idempotency_key, created_at}'),
+    ('job_runs', 'jobrunner_reader', 'SELECT', NULL),
     -- What retry, cancel and prune select runs by and change; no payload, no return value.
-    ('job_runs', 'jobrunner_operator',
-     'SELECT (id, definition_id, job_type, tenant_id, scheduled_for, run_at, status, attempts,'
+    ('job_runs', 'jobrunner_operator', 'SELECT',
+     '{id, definition_id, job_type, tenant_id, scheduled_for, run_at, status, attempts,'
      ' max_attempts, priority, locked_by, locked_until, last_error, error_type, started_at,'
-     ' finished_at, created_at, updated_at),'
-     ' UPDATE (status, attempts, run_at, finished_at, locked_by, locked_until, lease_token,'
-     ' updated_at),'
-     ' DELETE'),
+     ' finished_at, created_at, updated_at}'),
+    ('job_runs', 'jobrunner_operator', 'UPDATE',
+     '{status, attempts, run_at, finished_at, locked_by, locked_until, lease_token,'
+     ' updated_at}'),
+    ('job_runs', 'jobrunner_operator', 'DELETE', NULL),
 
-    ('job_attempts', 'jobrunner_worker', 'SELECT, INSERT'),
-    ('job_attempts', 'jobrunner_reader', 'SELECT'),
+    ('job_attempts', 'jobrunner_worker', 'SELECT, INSERT', NULL),
+    ('job_attempts', 'jobrunner_reader', 'SELECT', NULL),
     -- A retry records the attempt it takes from a running worker.
-    ('job_attempts', 'jobrunner_operator', 'INSERT'),
+    ('job_attempts', 'jobrunner_operator', 'INSERT', NULL),
 
-    ('job_definitions', 'jobrunner_worker', 'SELECT, UPDATE'),
-    ('job_definitions', 'jobrunner_reader', 'SELECT'),
-    ('job_definitions', 'jobrunner_operator', 'SELECT, INSERT, UPDATE, DELETE'),
+    ('job_definitions', 'jobrunner_worker', 'SELECT, UPDATE', NULL),
+    ('job_definitions', 'jobrunner_reader', 'SELECT', NULL),
+    ('job_definitions', 'jobrunner_operator', 'SELECT, INSERT, UPDATE, DELETE', NULL),
 
     -- Pruning locks the keys it deletes (FOR UPDATE needs an UPDATE grant on some column).
-    ('job_effects', 'jobrunner_worker', 'SELECT, INSERT, UPDATE, DELETE'),
-    ('job_effects', 'jobrunner_operator',
-     'SELECT (key, run_id, created_at), UPDATE (created_at), DELETE'),
+    ('job_effects', 'jobrunner_worker', 'SELECT, INSERT, UPDATE, DELETE', NULL),
+    ('job_effects', 'jobrunner_operator', 'SELECT', '{key, run_id, created_at}'),
+    ('job_effects', 'jobrunner_operator', 'UPDATE', '{created_at}'),
+    ('job_effects', 'jobrunner_operator', 'DELETE', NULL),
 
-    ('job_type_pauses', 'jobrunner_worker', 'SELECT'),
-    ('job_type_pauses', 'jobrunner_reader', 'SELECT'),
-    ('job_type_pauses', 'jobrunner_operator', 'SELECT, INSERT, DELETE'),
+    ('job_type_pauses', 'jobrunner_worker', 'SELECT', NULL),
+    ('job_type_pauses', 'jobrunner_reader', 'SELECT', NULL),
+    ('job_type_pauses', 'jobrunner_operator', 'SELECT, INSERT, DELETE', NULL),
 
-    ('job_audit', 'jobrunner_reader', 'SELECT'),
-    ('job_audit', 'jobrunner_operator', 'INSERT, SELECT (id)'),
-    ('job_audit_batches', 'jobrunner_reader', 'SELECT'),
-    ('job_audit_batches', 'jobrunner_operator', 'INSERT'),
+    ('job_audit', 'jobrunner_reader', 'SELECT', NULL),
+    ('job_audit', 'jobrunner_operator', 'INSERT', NULL),
+    ('job_audit', 'jobrunner_operator', 'SELECT', '{id}'),
+    ('job_audit_batches', 'jobrunner_reader', 'SELECT', NULL),
+    ('job_audit_batches', 'jobrunner_operator', 'INSERT', NULL),
 
-    ('job_run_tally', 'jobrunner_worker', 'SELECT, INSERT, DELETE'),
-    ('job_run_tally', 'jobrunner_reader', 'SELECT'),
+    ('job_run_tally', 'jobrunner_worker', 'SELECT, INSERT, DELETE', NULL),
+    ('job_run_tally', 'jobrunner_reader', 'SELECT', NULL),
 
-    ('job_schedule_skips', 'jobrunner_worker', 'SELECT, INSERT, DELETE'),
-    ('job_schedule_skips', 'jobrunner_reader', 'SELECT'),
+    ('job_schedule_skips', 'jobrunner_worker', 'SELECT, INSERT, DELETE', NULL),
+    ('job_schedule_skips', 'jobrunner_reader', 'SELECT', NULL),
 
-    ('job_schedule_health', 'jobrunner_worker', 'SELECT'),
-    ('job_schedule_health', 'jobrunner_reader', 'SELECT');
+    ('job_schedule_health', 'jobrunner_worker', 'SELECT', NULL),
+    ('job_schedule_health', 'jobrunner_reader', 'SELECT', NULL);
 
 -- A table of jobrunner_owner's that this version does not know (a later release's, before
 -- its own roles.sql runs) gets what default privileges give.
 INSERT INTO jobrunner_grants
-SELECT c.relname, grantee, privileges
+SELECT c.relname, grantee, privileges, NULL
   FROM pg_class c
   JOIN pg_namespace n ON n.oid = c.relnamespace
  CROSS JOIN (VALUES ('jobrunner_worker', 'SELECT, INSERT, UPDATE, DELETE'),
@@ -252,14 +259,23 @@ SELECT format('REVOKE ALL ON TABLE %I.%I FROM jobrunner_worker, jobrunner_enqueu
  ORDER BY c.relname
 \gexec
 
-SELECT format('GRANT %s ON TABLE %I.%I TO %I', g.privileges, n.nspname, c.relname, g.grantee)
+SELECT format('GRANT %s%s ON TABLE %I.%I TO %I', g.privileges,
+              CASE WHEN g.columns IS NOT NULL THEN ' (' || present.columns || ')' END,
+              n.nspname, c.relname, g.grantee)
   FROM jobrunner_grants g
   JOIN pg_class c ON c.relname = g.relname
   JOIN pg_namespace n ON n.oid = c.relnamespace
+  LEFT JOIN LATERAL (
+      SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum) AS columns
+        FROM pg_attribute a
+       WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+         AND a.attname = ANY(g.columns)
+  ) present ON true
  WHERE n.nspname = :'schema'
    AND c.relkind IN ('r', 'p')
    AND c.relowner = 'jobrunner_owner'::regrole
- ORDER BY c.relname, g.grantee
+   AND (g.columns IS NULL OR present.columns IS NOT NULL)
+ ORDER BY c.relname, g.grantee, g.privileges
 \gexec
 
 -- Sequences: the worker uses them all; the enqueuer draws run ids, the operator the ids of

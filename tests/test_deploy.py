@@ -484,15 +484,18 @@ MIGRATIONS_TABLE = (
 )
 
 
-def migrate(url: str) -> None:
-    """What `jobrunner migrate` does, by hand: every shipped migration, and its record; in
-    one transaction, but for those whose first line asks to run outside one, which psql
-    runs a statement at a time between the transactions before and after them."""
+def migrate(url: str, *, through: int | None = None) -> None:
+    """What `jobrunner migrate` does, by hand: every shipped migration (up to version
+    `through`), and its record; in one transaction, but for those whose first line asks to
+    run outside one, which psql runs a statement at a time between the transactions before
+    and after them."""
     from cronjob.migrate import NO_TRANSACTION
 
     batch = ["-c", MIGRATIONS_TABLE]
     for path in sorted((REPO / "sql").glob("[0-9][0-9][0-9][0-9]_*.sql")):
         version, _, name = path.stem.partition("_")
+        if through is not None and int(version) > through:
+            break
         record = f"INSERT INTO jobrunner_migrations VALUES ({int(version)}, '{name}')"
         if path.read_text().startswith(NO_TRANSACTION):
             if batch:
@@ -613,6 +616,24 @@ def test_roles_sql_run_again_narrows_the_worker_an_earlier_version_set_up(db: Da
     assert_denied(worker, "INSERT INTO job_audit (actor, command) VALUES ('x', 'prune')")
     assert_denied(worker, "SELECT count(*) FROM job_audit")
     assert_worker_can_use(worker)
+
+
+def test_roles_sql_runs_on_a_database_an_earlier_release_migrated(db: Database) -> None:
+    # An upgrade may run this release's roles.sql before its migrations: job_runs has no
+    # queue column yet (migration 0014), which the enqueuer's grant names.
+    db.roles_sql()
+    owner = db.login("jobrunner_owner")
+    migrate(owner, through=13)
+
+    db.roles_sql()
+    migrated = run_cli("migrate", "--database-url", owner)
+    assert migrated.exit_code == 0, migrated.stderr
+    db.roles_sql()
+
+    may_insert_queue = (
+        "SELECT has_column_privilege('jobrunner_enqueuer', 'job_runs', 'queue', 'INSERT')"
+    )
+    assert scalar(db.admin, may_insert_queue) == "t"
 
 
 def test_worker_can_use_tables_that_a_later_migration_adds(migrated: Migrated) -> None:
