@@ -65,7 +65,6 @@ class JobrunnerBackend(BaseTaskBackend):
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
         """Write the run through Django's connection, in whatever transaction it is in."""
-        from cronjob import store
         from cronjob.api import insert_runs
         from cronjob.django.connection import django_connection
         from cronjob.django.discovery import UNKNOWN, known_tasks
