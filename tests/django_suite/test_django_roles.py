@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -66,7 +67,7 @@ def test_task_enqueue_takes_a_role_that_may_enqueue(logins: dict[str, str], role
 
     if role in DJANGO_ROLE_TABLE["Task.enqueue()"]:
         assert done.returncode == 0, done.stderr
-        assert int(done.stdout) > 0
+        assert uuid.UUID(done.stdout.strip())  # the result's id
     else:
         assert done.returncode == 1
         assert done.stderr.startswith("InsufficientPrivilege: permission denied for table job_runs")
