@@ -38,6 +38,7 @@ COMMANDS = {
     "resume": "cronjob.commands.incident:resume",
     "audit": "cronjob.commands.incident:audit",
     "sync": "cronjob.commands.django:sync",
+    "web": "cronjob.commands.web:web",
 }
 # Commands only a Django project can use: its help alone lists them (beside `schedule sync`,
 # `sync` would read as a second way to apply a file); anyone may still call them and be told
@@ -148,6 +149,17 @@ def handlers_option(func: Callable[..., Any]) -> Callable[..., Any]:
         metavar="MODULES",
         help="Comma-separated handler modules to import [env: JOBRUNNER_HANDLERS]. "
         "Modules of the `jobrunner.handlers` entry-point group load too.",
+    )(func)
+
+
+def tenants_sql_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--tenants-sql, for the commands that materialize a tenant-scoped schedule."""
+    return click.option(
+        "--tenants-sql",
+        envvar="JOBRUNNER_TENANTS_SQL",
+        metavar="SQL",
+        help="Query whose first column lists tenant ids, for tenant-scoped "
+        "schedules [env: JOBRUNNER_TENANTS_SQL].",
     )(func)
 
 

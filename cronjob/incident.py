@@ -13,7 +13,7 @@ unless something else moved meanwhile.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -89,6 +89,55 @@ def moment(text: str, *, what: str, clock: datetime) -> datetime:
             f"invalid {what} {text[:40]!r}: expected a duration ago (e.g. 30m, 2h) or an "
             "ISO-8601 timestamp (e.g. 2026-01-05T09:10:00Z)"
         ) from None
+
+
+def split(value: str | None, what: str) -> tuple[str, ...] | None:
+    """A comma-separated filter's values, each once; None when not given, BadInput when empty."""
+    from cronjob.inputs import comma_list
+
+    if value is None:
+        return None
+    items = tuple(dict.fromkeys(comma_list(value)))
+    if not items:
+        raise BadInput(f"invalid {what}: empty")
+    return items
+
+
+def build_selection(
+    ids: Sequence[int] | None, chosen_statuses: tuple[str, ...] | None, options: Mapping[str, Any]
+) -> Selection:
+    """A Selection from a door's filters (`job_types`, `tenants`, `error_types`, `error_like`,
+    `schedule`, `limit`, as text); since and until stay text until the clock is read."""
+    error_like = options.get("error_like")
+    if error_like is not None and not error_like.strip():
+        raise BadInput("invalid --error-like: empty")
+    return Selection(
+        ids=tuple(ids) if ids else None,
+        statuses=chosen_statuses,
+        job_types=split(options.get("job_types"), "--type"),
+        tenants=split(options.get("tenants"), "--tenant"),
+        error_types=split(options.get("error_types"), "--error-type"),
+        error_like=error_like,
+        schedule=options.get("schedule"),
+        limit=options.get("limit"),
+    )
+
+
+def with_clock(
+    conn: Any,
+    selection: Selection,
+    options: Mapping[str, Any],
+    until: Callable[[datetime], datetime] | None = None,
+) -> Selection:
+    """Resolve `since`/`until` (text in `options`) against the database clock, and the schedule
+    by name; `until`, given the clock, bounds the selection further."""
+    clock = store.clock_now(conn)
+    since_text, until_text = options.get("since"), options.get("until")
+    since = moment(since_text, what="--since", clock=clock) if since_text else None
+    bound = moment(until_text, what="--until", clock=clock) if until_text else None
+    if until is not None:
+        bound = min(bound, until(clock)) if bound is not None else until(clock)
+    return resolve(conn, replace(selection, since=since, until=bound))
 
 
 def resolve(conn: Any, selection: Selection) -> Selection:

@@ -186,13 +186,17 @@ _LIBRARY_LEVELS = frozenset({"debug", "info", "warning", "error", "critical"})
 LIBRARY_LOGGERS = ("psycopg",)
 
 
-def capture_library_logs() -> None:
+def capture_library_logs(names: tuple[str, ...] = LIBRARY_LOGGERS, *, level: int = 0) -> None:
     """Send the libraries' standard-library log records through jobrunner's own stream.
 
-    Left alone, Python writes them as plain text between jobrunner's JSON lines.
+    Left alone, Python writes them as plain text between jobrunner's JSON lines. `level`,
+    when given, is the least severe record the loggers pass on (the dashboard's server logs
+    each request at info, below the standard library's default).
     """
-    for name in LIBRARY_LOGGERS:
+    for name in names:
         logger = logging.getLogger(name)
+        if level:
+            logger.setLevel(level)
         if not any(isinstance(h, _LibraryRecords) for h in logger.handlers):
             logger.addHandler(_LibraryRecords())
             logger.propagate = False

@@ -113,6 +113,35 @@ class Materializer:
         advances, failed = plan(batch, now, evaluations)
         for definition, reason in failed:
             self._problem(definition, reason)
+        return self._write(conn, advances, now)
+
+    def run_now(self, conn: Any, name: str) -> int:
+        """One occurrence of the schedule `name` at `now` (the database clock's, unless
+        pinned), written as a due one is, under the definition's row lock; its high-water
+        mark and next fire time stay as they are. Returns the runs created; a definition
+        that cannot be materialized is in `problems`. In the caller's transaction."""
+        from cronjob.errors import DefinitionNotFound
+        from cronjob.inputs import excerpt
+
+        current = store.definition_get(conn, name, lock=True)
+        if current is None:
+            raise DefinitionNotFound(f"schedule {excerpt(name)} not found")
+        clock = store.clock_now(conn, now=self.now)
+        due = DueDefinition(
+            id=current.id, name=current.name, schedule=current.schedule,
+            timezone=current.timezone, scope=current.scope, catch_up=current.catch_up,
+            catch_up_limit=current.catch_up_limit,
+            materialized_through=current.materialized_through, overlap=current.overlap,
+        )  # fmt: skip
+        advance = Advance(due, (clock,), current.materialized_through, current.next_fire_at)
+        created, _ = self._write(conn, [advance], clock)
+        return created
+
+    def _write(
+        self, conn: Any, advances: Sequence[Advance], now: datetime
+    ) -> tuple[int, list[Advance]]:
+        """The runs (and skips) of `advances`, and their marks; returns the runs created and
+        the advances written."""
         created = 0
         written = []
         for advance in advances:

@@ -18,7 +18,6 @@ from cronjob.cli import database_url_option, json_option
 from cronjob.commands import open_connection
 from cronjob.commands.render import clip, iso, table, when
 from cronjob.errors import BadInput
-from cronjob.inputs import comma_list
 
 
 def filter_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -66,15 +65,6 @@ actor_option = click.option(
 reason_option = click.option("--reason", metavar="TEXT", help="Why, for the audit trail.")
 
 
-def split(value: str | None, what: str) -> tuple[str, ...] | None:
-    if value is None:
-        return None
-    items = tuple(dict.fromkeys(comma_list(value)))
-    if not items:
-        raise BadInput(f"invalid {what}: empty")
-    return items
-
-
 def statuses(value: str | None, allowed: tuple[str, ...], command: str) -> tuple[str, ...] | None:
     """retry's and cancel's --status: like their other filters, refused when it names nothing."""
     from cronjob.inputs import parse_statuses
@@ -104,40 +94,6 @@ def record_audit(
         conn, command, actor=incident.actor_name(actor), reason=check_reason(reason),
         changed=changed, selection=selection,
     )  # fmt: skip
-
-
-def build_selection(ids: list[int] | None, chosen_statuses: Any, options: dict[str, Any]) -> Any:
-    """A Selection from the command's arguments; since/until stay text until the clock is read."""
-    from cronjob.models import Selection
-
-    error_like = options.get("error_like")
-    if error_like is not None and not error_like.strip():
-        raise BadInput("invalid --error-like: empty")
-    return Selection(
-        ids=tuple(ids) if ids else None,
-        statuses=chosen_statuses,
-        job_types=split(options.get("job_types"), "--type"),
-        tenants=split(options.get("tenants"), "--tenant"),
-        error_types=split(options.get("error_types"), "--error-type"),
-        error_like=error_like,
-        schedule=options.get("schedule"),
-        limit=options.get("limit"),
-    )
-
-
-def with_clock(conn: Any, selection: Any, options: dict[str, Any], until: Any = None) -> Any:
-    """Resolve --since/--until against the database clock, and the schedule by name."""
-    from dataclasses import replace
-
-    from cronjob import incident, store
-
-    clock = store.clock_now(conn)
-    since_text, until_text = options.get("since"), options.get("until")
-    since = incident.moment(since_text, what="--since", clock=clock) if since_text else None
-    bound = incident.moment(until_text, what="--until", clock=clock) if until_text else None
-    if until is not None:
-        bound = min(bound, until(clock)) if bound is not None else until(clock)
-    return incident.resolve(conn, replace(selection, since=since, until=bound))
 
 
 def act_on_selection(
@@ -231,15 +187,13 @@ def pause(job_types: tuple[str, ...], database_url: str | None, reason: str | No
     Running runs finish. Due runs, and runs that schedules keep creating, wait until
     `jobrunner resume TYPE`. `status` and `check` list paused types with their reason.
     """
-    from cronjob import incident, store
+    from cronjob import incident, operations
 
     types = _types(job_types)
     why, who = check_reason(reason), incident.actor_name(actor)
     conn = open_connection(database_url)
-    with conn, conn.transaction():
-        paused = store.job_types_pause(conn, types, reason=why, actor=who)
-        incident.record(conn, "pause", actor=who, reason=why, changed=len(paused),
-                        selection={"type": types})  # fmt: skip
+    with conn:
+        paused = operations.pause_types(conn, types, actor=who, reason=why).changed
     for job_type in types:
         click.echo(f"paused {job_type}" if job_type in paused else f"{job_type} was already paused")
 
@@ -252,15 +206,13 @@ def pause(job_types: tuple[str, ...], database_url: str | None, reason: str | No
 def resume(job_types: tuple[str, ...], database_url: str | None, reason: str | None,
            actor: str | None) -> None:  # fmt: skip
     """Claim runs of these paused job types again, on every host."""
-    from cronjob import incident, store
+    from cronjob import incident, operations
 
     types = _types(job_types)
     why, who = check_reason(reason), incident.actor_name(actor)
     conn = open_connection(database_url)
-    with conn, conn.transaction():
-        resumed = store.job_types_resume(conn, types)
-        incident.record(conn, "resume", actor=who, reason=why, changed=len(resumed),
-                        selection={"type": types})  # fmt: skip
+    with conn:
+        resumed = operations.resume_types(conn, types, actor=who, reason=why).changed
     for job_type in types:
         click.echo(f"resumed {job_type}" if job_type in resumed else f"{job_type} was not paused")
 

@@ -474,6 +474,7 @@ def prune(
     """
     from dataclasses import replace
 
+    from cronjob import incident
     from cronjob.commands import incident as selecting
     from cronjob.inputs import parse_duration, parse_run_ids, parse_statuses
     from cronjob.models import Selection
@@ -488,7 +489,7 @@ def prune(
     )
     chosen = parse_statuses(statuses, allowed=PRUNABLE, command="prune") or PRUNABLE
     ids = parse_run_ids(run_ids)
-    selection = selecting.build_selection(ids, chosen if statuses else None, options)
+    selection = incident.build_selection(ids, chosen if statuses else None, options)
     runs_too = bool(ids) or selection.filtered or age is not None
     # --older-than and --status alone are the retention job cron runs: no question asked.
     routine = not replace(selection, statuses=None).filtered
@@ -504,7 +505,7 @@ def prune(
         effects = 0
         if runs_too:
             until = (lambda clock: clock - timedelta(seconds=age)) if age is not None else None
-            selection = selecting.with_clock(conn, selection, options, until=until)
+            selection = incident.with_clock(conn, selection, options, until=until)
             found, applied = selecting.act_on_selection(
                 conn, "prune", selection, options, batch_size=batch_size, confirm=not routine
             )

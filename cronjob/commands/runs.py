@@ -204,13 +204,13 @@ def _change_runs(
     as_json: bool, options: dict[str, Any],
 ) -> int:  # fmt: skip
     """retry and cancel: by ids (one line per id) or by filters (counted, batched, audited)."""
-    from cronjob import incident, store
+    from cronjob import incident, operations
     from cronjob.commands import incident as selecting
     from cronjob.inputs import parse_run_ids
 
     chosen = incident.action(command)
     ids = parse_run_ids(run_ids)
-    selection = selecting.build_selection(
+    selection = incident.build_selection(
         ids, selecting.statuses(status_text, chosen.eligible, command), options
     )
     if not ids and not selection.filtered:
@@ -220,14 +220,12 @@ def _change_runs(
     conn = open_connection(database_url)
     with conn:
         if ids and not options["dry_run"]:
-            change_many = store.runs_retry_many if command == "retry" else store.runs_cancel_many
-            changes = incident.apply_ids(
-                conn, command, ids, change_many,
-                actor=incident.actor_name(options["actor"]),
+            changes = operations.change_runs(
+                conn, command, ids, actor=incident.actor_name(options["actor"]),
                 reason=selecting.check_reason(options["reason"]),
             )  # fmt: skip
             return _report(changes, chosen.past, command, as_json)
-        selection = selecting.with_clock(conn, selection, options)
+        selection = incident.with_clock(conn, selection, options)
         found, applied = selecting.act_on_selection(conn, command, selection, options)
     selecting.report_selection(command, chosen.past, selection, found, applied, as_json)
     return 0

@@ -10,9 +10,15 @@ from typing import IO, Any
 
 import click
 
-from cronjob.cli import Count, database_url_option, json_option, lock_wait_option
+from cronjob.cli import (
+    Count,
+    database_url_option,
+    json_option,
+    lock_wait_option,
+    tenants_sql_option,
+)
 from cronjob.commands import open_connection
-from cronjob.commands.incident import actor_option, reason_option, record_audit
+from cronjob.commands.incident import actor_option, check_reason, reason_option, record_audit
 from cronjob.commands.render import clip, iso, table
 from cronjob.errors import BadInput
 from cronjob.text import printable
@@ -298,13 +304,12 @@ def _echo_skips(skips: list[Any], local: Any) -> None:
 @reason_option
 def pause(name: str, database_url: str | None, actor: str | None, reason: str | None) -> None:
     """Stop materializing runs of NAME (runs already created are untouched)."""
-    from cronjob import definitions
+    from cronjob import incident, operations
 
+    who, why = incident.actor_name(actor), check_reason(reason)
     conn = open_connection(database_url)
-    with conn, conn.transaction():
-        _, changed = definitions.pause(conn, name)
-        record_audit(conn, "schedule pause", actor, reason, selection={"name": name},
-                     changed=int(changed))  # fmt: skip
+    with conn:
+        changed = operations.pause_schedule(conn, name, actor=who, reason=why).changed
     click.echo(f"paused {name}" if changed else f"{name} was already paused")
 
 
@@ -315,17 +320,48 @@ def pause(name: str, database_url: str | None, actor: str | None, reason: str | 
 @reason_option
 def resume(name: str, database_url: str | None, actor: str | None, reason: str | None) -> None:
     """Materialize runs of NAME again, from now on: time spent paused is not made up."""
-    from cronjob import definitions
+    from cronjob import incident, operations
 
+    who, why = incident.actor_name(actor), check_reason(reason)
     conn = open_connection(database_url)
-    with conn, conn.transaction():
-        found, changed = definitions.resume(conn, name)
-        record_audit(conn, "schedule resume", actor, reason, selection={"name": name},
-                     changed=int(changed))  # fmt: skip
-    if changed:
+    with conn:
+        found, done = operations.resume_schedule(conn, name, actor=who, reason=why)
+    if done.changed:
         click.echo(f"resumed {name}: next run {_next_run(found)}")
     else:
         click.echo(f"{name} was not paused")
+
+
+@schedule.command(name="run")
+@click.argument("name")
+@database_url_option
+@tenants_sql_option
+@actor_option
+@reason_option
+def run_now(
+    name: str, database_url: str | None, tenants_sql: str | None, actor: str | None,
+    reason: str | None,
+) -> None:  # fmt: skip
+    """Enqueue one occurrence of NAME now, as a tick would when it falls due.
+
+    Its payload, scope and overlap policy apply: a tenant-scoped schedule gets a run per
+    tenant (--tenants-sql), and under overlap skip or queue an occurrence that finds its
+    earlier runs unfinished is recorded as skipped. Its next fire times are unchanged, and a
+    paused schedule stays paused. Writes one audit entry.
+    """
+    from cronjob import incident, operations
+    from cronjob.inputs import check_tenants_sql
+
+    who, why = incident.actor_name(actor), check_reason(reason)
+    query = check_tenants_sql(tenants_sql)
+    conn = open_connection(database_url)
+    with conn:
+        done = operations.run_schedule_now(conn, name, actor=who, reason=why, tenants_sql=query)
+    if done.created:
+        click.echo(f"ran {name} now: {done.created} run(s) enqueued; audit #{done.audit_id}")
+    else:
+        click.echo(f"{name} not run now: its overlap policy skipped the occurrence "
+                   f"(see `jobrunner schedule show {name}`); audit #{done.audit_id}")  # fmt: skip
 
 
 @schedule.command()

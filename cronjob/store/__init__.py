@@ -10,7 +10,7 @@ All of them are reached through this one, `store.<name>`:
 - `preflight`, what runs before anything is known: migrating, checking the schema
   version, asking whether a tick has work. It builds no models, so an idle tick,
   which asks and leaves, never imports them.
-- the rest (`runs`, `definitions`, `tally`, `effects`, `incidents`, `tasks`), which
+- the rest (`runs`, `definitions`, `tally`, `effects`, `incidents`, `tasks`, `dashboard`), which
   read and write as models: each imported the first time one of its names is used.
 """
 
@@ -33,6 +33,7 @@ from cronjob.store.preflight import (
 )
 
 if TYPE_CHECKING:
+    from cronjob.store.dashboard import *  # noqa: F403
     from cronjob.store.definitions import *  # noqa: F403
     from cronjob.store.effects import *  # noqa: F403
     from cronjob.store.incidents import *  # noqa: F403
@@ -55,7 +56,7 @@ __all__ = [
 
 # Searched in this order, the tick's first: a name is found without importing the modules
 # after its own.
-_MODULES = ("runs", "definitions", "tally", "effects", "incidents", "tasks")
+_MODULES = ("runs", "definitions", "tally", "effects", "incidents", "tasks", "dashboard")
 
 
 def __getattr__(name: str) -> Any:

@@ -1,0 +1,139 @@
+"""What an operator changes outside a selection of runs, each change one function that writes
+its own `job_audit` row in the transaction of the change.
+
+Both doors call these: the command line (`pause`, `resume`, `retry ID`, `cancel ID`,
+`schedule pause/resume/run`) and the dashboard's buttons, so a change made from either is the
+same change with the same audit row. A selection of runs goes through `cronjob.incident`
+(`count`, `apply`). The caller checks its own input (the actor, the reason, the names) and
+opens the connection, in autocommit mode: each function here is its own transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cronjob import incident, store
+from cronjob.models import Definition
+
+
+@dataclass(frozen=True)
+class Done:
+    """What a change did: the names (job types, or a schedule) it changed, and its audit row."""
+
+    changed: tuple[str, ...]
+    audit_id: int
+
+
+def pause_types(conn: Any, job_types: Sequence[str], *, actor: str, reason: str | None) -> Done:
+    """Stop every host claiming `job_types`; `changed` holds those that were not paused."""
+    with conn.transaction():
+        paused = store.job_types_pause(conn, job_types, reason=reason, actor=actor)
+        audit_id = incident.record(
+            conn,
+            "pause",
+            actor=actor,
+            reason=reason,
+            changed=len(paused),
+            selection={"type": list(job_types)},
+        )
+    return Done(tuple(paused), audit_id)
+
+
+def resume_types(conn: Any, job_types: Sequence[str], *, actor: str, reason: str | None) -> Done:
+    """Claim `job_types` again; `changed` holds those that were paused."""
+    with conn.transaction():
+        resumed = store.job_types_resume(conn, job_types)
+        audit_id = incident.record(
+            conn,
+            "resume",
+            actor=actor,
+            reason=reason,
+            changed=len(resumed),
+            selection={"type": list(job_types)},
+        )
+    return Done(tuple(resumed), audit_id)
+
+
+def change_runs(
+    conn: Any, command: str, ids: Sequence[int], *, actor: str, reason: str | None
+) -> list[Any]:
+    """`retry` or `cancel` the runs `ids`, batch by batch, audited; one change per id."""
+    change_many = store.runs_retry_many if command == "retry" else store.runs_cancel_many
+    return incident.apply_ids(conn, command, ids, change_many, actor=actor, reason=reason)
+
+
+def pause_schedule(conn: Any, name: str, *, actor: str, reason: str | None) -> Done:
+    """Stop materializing the schedule `name`; `changed` is empty when it was paused already."""
+    from cronjob import definitions
+
+    with conn.transaction():
+        _, changed = definitions.pause(conn, name)
+        audit_id = incident.record(
+            conn,
+            "schedule pause",
+            actor=actor,
+            reason=reason,
+            selection={"name": name},
+            changed=int(changed),
+        )
+    return Done((name,) if changed else (), audit_id)
+
+
+def resume_schedule(
+    conn: Any, name: str, *, actor: str, reason: str | None
+) -> tuple[Definition, Done]:
+    """Materialize the schedule `name` again from now on; with the definition as it is now."""
+    from cronjob import definitions
+
+    with conn.transaction():
+        found, changed = definitions.resume(conn, name)
+        audit_id = incident.record(
+            conn,
+            "schedule resume",
+            actor=actor,
+            reason=reason,
+            selection={"name": name},
+            changed=int(changed),
+        )
+    return found, Done((name,) if changed else (), audit_id)
+
+
+@dataclass(frozen=True)
+class RunNow:
+    """One occurrence of a schedule made now: the runs it created (one, or one per tenant;
+    none when its overlap policy skipped it), and the audit row."""
+
+    created: int
+    audit_id: int
+
+
+def run_schedule_now(
+    conn: Any, name: str, *, actor: str, reason: str | None, tenants_sql: str | None = None
+) -> RunNow:
+    """Enqueue one occurrence of the schedule `name` at the database clock's now, as a tick
+    materializes a due one: its payload, scope (a run per tenant, from `tenants_sql`) and
+    overlap policy (a skip is recorded as the tick records one). Its timing is left as it
+    is: the next occurrence still fires when it is due, paused or not.
+
+    Raises BadInput when the schedule cannot be materialized (tenant-scoped without a tenant
+    query, or a tenant query that fails), with nothing written.
+    """
+    from cronjob.errors import BadInput
+    from cronjob.materialize import Materializer
+
+    materializer = Materializer(tenants_sql=tenants_sql)
+    with conn.transaction():
+        created = materializer.run_now(conn, name)
+        if materializer.problems:
+            raise BadInput(f"schedule {name!r} not run: {materializer.problems[0].reason}")
+        audit_id = incident.record(
+            conn,
+            "schedule run",
+            actor=actor,
+            reason=reason,
+            selection={"name": name},
+            changed=created,
+        )
+    return RunNow(created, audit_id)

@@ -1,0 +1,63 @@
+"""The dashboard (extra `web`): the queue at a glance, and, when asked, the operator's actions.
+
+`jobrunner web` serves it; `app()` builds it as an ASGI application that a Starlette or
+FastAPI application mounts under a prefix, behind its own authentication:
+
+    from cronjob.web import app as jobrunner_dashboard
+    api.mount("/jobs", jobrunner_dashboard(allow_actions=True))
+
+Its parts: `application` (settings, the guard in front of every request, connections,
+templates), `guard` (authentication, form tokens, the same-origin check, security headers),
+`pages` (what each URL shows), `actions` (what a button changes, through the command line's
+own functions), `present` and `charts` (how values and the last day are drawn), and
+`templates/`, `static/` (served by the package itself: no script, no CDN). Nothing here
+imports handler modules, and nothing of the command line.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cronjob.db import Database
+
+
+def app(
+    database_url: str | None = None,
+    *,
+    database: Database | None = None,
+    allow_actions: bool = False,
+    show_payloads: bool = False,
+    actor: str | None = None,
+    basic_auth: str | None = None,
+    tenants_sql: str | None = None,
+) -> Any:
+    """The dashboard as an ASGI application.
+
+    The database is `database`, else `database_url`, else found as every command finds it
+    (JOBRUNNER_DATABASE_URL, a Django project's, DATABASE_URL, the embedded server). It is
+    read-only unless `allow_actions`; payloads are hidden unless `show_payloads`. Actions are
+    recorded under the user the host application authenticated (`scope["user"]`), or the
+    `basic_auth` user (`"user:password"`, which every request must then give), else `actor`
+    (JOBRUNNER_ACTOR, user@host).
+    """
+    from cronjob.web.application import Settings, build
+    from cronjob.web.guard import BasicAuth
+
+    if database is None:
+        from cronjob.location import resolve_url
+
+        database = Database(*resolve_url(database_url))
+    if actor is not None:
+        from cronjob.incident import actor_name
+
+        actor = actor_name(actor)
+    if tenants_sql is not None:
+        from cronjob.inputs import check_tenants_sql
+
+        tenants_sql = check_tenants_sql(tenants_sql)
+    auth = BasicAuth.from_credentials(basic_auth) if basic_auth is not None else None
+    settings = Settings(
+        database=database, allow_actions=allow_actions, show_payloads=show_payloads,
+        actor=actor, basic_auth=auth, tenants_sql=tenants_sql,
+    )  # fmt: skip
+    return build(settings)

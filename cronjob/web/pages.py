@@ -1,0 +1,312 @@
+"""The dashboard's pages: each reads what it shows through the store, as `status`, `list`,
+`show`, `schedule list/show` and `audit` do, and renders one template.
+
+Every page costs the same however much finished history the table keeps: counts come from
+the snapshot `status` reads (cronjob.health over the tally and the active indexes), lists
+are keyset pages (cronjob.store.dashboard), one run or schedule is read by its key. URLs
+take the command line's filters as query parameters, so a page can be bookmarked and sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from cronjob.errors import (
+    BadInput,
+    DatabaseError,
+    DefinitionNotFound,
+    JobrunnerError,
+    RunNotFound,
+    SchemaNotReady,
+)
+from cronjob.models import Selection, Status
+
+PAGE_SIZE = 50
+AUDIT_PAGE_SIZE = 50
+# Ids a filtered page of runs reads at most when no index finds its runs (a type, a tenant,
+# an error among finished runs): the cost of a page stays the same however long the history,
+# and the next page searches on below.
+RUN_WINDOW = 50_000
+UNFINISHED = frozenset({"queued", "failed", "running"})
+# The filters of /runs, as the command line names them, and the Selection field each fills.
+RUN_FILTERS = {
+    "status": "statuses",
+    "type": "job_types",
+    "tenant": "tenants",
+    "error_type": "error_types",
+    "schedule": "schedule",
+    "since": "since",
+    "until": "until",
+}
+RECENT_SHOWN = 10
+UPCOMING_SHOWN = 5
+
+
+def routes() -> list[Any]:
+    from starlette.routing import Route
+
+    return [
+        Route("/", overview, name="overview"),
+        Route("/runs", runs, name="runs"),
+        Route("/runs/{run_id:int}", run, name="run"),
+        Route("/schedules", schedules, name="schedules"),
+        Route("/schedules/{name:path}", schedule, name="schedule"),
+        Route("/audit", audit, name="audit"),
+        Route("/healthz", healthz, name="healthz"),
+        Route("/static/dashboard.css", stylesheet, name="stylesheet"),
+    ]
+
+
+def exception_handlers() -> dict[Any, Any]:
+    return {JobrunnerError: _error_page}
+
+
+# -- rendering ------------------------------------------------------------------
+
+
+def dashboard_of(request: Any) -> Any:
+    return request.app.state.dashboard
+
+
+def base_path(request: Any) -> str:
+    """The prefix the dashboard is mounted under ("" when it is served on its own)."""
+    return str(request.scope.get("root_path", "")).rstrip("/")
+
+
+def render(request: Any, template: str, *, status_code: int = 200, **values: Any) -> Any:
+    """A page: the template with what every page shows, and this browser's form token."""
+    from starlette.responses import HTMLResponse
+
+    from cronjob.web.guard import CSRF_COOKIE
+
+    dashboard = dashboard_of(request)
+    settings = dashboard.settings
+    token = request.cookies.get(CSRF_COOKIE)
+    fresh = settings.allow_actions and not dashboard.csrf.valid(token)
+    if fresh:
+        token = dashboard.csrf.issue()
+    html = dashboard.templates.get_template(template).render(
+        base=base_path(request), actions=settings.allow_actions,
+        show_payloads=settings.show_payloads, csrf_token=token or "", link=link, **values,
+    )  # fmt: skip
+    response = HTMLResponse(html, status_code=status_code)
+    if fresh:
+        response.set_cookie(
+            CSRF_COOKIE, token or "", path=base_path(request) or "/", httponly=True,
+            samesite="strict", secure=request.url.scheme == "https",
+        )  # fmt: skip
+    return response
+
+
+def link(base: str, path: str, params: Mapping[str, Any] | None = None) -> str:
+    """A URL of the dashboard's, its query built from `params` (empty values left out)."""
+    query = urlencode({k: v for k, v in (params or {}).items() if v not in (None, "")})
+    return f"{base}{path}" + (f"?{query}" if query else "")
+
+
+def schedule_path(name: str) -> str:
+    return "/schedules/" + quote(name, safe="")
+
+
+def _error_page(request: Any, exc: Exception) -> Any:
+    status = 500
+    if isinstance(exc, RunNotFound | DefinitionNotFound):
+        status = 404
+    elif isinstance(exc, BadInput):
+        status = 400
+    elif isinstance(exc, DatabaseError | SchemaNotReady):
+        status = 503
+    from cronjob.text import redact
+
+    return render(request, "error.html", status_code=status, message=redact(str(exc)))
+
+
+def _connection(request: Any) -> Any:
+    return dashboard_of(request).connections.connection()
+
+
+# -- pages ----------------------------------------------------------------------
+
+
+def overview(request: Any) -> Any:
+    """Counts by status and type, what waits and for how long, paused and unclaimed types,
+    stale schedules, and the last day's charts."""
+    from cronjob import health, store
+
+    with _connection(request) as conn:
+        view = health.read_overview(conn)
+        day = store.runs_chart_last_day(conn, now=view.now)
+        stale = [v for v in _schedule_health(conn).values() if v.stale]
+    from cronjob.web import charts
+
+    return render(
+        request, "overview.html", view=view, now=view.now, stale=stale,
+        unclaimed=view.unclaimed(), statuses=[s.value for s in Status],
+        finished=charts.finished_per_minute(day, view.now),
+        waited=charts.longest_wait(day, view.now),
+    )  # fmt: skip
+
+
+def _schedule_health(conn: Any) -> dict[str, Any]:
+    from cronjob import store
+    from cronjob.staleness import assess
+
+    return {row.name: assess(row) for row in store.definitions_list_health(conn)}
+
+
+def run_selection(conn: Any, params: Mapping[str, str]) -> Selection:
+    """The runs a page's query parameters select, as `jobrunner list` and `retry` read their
+    options; a blank parameter is no filter."""
+    from cronjob import incident
+    from cronjob.inputs import parse_statuses
+
+    given = {name: params[name].strip() for name in RUN_FILTERS if params.get(name, "").strip()}
+    statuses = parse_statuses(given["status"]) if "status" in given else None
+    options = {RUN_FILTERS[name]: value for name, value in given.items() if name != "status"}
+    selection = incident.build_selection(None, statuses or None, options)
+    return incident.with_clock(conn, selection, options)
+
+
+def runs(request: Any) -> Any:
+    """A page of runs, newest first, filtered as `jobrunner list` and `retry` filter."""
+    from cronjob import health, store
+    from cronjob.inputs import parse_id
+
+    params = request.query_params
+    before = parse_id(params["before"], what="before") if params.get("before") else None
+    with _connection(request) as conn:
+        selection = run_selection(conn, params)
+        page = store.runs_list_page(
+            conn, selection, before=before, limit=PAGE_SIZE, window=_window(selection)
+        )
+        view = health.read_overview(conn)
+    filters = {name: params.get(name, "") for name in RUN_FILTERS}
+    return render(
+        request, "runs.html", page=page, filters=filters, filtered=selection.filtered,
+        windowed=_window(selection) is not None, before=before, now=view.now,
+        counts=_counts_for(view, selection), statuses=[s.value for s in Status], window=RUN_WINDOW,
+    )  # fmt: skip
+
+
+def _window(selection: Selection) -> int | None:
+    """No window when an index finds the runs whatever the history: no filter at all (the
+    primary key), or unfinished statuses only (the partial indexes over them)."""
+    if not selection.filtered:
+        return None
+    if selection.statuses and set(selection.statuses) <= UNFINISHED:
+        return None
+    return RUN_WINDOW
+
+
+def _counts_for(view: Any, selection: Selection) -> dict[str, int]:
+    """Runs by status of the selected job types (every type when none), from the tally."""
+    types = [t for t in view.types if not selection.job_types or t.job_type in selection.job_types]
+    return {s.value: sum(t.by_status[s.value] for t in types) for s in Status}
+
+
+def run(request: Any) -> Any:
+    """One run: every field, its failed attempts, the last traceback, the payload if shown."""
+    from cronjob import store
+
+    run_id = request.path_params["run_id"]
+    with _connection(request) as conn:
+        found = store.run_get(conn, run_id)
+        if found is None:
+            raise RunNotFound(f"run {run_id} not found")
+        attempts = store.run_attempts_get(conn, run_id)
+        now = store.clock_now(conn)
+    return render(request, "run.html", run=found, attempts=attempts, now=now)
+
+
+def schedules(request: Any) -> Any:
+    """Every schedule: its timing, next fire time, overlap policy and health."""
+    from cronjob import store
+
+    with _connection(request) as conn:
+        found = store.definitions_list(conn)
+        verdicts = _schedule_health(conn)
+        now = store.clock_now(conn)
+    rows = [(d, verdicts.get(d.name), _upcoming(d, 1)) for d in found]
+    return render(request, "schedules.html", rows=rows, now=now, path_of=schedule_path)
+
+
+def schedule(request: Any) -> Any:
+    """One schedule: settings, next fire times, health, its newest runs and skips."""
+    from cronjob import definitions, store
+    from cronjob.staleness import assess
+
+    name = request.path_params["name"]
+    with _connection(request) as conn:
+        found = definitions.get(conn, name)
+        health_row = store.definition_get_health(conn, found.id)
+        recent = store.definition_runs_list_recent(conn, found.id, limit=RECENT_SHOWN)
+        skips = store.definition_skips_list_recent(conn, found.id, limit=RECENT_SHOWN)
+        latest = store.definition_runs_count_latest_occurrence(conn, found.id)
+        now = store.clock_now(conn)
+    if health_row is None:
+        raise DefinitionNotFound(f"schedule {name!r} not found")
+    return render(
+        request, "schedule.html", definition=found, verdict=assess(health_row),
+        recent=recent, skips=skips, latest=latest, now=now,
+        upcoming=_upcoming(found, UPCOMING_SHOWN), path=schedule_path(found.name),
+    )  # fmt: skip
+
+
+def _upcoming(definition: Any, count: int) -> list[Any] | str:
+    """The next fire times, or why there are none to show (a row no command would write)."""
+    from cronjob import definitions
+
+    try:
+        return definitions.upcoming_fire_times(definition, count)
+    except Exception as exc:
+        return f"cannot be evaluated ({type(exc).__name__})"
+
+
+def audit(request: Any) -> Any:
+    """Who did what, newest first: one entry per state-changing command, from either door."""
+    from cronjob import store
+    from cronjob.inputs import parse_id
+
+    params = request.query_params
+    before = parse_id(params["before"], what="before") if params.get("before") else None
+    entry = parse_id(params["entry"], what="entry") if params.get("entry") else None
+    if entry is not None and before is None:
+        before = entry + 1
+    with _connection(request) as conn:
+        entries = store.audit_list_page(conn, before=before, limit=AUDIT_PAGE_SIZE + 1)
+    older = entries[AUDIT_PAGE_SIZE - 1].id if len(entries) > AUDIT_PAGE_SIZE else None
+    return render(
+        request, "audit.html", entries=entries[:AUDIT_PAGE_SIZE], older=older,
+        before=before, entry=entry,
+    )  # fmt: skip
+
+
+def healthz(request: Any) -> Any:
+    """For probes: 200 with the queue's headline numbers, 503 when the database is not
+    reachable or its schema not ready."""
+    from starlette.responses import JSONResponse
+
+    from cronjob import health
+    from cronjob.text import redact
+
+    try:
+        with _connection(request) as conn:
+            view = health.read_overview(conn)
+    except (DatabaseError, SchemaNotReady) as exc:
+        return JSONResponse({"ok": False, "error": redact(str(exc))}, status_code=503)
+    return JSONResponse({
+        "ok": True, "due": view.due, "oldest_due_age_seconds": view.oldest_due_age,
+        "expired_leases": view.expired_leases, "dead": view.dead,
+        "paused_job_types": sorted(view.paused_types), "now": view.now.isoformat(),
+    })  # fmt: skip
+
+
+def stylesheet(request: Any) -> Any:
+    from starlette.responses import Response
+
+    from cronjob.web.application import HERE
+
+    css = (HERE / "static" / "dashboard.css").read_bytes()
+    return Response(css, media_type="text/css", headers={"Cache-Control": "max-age=3600"})
