@@ -18,7 +18,8 @@ from urllib.parse import urlsplit
 
 # Nothing stored can run script or load anything: no script source at all, styles and images
 # from the dashboard itself (charts are inline SVG, which is markup, not a resource), forms
-# that post back to it alone, and no page may frame it.
+# that post back to it alone, and no page may frame it. The referrer goes to the dashboard
+# alone: with none at all, a browser posts its forms as from an opaque origin ("null").
 CONTENT_SECURITY_POLICY = (
     "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
     "frame-ancestors 'none'; base-uri 'none'"
@@ -26,7 +27,7 @@ CONTENT_SECURITY_POLICY = (
 SECURITY_HEADERS = (
     (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
     (b"x-content-type-options", b"nosniff"),
-    (b"referrer-policy", b"no-referrer"),
+    (b"referrer-policy", b"same-origin"),
     (b"x-frame-options", b"DENY"),
     (b"cache-control", b"no-store"),
 )

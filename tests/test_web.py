@@ -1,0 +1,205 @@
+"""The dashboard over real HTTP: what it refuses, who it lets in, the headers it always
+sends, where it can be mounted, and the command line's doors to it (`jobrunner web`,
+`jobrunner schedule run`). What a browser does with its pages is tests/test_web_browser.py's.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+
+import pytest
+
+from tests.conftest import count, run_cli
+from tests.factories import insert_run, insert_runs
+from tests.web_server import request, serving
+
+pytest.importorskip("starlette")
+
+
+def dashboard(db_url: str, **options):
+    from cronjob.web import app
+
+    return app(db_url, **options)
+
+
+def _token(base: str, path: str = "/runs/1") -> tuple[str, str]:
+    """A page's form token and the cookie that goes with it, as a browser would hold them."""
+    answer = request(base + path)
+    cookie = answer.headers["set-cookie"].split(";")[0]
+    token = re.search(r'name="csrf_token" value="([^"]+)"', answer.body).group(1)
+    return token, cookie
+
+
+def test_every_answer_carries_the_security_headers_not_found_and_refusals_too(db_url):
+    with serving(dashboard(db_url)) as base:
+        answers = [request(base + "/"), request(base + "/runs/424242"), request(base + "/nowhere"),
+                   request(base + "/actions/runs", method="POST", form={})]  # fmt: skip
+    assert [a.status for a in answers] == [200, 404, 404, 405]
+    for answer in answers:
+        policy = answer.headers["content-security-policy"]
+        assert "default-src 'none'" in policy and "script-src" not in policy
+        assert "frame-ancestors 'none'" in policy and "form-action 'self'" in policy
+        assert answer.headers["x-content-type-options"] == "nosniff"
+        assert answer.headers["referrer-policy"] == "same-origin"
+
+
+def test_read_only_refuses_every_state_changing_method_and_changes_nothing(db_url, conn):
+    [run_id] = insert_runs(conn, 1, "mail", status="dead")
+    with serving(dashboard(db_url)) as base:
+        answers = [
+            request(f"{base}{path}", method=method, form={"command": "retry", "status": "dead"})
+            for path in ("/actions/runs", f"/actions/runs/{run_id}", "/runs", "/")
+            for method in ("POST", "PUT", "DELETE")
+        ]
+        confirm = request(f"{base}/actions/confirm?command=retry&status=dead")
+    assert {a.status for a in answers} == {405}
+    assert confirm.status == 404
+    assert count(conn, "SELECT count(*) FROM job_runs WHERE status = 'dead'") == 1
+    assert count(conn, "SELECT count(*) FROM job_audit") == 0
+
+
+def test_a_post_without_this_browsers_form_token_is_refused(db_url, conn):
+    [run_id] = insert_runs(conn, 1, "mail", status="dead")
+    with serving(dashboard(db_url, allow_actions=True)) as base:
+        token, cookie = _token(base, f"/runs/{run_id}")
+        other, _ = _token(base, f"/runs/{run_id}")
+        url = f"{base}/actions/runs/{run_id}"
+        refused = [
+            request(url, method="POST", form={"command": "retry"}, headers={"Cookie": cookie}),
+            request(url, method="POST", form={"command": "retry", "csrf_token": token}),
+            request(url, method="POST", form={"command": "retry", "csrf_token": other},
+                    headers={"Cookie": cookie}),
+            request(url, method="POST", form={"command": "retry", "csrf_token": token},
+                    headers={"Cookie": cookie, "Origin": "http://evil.example"}),
+            request(url, method="POST", form={"command": "retry", "csrf_token": token},
+                    headers={"Cookie": cookie, "Sec-Fetch-Site": "cross-site"}),
+        ]  # fmt: skip
+        assert [a.status for a in refused] == [403] * 5
+        assert count(conn, "SELECT count(*) FROM job_audit") == 0
+        done = request(url, method="POST", form={"command": "retry", "csrf_token": token},
+                       headers={"Cookie": cookie, "Origin": base})  # fmt: skip
+    assert done.status == 303 and done.headers["location"] == f"/runs/{run_id}"
+    assert count(conn, "SELECT count(*) FROM job_runs WHERE status = 'queued'") == 1
+    assert count(conn, "SELECT count(*) FROM job_audit WHERE command = 'retry'") == 1
+
+
+def test_basic_authentication_lets_in_its_user_alone_and_records_them_as_the_actor(db_url, conn):
+    insert_run(conn, "mail", status="queued")
+
+    def auth(credentials: str) -> dict[str, str]:
+        return {"Authorization": "Basic " + base64.b64encode(credentials.encode()).decode()}
+
+    app = dashboard(db_url, allow_actions=True, basic_auth="alice:s3cret", actor="nobody")
+    with serving(app) as base:
+        assert request(base + "/").status == 401
+        assert request(base + "/", headers=auth("alice:wrong")).status == 401
+        assert request(base + "/healthz", headers=auth("bob:s3cret")).status == 401
+        page = request(base + "/", headers=auth("alice:s3cret"))
+        assert page.status == 200
+        token = re.search(r'name="csrf_token" value="([^"]+)"', page.body).group(1)
+        cookie = page.headers["set-cookie"].split(";")[0]
+        paused = request(base + "/actions/types", method="POST",
+                         form={"command": "pause", "job_type": "mail", "csrf_token": token},
+                         headers={**auth("alice:s3cret"), "Cookie": cookie})  # fmt: skip
+    assert paused.status == 303
+    assert conn.execute("SELECT actor, command FROM job_audit").fetchall() == [("alice", "pause")]
+    assert conn.execute("SELECT paused_by FROM job_type_pauses").fetchall() == [("alice",)]
+
+
+def test_mounted_under_a_prefix_its_links_keep_the_prefix_and_the_hosts_user_acts(db_url, conn):
+    from starlette.applications import Starlette
+    from starlette.authentication import AuthCredentials, AuthenticationBackend, SimpleUser
+    from starlette.middleware import Middleware
+    from starlette.middleware.authentication import AuthenticationMiddleware
+    from starlette.routing import Mount
+
+    class HostLogin(AuthenticationBackend):
+        async def authenticate(self, conn):
+            return AuthCredentials(["authenticated"]), SimpleUser("carol")
+
+    [run_id] = insert_runs(conn, 1, "mail", status="dead")
+    host = Starlette(
+        routes=[Mount("/ops/jobs", app=dashboard(db_url, allow_actions=True))],
+        middleware=[Middleware(AuthenticationMiddleware, backend=HostLogin())],
+    )
+    with serving(host) as base:
+        page = request(f"{base}/ops/jobs/runs/{run_id}")
+        assert page.status == 200
+        assert 'href="/ops/jobs/static/dashboard.css"' in page.body
+        assert f'action="/ops/jobs/actions/runs/{run_id}"' in page.body
+        token, cookie = _token(base, f"/ops/jobs/runs/{run_id}")
+        done = request(f"{base}/ops/jobs/actions/runs/{run_id}", method="POST",
+                       form={"command": "retry", "csrf_token": token},
+                       headers={"Cookie": cookie})  # fmt: skip
+    assert done.status == 303 and done.headers["location"] == f"/ops/jobs/runs/{run_id}"
+    assert conn.execute("SELECT actor FROM job_audit").fetchall() == [("carol",)]
+
+
+def test_healthz_answers_the_queues_headline_numbers_as_json(db_url, conn):
+    import json
+
+    insert_run(conn, "mail", status="dead")
+    insert_run(conn, "mail", run_at="2000-01-01T00:00:00Z")
+    with serving(dashboard(db_url)) as base:
+        answer = request(base + "/healthz")
+    shown = json.loads(answer.body)
+    assert answer.status == 200 and answer.headers["content-type"] == "application/json"
+    assert shown["ok"] is True and shown["dead"] == 1 and shown["due"] == 1
+
+
+def test_web_refuses_an_address_beyond_loopback_without_authentication(db_url):
+    result = run_cli("web", "--database-url", db_url, "--host", "0.0.0.0")
+    assert result.exit_code == 2
+    assert "--basic-auth-env" in result.stderr and "--no-auth" in result.stderr
+
+
+def test_web_refuses_a_basic_auth_variable_that_holds_no_user_and_password(db_url):
+    result = run_cli("web", "--database-url", db_url, "--basic-auth-env", "DASH_AUTH",
+                     env={"DASH_AUTH": "justapassword"})  # fmt: skip
+    assert result.exit_code == 2
+    assert "DASH_AUTH" in result.stderr and "justapassword" not in result.stderr
+
+
+def test_schedule_run_enqueues_one_occurrence_now_and_audits_it(db_url, conn):
+    assert run_cli("schedule", "add", "nightly", "--cron", "0 3 * * *", "--type", "report",
+                   "--payload", '{"kind": "full"}', "--database-url", db_url).exit_code == 0  # fmt: skip
+    before = conn.execute("SELECT next_fire_at FROM job_definitions").fetchone()
+
+    result = run_cli("schedule", "run", "nightly", "--reason", "rerun after fix",
+                     "--actor", "dave", "--database-url", db_url)  # fmt: skip
+
+    assert result.exit_code == 0, result.stderr
+    assert "1 run(s) enqueued" in result.stdout
+    rows = conn.execute(
+        "SELECT r.job_type, r.payload, r.status, r.scheduled_for <= now(), d.name"
+        " FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id"
+    ).fetchall()
+    assert rows == [("report", {"kind": "full"}, "queued", True, "nightly")]
+    assert conn.execute("SELECT next_fire_at FROM job_definitions").fetchone() == before
+    audited = "SELECT actor, command, changed, reason FROM job_audit WHERE command = 'schedule run'"
+    assert conn.execute(audited).fetchall() == [("dave", "schedule run", 1, "rerun after fix")]
+
+
+def test_schedule_run_of_an_unknown_schedule_is_exit_1_and_writes_nothing(db_url, conn):
+    result = run_cli("schedule", "run", "nope", "--database-url", db_url)
+    assert result.exit_code == 1 and "not found" in result.stderr
+    assert count(conn, "SELECT count(*) FROM job_audit") == 0
+
+
+def test_commands_but_web_import_nothing_of_the_dashboard_or_its_libraries(db_url):
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from cronjob.cli import main\n"
+        "try:\n"
+        f"    main(['status', '--database-url', {db_url!r}])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in"
+        " ('starlette', 'jinja2', 'uvicorn', 'playwright') or m.startswith('cronjob.web')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]"
