@@ -33,8 +33,12 @@ def _token(base: str, path: str = "/runs/1") -> tuple[str, str]:
 
 def test_every_answer_carries_the_security_headers_not_found_and_refusals_too(db_url):
     with serving(dashboard(db_url)) as base:
-        answers = [request(base + "/"), request(base + "/runs/424242"), request(base + "/nowhere"),
-                   request(base + "/actions/runs", method="POST", form={})]  # fmt: skip
+        answers = [
+            request(base + "/"),
+            request(base + "/runs/424242"),
+            request(base + "/nowhere"),
+            request(base + "/actions/runs", method="POST", form={}),
+        ]
     assert [a.status for a in answers] == [200, 404, 404, 405]
     for answer in answers:
         policy = answer.headers["content-security-policy"]
@@ -68,17 +72,33 @@ def test_a_post_without_this_browsers_form_token_is_refused(db_url, conn):
         refused = [
             request(url, method="POST", form={"command": "retry"}, headers={"Cookie": cookie}),
             request(url, method="POST", form={"command": "retry", "csrf_token": token}),
-            request(url, method="POST", form={"command": "retry", "csrf_token": other},
-                    headers={"Cookie": cookie}),
-            request(url, method="POST", form={"command": "retry", "csrf_token": token},
-                    headers={"Cookie": cookie, "Origin": "http://evil.example"}),
-            request(url, method="POST", form={"command": "retry", "csrf_token": token},
-                    headers={"Cookie": cookie, "Sec-Fetch-Site": "cross-site"}),
-        ]  # fmt: skip
+            request(
+                url,
+                method="POST",
+                form={"command": "retry", "csrf_token": other},
+                headers={"Cookie": cookie},
+            ),
+            request(
+                url,
+                method="POST",
+                form={"command": "retry", "csrf_token": token},
+                headers={"Cookie": cookie, "Origin": "http://evil.example"},
+            ),
+            request(
+                url,
+                method="POST",
+                form={"command": "retry", "csrf_token": token},
+                headers={"Cookie": cookie, "Sec-Fetch-Site": "cross-site"},
+            ),
+        ]
         assert [a.status for a in refused] == [403] * 5
         assert count(conn, "SELECT count(*) FROM job_audit") == 0
-        done = request(url, method="POST", form={"command": "retry", "csrf_token": token},
-                       headers={"Cookie": cookie, "Origin": base})  # fmt: skip
+        done = request(
+            url,
+            method="POST",
+            form={"command": "retry", "csrf_token": token},
+            headers={"Cookie": cookie, "Origin": base},
+        )
     assert done.status == 303 and done.headers["location"] == f"/runs/{run_id}"
     assert count(conn, "SELECT count(*) FROM job_runs WHERE status = 'queued'") == 1
     assert count(conn, "SELECT count(*) FROM job_audit WHERE command = 'retry'") == 1
@@ -99,9 +119,12 @@ def test_basic_authentication_lets_in_its_user_alone_and_records_them_as_the_act
         assert page.status == 200
         token = re.search(r'name="csrf_token" value="([^"]+)"', page.body).group(1)
         cookie = page.headers["set-cookie"].split(";")[0]
-        paused = request(base + "/actions/types", method="POST",
-                         form={"command": "pause", "job_type": "mail", "csrf_token": token},
-                         headers={**auth("alice:s3cret"), "Cookie": cookie})  # fmt: skip
+        paused = request(
+            base + "/actions/types",
+            method="POST",
+            form={"command": "pause", "job_type": "mail", "csrf_token": token},
+            headers={**auth("alice:s3cret"), "Cookie": cookie},
+        )
     assert paused.status == 303
     assert conn.execute("SELECT actor, command FROM job_audit").fetchall() == [("alice", "pause")]
     assert conn.execute("SELECT paused_by FROM job_type_pauses").fetchall() == [("alice",)]
@@ -129,9 +152,12 @@ def test_mounted_under_a_prefix_its_links_keep_the_prefix_and_the_hosts_user_act
         assert 'href="/ops/jobs/static/dashboard.css"' in page.body
         assert f'action="/ops/jobs/actions/runs/{run_id}"' in page.body
         token, cookie = _token(base, f"/ops/jobs/runs/{run_id}")
-        done = request(f"{base}/ops/jobs/actions/runs/{run_id}", method="POST",
-                       form={"command": "retry", "csrf_token": token},
-                       headers={"Cookie": cookie})  # fmt: skip
+        done = request(
+            f"{base}/ops/jobs/actions/runs/{run_id}",
+            method="POST",
+            form={"command": "retry", "csrf_token": token},
+            headers={"Cookie": cookie},
+        )
     assert done.status == 303 and done.headers["location"] == f"/ops/jobs/runs/{run_id}"
     assert conn.execute("SELECT actor FROM job_audit").fetchall() == [("carol",)]
 
@@ -155,19 +181,48 @@ def test_web_refuses_an_address_beyond_loopback_without_authentication(db_url):
 
 
 def test_web_refuses_a_basic_auth_variable_that_holds_no_user_and_password(db_url):
-    result = run_cli("web", "--database-url", db_url, "--basic-auth-env", "DASH_AUTH",
-                     env={"DASH_AUTH": "justapassword"})  # fmt: skip
+    result = run_cli(
+        "web",
+        "--database-url",
+        db_url,
+        "--basic-auth-env",
+        "DASH_AUTH",
+        env={"DASH_AUTH": "justapassword"},
+    )
     assert result.exit_code == 2
     assert "DASH_AUTH" in result.stderr and "justapassword" not in result.stderr
 
 
 def test_schedule_run_enqueues_one_occurrence_now_and_audits_it(db_url, conn):
-    assert run_cli("schedule", "add", "nightly", "--cron", "0 3 * * *", "--type", "report",
-                   "--payload", '{"kind": "full"}', "--database-url", db_url).exit_code == 0  # fmt: skip
+    assert (
+        run_cli(
+            "schedule",
+            "add",
+            "nightly",
+            "--cron",
+            "0 3 * * *",
+            "--type",
+            "report",
+            "--payload",
+            '{"kind": "full"}',
+            "--database-url",
+            db_url,
+        ).exit_code
+        == 0
+    )
     before = conn.execute("SELECT next_fire_at FROM job_definitions").fetchone()
 
-    result = run_cli("schedule", "run", "nightly", "--reason", "rerun after fix",
-                     "--actor", "dave", "--database-url", db_url)  # fmt: skip
+    result = run_cli(
+        "schedule",
+        "run",
+        "nightly",
+        "--reason",
+        "rerun after fix",
+        "--actor",
+        "dave",
+        "--database-url",
+        db_url,
+    )
 
     assert result.exit_code == 0, result.stderr
     assert "1 run(s) enqueued" in result.stdout

@@ -21,9 +21,14 @@ from tests.web_server import serving
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
-]  # fmt: skip
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 SCREENSHOTS = ROOT / "docs"
 
 pytest.importorskip("starlette")
@@ -61,29 +66,53 @@ def _seed_a_day(conn: Any) -> dict[str, int]:
     from cronjob import definitions, operations
 
     minutes = sql.SQL("now() - make_interval(mins => (i * 7) % 1440)")
-    insert_runs(conn, 400, "send_email", status="succeeded", finished_at=minutes,
-                started_at=sql.SQL("now() - make_interval(mins => (i * 7) % 1440, secs => 3)"),
-                run_at=sql.SQL("now() - make_interval(mins => (i * 7) % 1440, secs => 40)"))  # fmt: skip
+    insert_runs(
+        conn,
+        400,
+        "send_email",
+        status="succeeded",
+        finished_at=minutes,
+        started_at=sql.SQL("now() - make_interval(mins => (i * 7) % 1440, secs => 3)"),
+        run_at=sql.SQL("now() - make_interval(mins => (i * 7) % 1440, secs => 40)"),
+    )
     insert_runs(conn, 120, "reports.nightly", status="succeeded", finished_at=minutes)
-    dead = insert_run(conn, "send_email", status="dead", attempts=3, max_attempts=3,
-                      error_type="SMTPServerDisconnected", tenant_id="acme",
-                      last_error="Connection unexpectedly closed by smtp.example.com",
-                      payload={"to": "ada@example.com", "template": "receipt"})  # fmt: skip
+    dead = insert_run(
+        conn,
+        "send_email",
+        status="dead",
+        attempts=3,
+        max_attempts=3,
+        error_type="SMTPServerDisconnected",
+        tenant_id="acme",
+        last_error="Connection unexpectedly closed by smtp.example.com",
+        payload={"to": "ada@example.com", "template": "receipt"},
+    )
     for attempt in (1, 2, 3):
         conn.execute(
             "INSERT INTO job_attempts (run_id, attempt, worker, error_type, message, traceback)"
             " VALUES (%s, %s, 'web-1:4242', 'SMTPServerDisconnected', %s, %s)",
-            (dead, attempt, "Connection unexpectedly closed",
-             'Traceback (most recent call last):\n  File "app/mail.py", line 42, in send\n'
-             "    smtp.send_message(message)\nsmtplib.SMTPServerDisconnected: Connection "
-             "unexpectedly closed"),
-        )  # fmt: skip
-    insert_runs(conn, 6, "send_email", status="dead", error_type="SMTPServerDisconnected",
-                last_error="Connection unexpectedly closed")  # fmt: skip
+            (
+                dead,
+                attempt,
+                "Connection unexpectedly closed",
+                'Traceback (most recent call last):\n  File "app/mail.py", line 42, in send\n'
+                "    smtp.send_message(message)\nsmtplib.SMTPServerDisconnected: Connection "
+                "unexpectedly closed",
+            ),
+        )
+    insert_runs(
+        conn,
+        6,
+        "send_email",
+        status="dead",
+        error_type="SMTPServerDisconnected",
+        last_error="Connection unexpectedly closed",
+    )
     insert_runs(conn, 25, "thumbnails.render", run_at=now("-4 minutes"))
     insert_runs(conn, 2, "thumbnails.render", status="running")
-    spec = definitions.definition_spec("nightly-report", cron="30 2 * * *",
-                                       job_type="reports.nightly", timezone="Europe/Amsterdam")  # fmt: skip
+    spec = definitions.definition_spec(
+        "nightly-report", cron="30 2 * * *", job_type="reports.nightly", timezone="Europe/Amsterdam"
+    )
     definitions.add(conn, spec)
     operations.pause_types(conn, ["webhooks.deliver"], actor="ada", reason="partner API down")
     return {"dead": dead}
@@ -159,9 +188,16 @@ HOSTILE = {
 
 
 def test_hostile_stored_text_shows_as_text_and_runs_nothing(db_url, conn, page):
-    payload = {"html": "</pre><script>window.__pwned='payload'</script><img src=x onerror=alert(1)>"}
-    run_id = insert_run(conn, HOSTILE["job_type"], status="dead", payload=payload,
-                        **{k: v for k, v in HOSTILE.items() if k != "job_type"})  # fmt: skip
+    payload = {
+        "html": "</pre><script>window.__pwned='payload'</script><img src=x onerror=alert(1)>"
+    }
+    run_id = insert_run(
+        conn,
+        HOSTILE["job_type"],
+        status="dead",
+        payload=payload,
+        **{k: v for k, v in HOSTILE.items() if k != "job_type"},
+    )
     conn.execute(
         "INSERT INTO job_attempts (run_id, attempt, error_type, message, traceback)"
         " VALUES (%s, 1, %s, %s, %s)",
@@ -169,8 +205,14 @@ def test_hostile_stored_text_shows_as_text_and_runs_nothing(db_url, conn, page):
     )
     app = dashboard(db_url, allow_actions=True, show_payloads=True)
     with serving(app) as base:
-        for path in ("/", "/runs", f"/runs?type={HOSTILE['job_type']}", f"/runs/{run_id}",
-                     "/runs?status=dead&error_type=x", "/audit"):  # fmt: skip
+        for path in (
+            "/",
+            "/runs",
+            f"/runs?type={HOSTILE['job_type']}",
+            f"/runs/{run_id}",
+            "/runs?status=dead&error_type=x",
+            "/audit",
+        ):
             answer = page.goto(base + path)
             assert "script-src" not in answer.headers["content-security-policy"]
             page.wait_for_load_state("load")
@@ -245,8 +287,9 @@ def test_a_cross_site_post_is_refused(db_url, conn, page):
         page.goto(f"{base}/runs/{run_id}")  # the operator's browser holds the form token
         token = page.get_attribute("#run-actions input[name=csrf_token]", "value")
         page.goto(evil + "/")
-        status = _post_from_the_page(page, f"{base}/actions/runs/{run_id}",
-                                     {"command": "retry", "csrf_token": token})  # fmt: skip
+        status = _post_from_the_page(
+            page, f"{base}/actions/runs/{run_id}", {"command": "retry", "csrf_token": token}
+        )
         assert "cross-site request refused" in page.inner_text("body")
     assert status == 403
     assert count(conn, "SELECT count(*) FROM job_runs WHERE status = 'dead'") == 1
@@ -257,9 +300,13 @@ def _blank_page() -> Any:
     """Another site: a page of its own origin (another port), with no policy of ours."""
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"text/html")]})  # fmt: skip
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/html")],
+            }
+        )
         await send({"type": "http.response.body", "body": b"<!doctype html><body>other</body>"})
 
     return app
-
