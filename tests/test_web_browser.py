@@ -251,7 +251,7 @@ def test_retrying_a_filtered_set_changes_exactly_what_its_dry_run_counted(db_url
 
 def _post_from_the_page(page: Any, url: str, fields: dict[str, str]) -> int:
     """What a form the page submits gets back: its status."""
-    with page.expect_response(url) as answer:
+    with page.expect_navigation(url=url) as answer:
         page.evaluate(
             """([url, fields]) => {
                 const form = document.createElement('form');

@@ -25,15 +25,8 @@ _RUN_PAGE_COLUMNS = ", ".join(
 # is placed.
 RUNS_LIST_PAGE_BOUNDS = "SELECT min(id), max(id) FROM job_runs"
 
-# One page of runs, newest first, below the id `before` and at or above `floor`. Each filter
-# is NULL when not given. `floor` is 0 when the runs can be found through an index whatever
-# the history (no filter: the primary key; only unfinished statuses: the partial indexes over
-# runnable and running runs); otherwise it bounds the ids the page may read, and the next
-# page searches below it.
-RUNS_LIST_PAGE = f"""
-SELECT {_RUN_PAGE_COLUMNS} FROM job_runs
-WHERE id < %(before)s AND id >= %(floor)s
-  AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
+# The filters of a page of runs, each NULL when not given.
+_RUNS_PAGE_FILTER = """
   AND (%(job_types)s::text[] IS NULL OR job_type = ANY(%(job_types)s::text[]))
   AND (%(tenants)s::text[] IS NULL OR tenant_id = ANY(%(tenants)s::text[]))
   AND (%(error_types)s::text[] IS NULL OR error_type = ANY(%(error_types)s::text[]))
@@ -42,6 +35,30 @@ WHERE id < %(before)s AND id >= %(floor)s
        OR coalesce(finished_at, updated_at) >= %(since)s::timestamptz)
   AND (%(until)s::timestamptz IS NULL
        OR coalesce(finished_at, updated_at) < %(until)s::timestamptz)
+"""
+# One page of runs, newest first, below the id `before` and at or above `floor`: the lowest
+# id when the primary key finds the runs whatever the history (no filter), else a bound on
+# the ids the page may read; the next page searches below it.
+RUNS_LIST_PAGE = f"""
+SELECT {_RUN_PAGE_COLUMNS} FROM job_runs
+WHERE id < %(before)s AND id >= %(floor)s
+  AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[])){_RUNS_PAGE_FILTER}
+ORDER BY id DESC
+LIMIT %(limit)s
+"""
+
+# A page of unfinished runs only: each arm names the statuses of a partial index (runnable,
+# running) in its own words, so that the index is what finds its rows whatever the history,
+# rather than a walk down the primary key past every finished run.
+RUNS_LIST_PAGE_UNFINISHED = f"""
+SELECT * FROM (
+    SELECT {_RUN_PAGE_COLUMNS} FROM job_runs
+    WHERE status IN ('queued', 'failed') AND status = ANY(%(statuses)s::text[]){_RUNS_PAGE_FILTER}
+    UNION ALL
+    SELECT {_RUN_PAGE_COLUMNS} FROM job_runs
+    WHERE status = 'running' AND status = ANY(%(statuses)s::text[]){_RUNS_PAGE_FILTER}
+) AS unfinished
+WHERE id < %(before)s
 ORDER BY id DESC
 LIMIT %(limit)s
 """

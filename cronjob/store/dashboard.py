@@ -16,6 +16,8 @@ from cronjob.queries import dashboard as queries
 
 # Past every id a bigserial can give: the first page's `before`.
 NO_ID_ABOVE = 2**63 - 1
+# The statuses the partial indexes over runnable and running runs hold.
+UNFINISHED = frozenset({"queued", "failed", "running"})
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,8 @@ def runs_list_page(
 
     With a `window`, the page reads at most that many ids below its start: the next page
     (`older`) goes on below them. Without one, the page reads down to the oldest run, which
-    only an indexed selection should ask for.
+    only an indexed selection should ask for: none at all (the primary key), or unfinished
+    statuses only (the partial indexes over them).
     """
     lowest, highest = conn.execute(queries.RUNS_LIST_PAGE_BOUNDS).fetchone()
     if highest is None:
@@ -70,8 +73,10 @@ def runs_list_page(
         "since": selection.since,
         "until": selection.until,
     }
+    unfinished = selection.statuses and set(selection.statuses) <= UNFINISHED
+    sql = queries.RUNS_LIST_PAGE_UNFINISHED if unfinished else queries.RUNS_LIST_PAGE
     cursor = conn.cursor(row_factory=kwargs_row(_listed_run))
-    runs = tuple(cursor.execute(queries.RUNS_LIST_PAGE, params).fetchall())
+    runs = tuple(cursor.execute(sql, params).fetchall())
     if len(runs) == limit:
         older: int | None = runs[-1].id
     else:
