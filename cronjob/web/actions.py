@@ -17,6 +17,8 @@ from urllib.parse import parse_qsl
 from cronjob.errors import BadInput
 from cronjob.web.pages import RUN_FILTERS, base_path, dashboard_of, link, render
 
+# A form of the dashboard's is a few fields; anything much larger is not one of its forms.
+MAX_FORM_BYTES = 64_000
 SELECTION_COMMANDS = ("retry", "cancel")
 TYPE_COMMANDS = ("pause", "resume")
 SCHEDULE_COMMANDS = ("pause", "resume", "run")
@@ -103,7 +105,6 @@ def confirm(request: Any) -> Any:
 async def _form(request: Any) -> dict[str, str]:
     """The posted form, once its token is checked: a post without this browser's token is
     refused before anything is read from the database."""
-    from cronjob.web.application import MAX_FORM_BYTES
     from cronjob.web.guard import CSRF_COOKIE, CSRF_FIELD
 
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()

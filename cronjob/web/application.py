@@ -26,8 +26,6 @@ HERE = Path(__file__).resolve().parent
 # wait their turn (for at most CONNECTION_WAIT seconds) rather than crowd the server.
 POOL_SIZE = 4
 CONNECTION_WAIT = 10.0
-# A form of the dashboard's is a few fields; anything much larger is not one of its forms.
-MAX_FORM_BYTES = 64_000
 SAFE_METHODS = frozenset({"GET", "HEAD"})
 ACTION_PREFIX = "/actions/"
 

@@ -305,9 +305,9 @@ def healthz(request: Any) -> Any:
 
 
 def stylesheet(request: Any) -> Any:
+    from pathlib import Path
+
     from starlette.responses import Response
 
-    from cronjob.web.application import HERE
-
-    css = (HERE / "static" / "dashboard.css").read_bytes()
+    css = (Path(__file__).resolve().parent / "static" / "dashboard.css").read_bytes()
     return Response(css, media_type="text/css", headers={"Cache-Control": "max-age=3600"})
