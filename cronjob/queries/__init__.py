@@ -104,3 +104,22 @@ superseded AS (
     FROM target t JOIN changed c USING (id)
     WHERE t.status = 'running'
 )"""
+
+
+# Each entry with the runs of all its batches, and its first sample ids across them: an
+# entry as models.AuditEntry has it, whoever lists it (`jobrunner audit`, the dashboard).
+_AUDIT_ENTRIES = """
+SELECT a.id, a.at, a.actor, a.login, a.command, a.selection,
+       a.changed + coalesce(later.changed, 0) AS changed,
+       (a.sample_ids || coalesce(later.sample_ids, '{}'))[1:%(sample)s] AS sample_ids,
+       a.reason
+FROM job_audit a
+LEFT JOIN LATERAL (
+    SELECT sum(b.changed)::bigint AS changed,
+           (SELECT array_agg(sample.id ORDER BY b2.id, sample.n)
+            FROM job_audit_batches b2, unnest(b2.sample_ids) WITH ORDINALITY AS sample(id, n)
+            WHERE b2.audit_id = a.id) AS sample_ids
+    FROM job_audit_batches b
+    WHERE b.audit_id = a.id
+) later ON true
+"""

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from cronjob.models import AuditEntry, Run
-from cronjob.queries import _NOW
+from cronjob.models import Run
+from cronjob.queries import _AUDIT_ENTRIES, _NOW
 
 # A run as a listing shows it: every field of models.Run but the payload, which a page of
 # runs never shows (a payload can be a megabyte).
@@ -63,15 +63,10 @@ ORDER BY id DESC
 LIMIT %(limit)s
 """
 
-# An entry as models.AuditEntry has it, a column for each field: a field added there (and
-# to the table) is read here too.
-_AUDIT_PAGE_COLUMNS = ", ".join(field.name for field in dataclasses.fields(AuditEntry))
-
 # One page of the audit trail, newest first, below the id `before`.
-AUDIT_LIST_PAGE = f"""
-SELECT {_AUDIT_PAGE_COLUMNS} FROM job_audit
-WHERE id < %(before)s
-ORDER BY id DESC
+AUDIT_LIST_PAGE = f"""{_AUDIT_ENTRIES}
+WHERE a.id < %(before)s
+ORDER BY a.id DESC
 LIMIT %(limit)s
 """
 

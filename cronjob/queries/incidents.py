@@ -7,7 +7,14 @@ by id (queries.runs): `_RETRY_SET` and `_CANCEL_SET`.
 
 from __future__ import annotations
 
-from cronjob.queries import _CANCEL_SET, _NOW, _RETRY_LOCKED, _RETRY_SET, _RETRY_SUPERSEDED
+from cronjob.queries import (
+    _AUDIT_ENTRIES,
+    _CANCEL_SET,
+    _NOW,
+    _RETRY_LOCKED,
+    _RETRY_SET,
+    _RETRY_SUPERSEDED,
+)
 
 # A selection of runs, as `retry`, `cancel` and `prune` take it: each criterion is
 # NULL when not given. `eligible` is what the command may act on (cancel: runs not
@@ -129,27 +136,11 @@ INSERT INTO job_audit_batches (audit_id, changed, sample_ids)
 VALUES (%(id)s, %(changed)s, %(sample_ids)s::bigint[])
 """
 
-# Each entry with the runs of all its batches, and its first sample ids across them.
-AUDIT_LIST = f"""
-SELECT a.id, a.at, a.actor, a.login, a.command, a.selection,
-       a.changed + coalesce(later.changed, 0) AS changed,
-       (a.sample_ids || coalesce(later.sample_ids, '{{}}'))[1:%(sample)s] AS sample_ids,
-       a.reason
-FROM job_audit a
-LEFT JOIN LATERAL (
-    SELECT sum(b.changed)::bigint AS changed,
-           (SELECT array_agg(sample.id ORDER BY b2.id, sample.n)
-            FROM job_audit_batches b2, unnest(b2.sample_ids) WITH ORDINALITY AS sample(id, n)
-            WHERE b2.audit_id = a.id) AS sample_ids
-    FROM job_audit_batches b
-    WHERE b.audit_id = a.id
-) later ON true
+AUDIT_LIST = f"""{_AUDIT_ENTRIES}
 WHERE %(since)s::float8 IS NULL OR a.at >= {_NOW} - make_interval(secs => %(since)s::float8)
 ORDER BY a.at, a.id
 """
 
-# Trimming the trail is its owner's alone: the trigger of migration 0016 refuses anyone else.
-# Batches go with their entry (ON DELETE CASCADE).
 AUDIT_PRUNE = f"""
 DELETE FROM job_audit WHERE at < {_NOW} - make_interval(secs => %(older_than)s)
 """

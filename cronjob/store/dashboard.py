@@ -13,6 +13,7 @@ from psycopg.rows import class_row, dict_row, kwargs_row
 
 from cronjob.models import AuditEntry, Run, Selection, Status
 from cronjob.queries import dashboard as queries
+from cronjob.store.incidents import AUDIT_SAMPLE
 
 # Past every id a bigserial can give: the first page's `before`.
 NO_ID_ABOVE = 2**63 - 1
@@ -87,7 +88,7 @@ def runs_list_page(
 def audit_list_page(conn: Any, *, before: int | None, limit: int) -> list[AuditEntry]:
     """The newest `limit` audit entries below the id `before` (None: from the newest)."""
     cursor = conn.cursor(row_factory=class_row(AuditEntry))
-    params = {"before": before or NO_ID_ABOVE, "limit": limit}
+    params = {"before": before or NO_ID_ABOVE, "limit": limit, "sample": AUDIT_SAMPLE}
     return cursor.execute(queries.AUDIT_LIST_PAGE, params).fetchall()
 
 
