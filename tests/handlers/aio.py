@@ -1,12 +1,21 @@
-"""`async def` handlers for the async tests, used in-process by library ticks."""
+"""`async def` handlers for the async tests, used in-process by library ticks.
+
+Some are the async twins of plain handlers elsewhere (`aio.record` of `effects.record`,
+`aio.notify` of `effects.notify`, `aio.fail_slowly` of `test.fail_slowly`): the same
+payload does the same thing, so one test runs against both.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import time
 from typing import Any
 
-from cronjob import Fail, Retry, enqueue_async, handler
+import psycopg
+
+from cronjob import Backoff, Fail, Retry, enqueue_async, handler
 from tests import exec_log
 
 # What the handlers saw, for the tests to read (in-process ticks only).
@@ -114,3 +123,61 @@ async def writes_then_waits(ctx: Any, payload: Any) -> None:
     )
     exec_log.record(ctx, "wrote")
     await asyncio.sleep(payload.get("seconds", 30))
+
+
+@handler("aio.fail_slowly", max_attempts=4, backoff=Backoff(base=100, cap=300))
+async def fail_slowly(ctx: Any, payload: Any) -> None:
+    await asyncio.sleep(0)
+    raise RuntimeError("still failing")
+
+
+@handler("aio.record", max_attempts=3, lease="30s")
+async def record_effect(ctx: Any, payload: Any) -> None:
+    """effects.record's twin: one row per business key, in the handler's transaction."""
+    exec_log.record(ctx)
+    db = await ctx.db
+    key = payload["key"]
+    if await ctx.once(key):
+        await db.execute(
+            "INSERT INTO effect_rows (key, run_id, attempt) VALUES (%s, %s, %s)",
+            (key, ctx.run_id, ctx.attempt),
+        )
+        if "enqueue" in payload:
+            await enqueue_async(db, "test.ok", {"after": key}, idempotency_key=payload["enqueue"])
+    await asyncio.sleep(payload.get("hold", 0))
+    if ctx.attempt <= payload.get("fail_attempts", 0):
+        raise RuntimeError(f"failed after writing {key}")
+    await _end_transaction(db, payload.get("end_transaction"))
+
+
+async def _end_transaction(db: Any, ending: str | None) -> None:
+    if ending == "commit":
+        await db.commit()
+    elif ending == "rollback":
+        await db.rollback()
+    elif ending == "close":
+        async with db:
+            pass
+    elif ending == "savepoint":
+        with contextlib.suppress(psycopg.errors.DivisionByZero):
+            async with db.transaction():
+                await db.execute("SELECT 1/0")
+    elif ending == "swallow_error":
+        with contextlib.suppress(Exception):
+            await db.execute("SELECT 1/0")
+
+
+@handler("aio.notify", max_attempts=3, lease="30s")
+async def notify(ctx: Any, payload: Any) -> None:
+    """effects.notify's twin: an effect outside the database, at most once (a line in
+    `outbox`)."""
+    exec_log.record(ctx)
+    if not await ctx.at_most_once(payload["key"]):
+        return
+    if ctx.attempt <= payload.get("fail_attempts", 0):
+        raise RuntimeError("the mail server hung up")
+    fd = os.open(payload["outbox"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{payload['key']} {ctx.run_id}\n".encode())
+    finally:
+        os.close(fd)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from cronjob import Fail, Retry, handler
+from cronjob import Backoff, Fail, Retry, handler
 from tests.exec_log import record
 
 
@@ -31,6 +31,13 @@ def sleep(ctx: Any, payload: Any) -> None:
 def fail(ctx: Any, payload: Any) -> None:
     record(ctx)
     raise RuntimeError(payload.get("message", "boom"))
+
+
+# Its backoff is far from the default (15 s, capped at an hour): a test can tell them apart.
+@handler("test.fail_slowly", max_attempts=4, backoff=Backoff(base=100, cap=300))
+def fail_slowly(ctx: Any, payload: Any) -> None:
+    record(ctx)
+    raise RuntimeError("still failing")
 
 
 @handler("test.retry_in")
