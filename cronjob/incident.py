@@ -76,7 +76,7 @@ def actor_name(given: str | None = None) -> str:
 
 def moment(text: str, *, what: str, clock: datetime) -> datetime:
     """`--since`/`--until`: a duration ago on the database clock, or an ISO-8601 timestamp."""
-    from cronjob.inputs import parse_duration, parse_timestamp
+    from cronjob.inputs import excerpt, parse_duration, parse_timestamp
 
     try:
         return clock - timedelta(seconds=parse_duration(text, what=what))
@@ -86,7 +86,7 @@ def moment(text: str, *, what: str, clock: datetime) -> datetime:
         return parse_timestamp(text, what=what)
     except BadInput:
         raise BadInput(
-            f"invalid {what} {text[:40]!r}: expected a duration ago (e.g. 30m, 2h) or an "
+            f"invalid {what} {excerpt(text)}: expected a duration ago (e.g. 30m, 2h) or an "
             "ISO-8601 timestamp (e.g. 2026-01-05T09:10:00Z)"
         ) from None
 

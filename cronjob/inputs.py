@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import IO, Any
 
 from cronjob.errors import BadInput
-from cronjob.text import one_line
+from cronjob.text import one_line, redact
 
 # "ms" before "s" and "m": the first unit the text ends with wins.
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -84,6 +84,9 @@ def excerpt(value: Any, limit: int = EXCERPT_CHARS) -> str:
     characters. Messages never carry a long value whole: it would drown the line, and every
     message is searched for passwords before it is printed."""
     if isinstance(value, str):
+        # Passwords out first: a URL clipped before its @ no longer shows where its password
+        # ends. Of a value of megabytes, only a prefix well past the part shown is read.
+        value = redact(value[: limit * 16])
         # Clipped after repr(), whose escapes (\U0001f600) can make one character ten.
         shown = repr(value[:limit])
         if len(value) > limit or len(shown) > limit + 2:

@@ -33,9 +33,9 @@ def textfile_path(value: str) -> Path:
     if not value.strip() or path.name in ("", ".", ".."):
         raise BadInput(f"invalid metrics textfile {excerpt(value)}: expected a file path")
     if not path.parent.is_dir():
-        raise BadInput(
-            f"invalid metrics textfile {excerpt(value)}: directory {path.parent} does not exist"
-        )
+        # The directory is not named on its own: a path made of a URL loses the // that
+        # shows where the URL's password is, and the value's excerpt names it anyway.
+        raise BadInput(f"invalid metrics textfile {excerpt(value)}: its directory does not exist")
     if path.is_dir():
         raise BadInput(f"invalid metrics textfile {excerpt(value)}: it is a directory")
     return path

@@ -235,7 +235,12 @@ class Cron:
 
 
 def quoted(text: str) -> str:
-    # repr() escapes newlines and control characters, which keeps every message on one line.
+    from cronjob.text import redact
+
+    # Passwords out before clipping: a URL clipped before its @ no longer shows where its
+    # password ends. repr() escapes newlines and control characters, which keeps every
+    # message on one line.
+    text = redact(text[:1280])
     if len(text) > 80:
         text = text[:77] + "..."
     return repr(text)
