@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from cronjob.db import database_errors
-from cronjob.errors import JobrunnerError
+from cronjob.errors import Interrupted, JobrunnerError
 from cronjob.text import one_line, printable, redact
 
 COMMANDS = {
@@ -232,6 +232,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
         click.echo(f"jobrunner: error: {_one_line(exc)}", err=True)
+        sys.exit(exc.exit_code)
+    except Interrupted as exc:
+        # Asked for, so not an error: what was done, and what was not.
+        click.echo(f"jobrunner: {_one_line(exc)}", err=True)
         sys.exit(exc.exit_code)
     except JobrunnerError as exc:
         click.echo(f"jobrunner: error: {_one_line(exc)}", err=True)

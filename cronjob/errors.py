@@ -90,3 +90,15 @@ class DefinitionExists(JobrunnerError):
 
 class ScheduleProblems(JobrunnerError):
     """Some due schedules could not be materialized; everything else was done."""
+
+
+class Interrupted(JobrunnerError):
+    """SIGINT or SIGTERM stopped a command between two batches; what committed stays.
+
+    Exits as a shell reports a process the signal ended: 128 + its number (130 for
+    SIGINT, 143 for SIGTERM).
+    """
+
+    def __init__(self, message: str, *, signum: int) -> None:
+        super().__init__(message)
+        self.exit_code = 128 + signum

@@ -8,6 +8,10 @@ than one batch. The first batch's transaction also writes the command's one
 commits, since the trail is append-only. Both read the same rows in the same order
 under the same limit, so what a dry run counts is what the command then changes,
 unless something else moved meanwhile.
+
+A real run reports each committed batch to its `Progress` and asks it, before the next,
+whether to stop (cronjob.progress): stopped there, the audit entry counts exactly the
+runs changed, and the same command run again goes on with the rest.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Any
 from cronjob import store
 from cronjob.errors import BadInput
 from cronjob.models import BatchResult, Selection, SelectionCount, Status
+from cronjob.progress import QUIET, Progress
 
 MAX_BATCH = 1000
 # A selection of more runs than this asks before it acts: on a terminal, a yes/no
@@ -175,10 +180,12 @@ def apply(
     actor: str,
     reason: str | None,
     batch_size: int = MAX_BATCH,
+    progress: Progress = QUIET,
 ) -> Applied:
     """Act on every run of `selection`, batch by batch, and record it in the audit trail.
 
-    `conn` must be in autocommit mode: each batch commits on its own.
+    `conn` must be in autocommit mode: each batch commits on its own. `progress` hears of
+    each batch as it commits, and may stop the work before the next (raising Stopped).
     """
     if not conn.autocommit:
         raise ValueError("acting on a selection needs an autocommit connection")
@@ -188,6 +195,7 @@ def apply(
     remaining = selection.limit
     while remaining is None or remaining > 0:
         limit = size if remaining is None else min(size, remaining)
+        progress.checkpoint()
         with conn.transaction():
             batch = chosen.batch(
                 conn, selection, eligible=chosen.eligible, after=after, limit=limit
@@ -196,6 +204,7 @@ def apply(
         applied.batches += 1
         for status in batch.statuses:
             applied.by_status[status] = applied.by_status.get(status, 0) + 1
+        progress.advance(len(batch.ids))
         if remaining is not None:
             remaining -= len(batch.ids)
         if batch.last_id is None or len(batch.ids) < limit:
