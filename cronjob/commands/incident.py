@@ -19,6 +19,9 @@ from cronjob.commands import open_connection
 from cronjob.commands.render import clip, iso, table, when
 from cronjob.errors import BadInput
 
+# What each command is doing while its progress shows.
+WORKING = {"retry": "retrying", "cancel": "cancelling", "prune": "pruning"}
+
 
 def filter_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """--type, --tenant, --error-type, --error-like, --schedule, --since, --until, --limit."""
@@ -98,27 +101,50 @@ def record_audit(
 
 def act_on_selection(
     conn: Any, command: str, selection: Any, options: dict[str, Any], *, batch_size: int = 1000,
-    confirm: bool = True,
+    confirm: bool = True, as_json: bool = False,
 ) -> tuple[Any, Any]:  # fmt: skip
     """Count (dry run) or act on `selection`: (SelectionCount or None, Applied or None).
 
     With `confirm`, a filtered selection of many runs needs a yes first; routine retention
-    (`prune --older-than`, from cron) passes False.
+    (`prune --older-than`, from cron) passes False. On a terminal, work of more than one
+    batch shows its progress toward the count a dry run gives; SIGINT or SIGTERM stops it
+    after the batch under way (Interrupted).
     """
     from cronjob import incident
+    from cronjob.commands.progress import on_terminal, watching
 
     chosen = incident.action(command)
     actor = incident.actor_name(options.get("actor"))
     reason = check_reason(options.get("reason"))
     if options.get("dry_run"):
         return incident.count(conn, chosen, selection), None
+    found = None
     if confirm and selection.filtered and not options.get("yes"):
         found = incident.count(conn, chosen, selection)
         if found.total > incident.CONFIRM_ABOVE:
             _confirm(command, found.total)
-    applied = incident.apply(
-        conn, chosen, selection, actor=actor, reason=reason, batch_size=batch_size
-    )
+    if found is None and on_terminal(as_json):
+        found = incident.count(conn, chosen, selection)
+    total = None if found is None else found.total
+    batches = total is not None and total > min(batch_size, incident.MAX_BATCH)
+
+    def told(done: int) -> str:
+        return (
+            f"{chosen.past} {done} run(s); the rest are untouched: the same command again "
+            "goes on with them"
+        )
+
+    progress = watching(WORKING[command], told=told, total=total, shown=batches, as_json=as_json)
+    with progress as watch:
+        applied = incident.apply(
+            conn,
+            chosen,
+            selection,
+            actor=actor,
+            reason=reason,
+            batch_size=batch_size,
+            progress=watch,
+        )
     return None, applied
 
 

@@ -507,7 +507,13 @@ def prune(
             until = (lambda clock: clock - timedelta(seconds=age)) if age is not None else None
             selection = incident.with_clock(conn, selection, options, until=until)
             found, applied = selecting.act_on_selection(
-                conn, "prune", selection, options, batch_size=batch_size, confirm=not routine
+                conn,
+                "prune",
+                selection,
+                options,
+                batch_size=batch_size,
+                confirm=not routine,
+                as_json=as_json,
             )
             if applied is not None:
                 effects = _prune_effects(conn, effects_age, batch_size)

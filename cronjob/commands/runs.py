@@ -111,24 +111,29 @@ def _enqueue_jsonl(stream: IO[bytes], database_url: str | None, lock_wait: float
     """Check and insert chunk by chunk in one transaction, and print the ids once it commits.
 
     The first chunk is checked before connecting; a bad line further on rolls everything
-    back. The ids wait in a temporary file, so memory does not grow with the input.
+    back, and so does SIGINT or SIGTERM (between two chunks). The ids wait in a temporary
+    file, so memory does not grow with the input.
     """
     import tempfile
     from itertools import chain
 
     from cronjob import locks
     from cronjob.api import insert_runs
+    from cronjob.commands.progress import on_terminal, watching
     from cronjob.store import runs_lock_for_keyed_batch
 
     chunks = _jsonl_chunks(stream)
     first = next(chunks, None)
     if first is None:
         raise BadInput("--jsonl input has no runs")
+    total = _lines_in(stream) if on_terminal() else None
     conn = open_connection(database_url)
     with conn, tempfile.TemporaryFile("w+") as ids:
-        with conn.transaction():
+        progress = watching("enqueueing", told=_nothing_enqueued, total=total)
+        with progress as watch, conn.transaction():
             keyed = False
             for chunk in chain([first], chunks):
+                watch.checkpoint()
                 if not keyed and any("idempotency_key" in run.options for run in chunk):
                     locks.take(
                         conn, runs_lock_for_keyed_batch, what="batch with idempotency keys",
@@ -136,9 +141,38 @@ def _enqueue_jsonl(stream: IO[bytes], database_url: str | None, lock_wait: float
                     )  # fmt: skip
                     keyed = True
                 ids.writelines(f"{run_id}\n" for run_id in insert_runs(conn, chunk))
+                watch.advance(len(chunk))
         ids.seek(0)
         while block := ids.read(1 << 16):
             click.echo(block, nl=False)
+
+
+def _nothing_enqueued(_done: int) -> str:
+    return (
+        "nothing enqueued: the input goes in one transaction, rolled back; the same command "
+        "again enqueues all of it"
+    )
+
+
+def _lines_in(stream: IO[bytes]) -> int | None:
+    """How many lines a --jsonl file holds, for its progress: None unless it is a regular
+    file. Read beside the stream, which stays where it is. Blank lines, which hold no run,
+    leave the count of runs short of it."""
+    import os
+    import stat
+
+    try:
+        fd = stream.fileno()
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+    except (OSError, ValueError):
+        return None
+    lines, offset, last = 0, 0, b"\n"
+    while block := os.pread(fd, 1 << 20, offset):
+        lines += block.count(b"\n")
+        offset += len(block)
+        last = block[-1:]
+    return lines + (last != b"\n")
 
 
 def _payload_text(payload: str | None, payload_file: IO[bytes] | None) -> str | None:
@@ -226,7 +260,9 @@ def _change_runs(
             )  # fmt: skip
             return _report(changes, chosen.past, command, as_json)
         selection = incident.with_clock(conn, selection, options)
-        found, applied = selecting.act_on_selection(conn, command, selection, options)
+        found, applied = selecting.act_on_selection(
+            conn, command, selection, options, as_json=as_json
+        )
     selecting.report_selection(command, chosen.past, selection, found, applied, as_json)
     return 0
 

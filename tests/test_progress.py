@@ -1,0 +1,194 @@
+"""Long work on a terminal shows its progress on stderr and stops cleanly on Ctrl-C or
+SIGTERM; piped, it prints what it always printed.
+
+Real `jobrunner` processes on a real pseudo-terminal (tests/terminal.py), against tables
+filled in one statement each.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+
+import pytest
+
+from tests.conftest import count, jobrunner_process, run_cli
+from tests.factories import insert_runs, now
+from tests.terminal import OnTerminal
+
+RUNS = 200_000
+# A refresh of the bar that has counted some of the work: "12,000/200,000 runs".
+COUNTED = r"\r[^\r\n]*? (\d[\d,]*)/{total} {unit}"
+# What `prune --older-than 1d` prints when it has pruned every run, as it always has.
+PRUNED_ALL = (
+    "pruned 200000 run(s) finished more than 1d ago (succeeded 200000, dead 0, cancelled 0)\n"
+)
+
+
+def refreshes(screen: str, total: int, unit: str = "runs") -> list[int]:
+    """The counts the bar showed, in the order it showed them."""
+    pattern = COUNTED.format(total=f"{total:,}", unit=unit)
+    return [int(n.replace(",", "")) for n in re.findall(pattern, screen)]
+
+
+def finished(conn, runs: int) -> None:
+    """`runs` runs that succeeded two days ago, in a table its statistics describe (as
+    autovacuum keeps them)."""
+    insert_runs(conn, runs, status="succeeded", finished_at=now("-2 days"))
+    conn.execute("ANALYZE job_runs")
+
+
+@pytest.fixture
+def finished_history(conn):
+    finished(conn, RUNS)
+    return conn
+
+
+def audited(conn, command: str) -> int:
+    """The runs the audit trail says `command` changed, all its entries and batches."""
+    return count(
+        conn,
+        "SELECT coalesce(sum(a.changed + coalesce((SELECT sum(b.changed)"
+        " FROM job_audit_batches b WHERE b.audit_id = a.id), 0)), 0)::bigint"
+        " FROM job_audit a WHERE a.command = %s",
+        command,
+    )
+
+
+def test_a_prune_of_many_runs_shows_its_progress_on_the_terminal(db_url, finished_history):
+    with OnTerminal("prune", "--older-than", "1d", "--database-url", db_url) as terminal:
+        code, stdout = terminal.finish()
+
+    assert code == 0, terminal.screen
+    shown = refreshes(terminal.screen, RUNS)
+    assert len(set(shown)) > 1, terminal.screen
+    assert shown == sorted(shown) and shown[-1] == RUNS
+    assert re.search(r"[\d,]+ runs/s", terminal.screen)
+    assert stdout == PRUNED_ALL
+
+
+def test_a_piped_prune_prints_what_it_always_printed(db_url, finished_history):
+    process = jobrunner_process("prune", "--older-than", "1d", "--database-url", db_url)
+    stdout, stderr = process.communicate(timeout=60)
+
+    assert process.returncode == 0, stderr
+    assert (stdout, stderr) == (PRUNED_ALL, "")
+
+
+def test_a_prune_stopped_by_ctrl_c_keeps_what_it_did_and_the_next_one_does_the_rest(
+    db_url, finished_history
+):
+    conn = finished_history
+    args = ("prune", "--older-than", "1d", "--database-url", db_url)
+    with OnTerminal(*args, "--batch-size", "100") as terminal:
+        terminal.wait_for(COUNTED.format(total=f"{RUNS:,}", unit="runs"))
+        terminal.type(b"\x03")
+        code, stdout = terminal.finish()
+
+    assert code == 130, terminal.screen
+    told = terminal.wait_for(r"jobrunner: stopped by SIGINT: pruned (\d+) run\(s\); the rest")
+    pruned = int(told.group(1))
+    left = count(conn, "SELECT count(*) FROM job_runs")
+    assert 0 < pruned < RUNS
+    assert pruned == RUNS - left
+    assert audited(conn, "prune") == pruned
+    assert stdout == ""
+
+    again = run_cli(*args)
+
+    assert again.exit_code == 0, again.stderr
+    assert again.stdout.startswith(f"pruned {left} run(s) ")
+    assert count(conn, "SELECT count(*) FROM job_runs") == 0
+    assert audited(conn, "prune") == RUNS
+
+
+def test_a_prune_stopped_by_sigterm_exits_143_saying_what_it_did(db_url, conn):
+    runs = 20_000
+    finished(conn, runs)
+    with OnTerminal(
+        "prune", "--older-than", "1d", "--batch-size", "50", "--database-url", db_url
+    ) as terminal:
+        terminal.wait_for(COUNTED.format(total=f"{runs:,}", unit="runs"))
+        terminal.process.send_signal(signal.SIGTERM)
+        code, _ = terminal.finish()
+
+    assert code == 143, terminal.screen
+    told = terminal.wait_for(r"stopped by SIGTERM: pruned (\d+) run\(s\)")
+    assert int(told.group(1)) == runs - count(conn, "SELECT count(*) FROM job_runs")
+
+
+def test_a_bulk_retry_by_filter_shows_its_progress_on_the_terminal(db_url, conn):
+    dead = 40_000
+    insert_runs(
+        conn, dead, "send_email", status="dead", attempts=3, max_attempts=3,
+        error_type="SMTPServerDisconnected", last_error="gone",
+    )  # fmt: skip
+    conn.execute("ANALYZE job_runs")
+    with OnTerminal(
+        "retry", "--status", "dead", "--type", "send_email", "--error-type",
+        "SMTPServerDisconnected", "--yes", "--database-url", db_url,
+    ) as terminal:  # fmt: skip
+        code, stdout = terminal.finish()
+
+    assert code == 0, terminal.screen
+    shown = refreshes(terminal.screen, dead)
+    assert len(set(shown)) > 1, terminal.screen
+    assert shown[-1] == dead
+    assert stdout == f"retried {dead} run(s) (dead {dead}) in 41 batch(es); audit #1\n"
+
+
+def test_an_enqueue_of_a_large_jsonl_file_shows_its_progress_on_the_terminal(
+    db_url, conn, tmp_path
+):
+    lines = 100_000
+    path = tmp_path / "runs.jsonl"
+    path.write_text("".join(f'{{"type": "t", "payload": {{"n": {i}}}}}\n' for i in range(lines)))
+    with OnTerminal("enqueue", "--jsonl", str(path), "--database-url", db_url) as terminal:
+        code, stdout = terminal.finish()
+
+    assert code == 0, terminal.screen
+    shown = refreshes(terminal.screen, lines)
+    assert len(set(shown)) > 1, terminal.screen
+    assert shown[-1] == lines
+    assert len(stdout.split()) == lines
+    assert count(conn, "SELECT count(*) FROM job_runs") == lines
+
+
+def test_an_enqueue_stopped_by_ctrl_c_enqueues_nothing(db_url, conn, tmp_path):
+    lines = 100_000
+    path = tmp_path / "runs.jsonl"
+    path.write_text('{"type": "t"}\n' * lines)
+    with OnTerminal("enqueue", "--jsonl", str(path), "--database-url", db_url) as terminal:
+        terminal.wait_for(COUNTED.format(total=f"{lines:,}", unit="runs"))
+        terminal.type(b"\x03")
+        code, stdout = terminal.finish()
+
+    assert code == 130, terminal.screen
+    assert "stopped by SIGINT: nothing enqueued" in terminal.screen
+    assert stdout == ""
+    assert count(conn, "SELECT count(*) FROM job_runs") == 0
+
+
+def test_json_output_shows_no_progress_on_the_terminal(db_url, conn):
+    runs = 20_000
+    finished(conn, runs)
+    with OnTerminal(
+        "prune", "--older-than", "1d", "--batch-size", "50", "--json", "--database-url", db_url
+    ) as terminal:
+        code, stdout = terminal.finish()
+
+    assert code == 0, terminal.screen
+    assert terminal.screen == ""
+    assert json.loads(stdout)["total"] == runs
+
+
+def test_quick_work_shows_no_progress(db_url, conn):
+    insert_runs(conn, 10, status="succeeded", finished_at=now("-2 days"))
+    with OnTerminal("prune", "--older-than", "1d", "--database-url", db_url) as terminal:
+        code, stdout = terminal.finish()
+
+    assert code == 0, terminal.screen
+    assert terminal.screen == ""
+    assert stdout.startswith("pruned 10 run(s)")
+
