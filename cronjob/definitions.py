@@ -26,6 +26,7 @@ from cronjob.inputs import (
 )
 from cronjob.locks import DEFAULT_LOCK_WAIT
 from cronjob.models import DEFAULT_CATCH_UP_LIMIT, Definition, DefinitionSpec
+from cronjob.progress import QUIET, Progress
 from cronjob.text import one_line
 
 SCOPES = ("global", "tenant")
@@ -34,6 +35,8 @@ OVERLAP_POLICIES = ("allow", "skip", "queue")
 MAX_CATCH_UP_LIMIT = 10000
 # A schedule file is read no further than this: thousands of definitions fit in it.
 MAX_FILE_BYTES = 10_000_000
+# What a sync plans that it then writes; `unchanged` and `keep` it leaves be.
+WRITES = ("add", "change", "remove")
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]{0,199}")
 
@@ -392,13 +395,16 @@ def sync(
     dry_run: bool = False,
     now: datetime | None = None,
     lock_wait: float = DEFAULT_LOCK_WAIT,
+    progress: Progress = QUIET,
 ) -> list[PlanItem]:
     """Make the database's definitions match `specs` (upsert by name), in one transaction.
 
     A definition whose schedule or timezone changes, or that the file enables again, starts
     afresh from now, like a new one. A paused definition stays paused unless the file says
     `enabled = true`. With `prune`, definitions absent from `specs` are removed. A sync
-    that another host is running is waited for, at most `lock_wait` seconds.
+    that another host is running is waited for, at most `lock_wait` seconds. `progress`
+    counts the definitions written, and may stop the sync before any of them (raising
+    Stopped, which rolls the transaction back).
     """
     with conn.transaction():
         if not dry_run:
@@ -410,7 +416,11 @@ def sync(
         clock = store.clock_now(conn, now=now)
         current = {d.name: d for d in existing}
         by_name: Mapping[str, DefinitionSpec] = {spec.name: spec for spec in specs}
+        progress.expect(sum(item.action in WRITES for item in items))
         for item in items:
+            if item.action not in WRITES:
+                continue
+            progress.checkpoint()
             if item.action == "add":
                 spec = by_name[item.name]
                 store.definition_insert(
@@ -421,6 +431,7 @@ def sync(
                 _apply_change(conn, current[item.name], by_name[item.name], clock)
             elif item.action == "remove":
                 store.definition_delete(conn, current[item.name].id)
+            progress.advance(1)
     return items
 
 

@@ -192,3 +192,37 @@ def test_quick_work_shows_no_progress(db_url, conn):
     assert terminal.screen == ""
     assert stdout.startswith("pruned 10 run(s)")
 
+
+def schedules_file(path, count: int):
+    path.write_text(
+        "".join(
+            f'[schedules.job-{i}]\ncron = "{i % 60} * * * *"\ntype = "t"\n\n' for i in range(count)
+        )
+    )
+    return path
+
+
+def test_a_sync_of_a_large_schedule_file_shows_its_progress_on_the_terminal(db_url, conn, tmp_path):
+    schedules = 5_000
+    path = schedules_file(tmp_path / "schedules.toml", schedules)
+    with OnTerminal("schedule", "sync", str(path), "--database-url", db_url) as terminal:
+        code, stdout = terminal.finish()
+
+    assert code == 0, terminal.screen
+    shown = refreshes(terminal.screen, schedules, unit="schedules")
+    assert len(set(shown)) > 1, terminal.screen
+    assert stdout.endswith(f"synced: {schedules} added, 0 changed, 0 unchanged, 0 removed\n")
+
+
+def test_a_sync_stopped_by_ctrl_c_writes_nothing(db_url, conn, tmp_path):
+    schedules = 5_000
+    path = schedules_file(tmp_path / "schedules.toml", schedules)
+    with OnTerminal("schedule", "sync", str(path), "--database-url", db_url) as terminal:
+        terminal.wait_for(COUNTED.format(total=f"{schedules:,}", unit="schedules"))
+        terminal.type(b"\x03")
+        code, stdout = terminal.finish()
+
+    assert code == 130, terminal.screen
+    assert "stopped by SIGINT: nothing written" in terminal.screen
+    assert stdout == ""
+    assert count(conn, "SELECT count(*) FROM job_definitions") == 0

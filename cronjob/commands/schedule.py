@@ -456,10 +456,14 @@ def apply_sync(
 ) -> None:
     """Sync the definitions with `specs`, audit it, and print the plan line by line."""
     from cronjob import definitions
+    from cronjob.commands.progress import watching
 
     conn = open_connection(database_url)
-    with conn, conn.transaction():
-        items = definitions.sync(conn, specs, prune=prune, dry_run=dry_run, lock_wait=lock_wait)
+    progress = watching("syncing", told=_nothing_synced, unit="schedules", shown=not dry_run)
+    with conn, progress as watch, conn.transaction():
+        items = definitions.sync(
+            conn, specs, prune=prune, dry_run=dry_run, lock_wait=lock_wait, progress=watch
+        )
         if not dry_run:
             changed = [i.name for i in items if i.action in ("add", "change", "remove")]
             record_audit(conn, "schedule sync", actor, reason, changed=len(changed),
@@ -484,6 +488,13 @@ def apply_sync(
         click.echo(
             f"synced: {add} added, {change} changed, {unchanged} unchanged, {remove} removed"
         )
+
+
+def _nothing_synced(_done: int) -> str:
+    return (
+        "nothing written: a sync is one transaction, rolled back; the same command again "
+        "applies all of it"
+    )
 
 
 @schedule.command()
