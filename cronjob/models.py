@@ -385,3 +385,25 @@ class AuditEntry:
     changed: int
     sample_ids: list[int]
     reason: str | None
+
+
+@dataclass(frozen=True)
+class MigrationActivity:
+    """What the backend applying a migration does or waits for, as PostgreSQL reports it.
+
+    `phase` and its counts are an index build's (None otherwise); `holder_*` describe the
+    session it waits for, if any (its state and age only where this login may see them).
+    """
+
+    wait_event_type: str | None
+    wait_event: str | None
+    phase: str | None
+    blocks_done: int | None
+    blocks_total: int | None
+    tuples_done: int | None
+    tuples_total: int | None
+    lockers_done: int | None
+    lockers_total: int | None
+    holder_pid: int | None
+    holder_state: str | None
+    holder_seconds: float | None

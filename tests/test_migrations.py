@@ -1,6 +1,6 @@
 """A migration that runs outside a transaction: the idempotency index of 0017, built
-concurrently on a live job_runs, rebuilt after a build that did not finish, and applied by
-one host while the others wait for it.
+concurrently on a live job_runs, rebuilt after a build that did not finish, applied by
+one host while the others wait for it, and watched on a terminal (what it waits for; Ctrl-C).
 
 Real `jobrunner migrate` processes against a database migrated as far as the migration
 before it. Each test holds what keeps the build waiting (a write in an open transaction:
@@ -20,6 +20,7 @@ import pytest
 from cronjob import store
 from cronjob.migrate import shipped_migrations
 from tests.conftest import jobrunner_process, run_cli, wait_for
+from tests.terminal import OnTerminal
 
 ALONE = 17  # the idempotency index, built concurrently
 NEW_INDEX, OLD_INDEX = "job_runs_idempotency_key_per_work", "job_runs_idempotency_key"
@@ -146,3 +147,45 @@ def test_hosts_migrating_at_once_wait_for_the_one_building_the_index(before_the_
 def _finished(process: subprocess.Popen[str]) -> tuple[int, str]:
     _, stderr = process.communicate(timeout=60)
     return process.returncode, stderr
+
+
+def test_a_migration_building_an_index_shows_the_transaction_it_waits_for(before_the_build):
+    url = before_the_build
+    writer = a_writer(url)
+    try:
+        with OnTerminal("migrate", "--database-url", url) as terminal:
+            terminal.wait_for(
+                rf"0/1 migrations  0017: waiting for writers before build: pid "
+                rf"{writer.info.backend_pid} \(idle in transaction, open \d"
+            )
+            writer.rollback()
+            code, _ = terminal.finish()
+    finally:
+        writer.close()
+
+    assert code == 0, terminal.screen
+    assert indexes(url) == {NEW_INDEX: True}
+    assert recorded(url) == [ALONE]
+
+
+def test_ctrl_c_twice_stops_a_migration_at_once_and_the_next_one_builds_it(before_the_build):
+    url = before_the_build
+    writer = a_writer(url)
+    try:
+        with OnTerminal("migrate", "--database-url", url) as terminal:
+            terminal.wait_for(r"0017: waiting for writers before build")
+            terminal.type(b"\x03")
+            terminal.wait_for(r"stopping after this step \(Ctrl-C again: at once\)")
+            terminal.type(b"\x03")
+            code, _ = terminal.finish()
+    finally:
+        writer.rollback()
+        writer.close()
+
+    assert code == 130, terminal.screen
+    terminal.wait_for(r"jobrunner: stopped by SIGINT: 0 migration\(s\) applied; the rest are not")
+    assert recorded(url) == []
+    with OnTerminal("migrate", "--database-url", url) as again:
+        assert again.finish()[0] == 0, again.screen
+    assert indexes(url) == {NEW_INDEX: True}
+    assert recorded(url) == [ALONE]

@@ -78,3 +78,25 @@ WHERE NOT i.indisvalid
 """
 # Composed with the index's name as an identifier (psycopg.sql).
 MIGRATION_APPLY_ALONE_DROP_INDEX = "DROP INDEX CONCURRENTLY IF EXISTS {index}"
+
+# -- watching a migration as it goes --
+
+# What the backend applying a migration does: its wait, and for an index build the phase
+# and counts PostgreSQL reports (pg_stat_progress_create_index). `holder` is the session it
+# waits for: the transaction a concurrent build waits out, else the first that holds a lock
+# it queues for. Another login's session shows its pid alone, unless this one may read the
+# statistics of all (pg_read_all_stats).
+MIGRATION_ACTIVITY = """
+SELECT a.wait_event_type, a.wait_event, p.phase,
+       p.blocks_done, p.blocks_total, p.tuples_done, p.tuples_total,
+       p.lockers_done, p.lockers_total,
+       holder.pid AS holder_pid, holder.state AS holder_state,
+       extract(epoch FROM now() - holder.xact_start)::float8 AS holder_seconds
+FROM pg_stat_activity a
+LEFT JOIN pg_stat_progress_create_index p ON p.pid = a.pid
+LEFT JOIN LATERAL (
+    SELECT b.pid, b.state, b.xact_start FROM pg_stat_activity b
+    WHERE b.pid = coalesce(nullif(p.current_locker_pid, 0), (pg_blocking_pids(a.pid))[1])
+) holder ON true
+WHERE a.pid = %(pid)s
+"""

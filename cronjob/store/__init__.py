@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from cronjob.store.preflight import (
     advisory_lock,
     lock_wait_limits,
+    migration_activity,
     migration_apply,
     migration_apply_alone,
     migrations_create_table,
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 __all__ = [
     "advisory_lock",
     "lock_wait_limits",
+    "migration_activity",
     "migration_apply",
     "migration_apply_alone",
     "migrations_create_table",

@@ -92,3 +92,14 @@ def migration_apply_alone(
     for statement in statements:
         conn.execute(statement)
     conn.execute(queries.MIGRATION_APPLY_RECORD, {"version": version, "name": name})
+
+
+def migration_activity(conn: Any, pid: int) -> Any:
+    """What the backend `pid`, applying a migration, does or waits for now (a
+    MigrationActivity), or None once it is gone. Read on a connection of its own."""
+    from psycopg.rows import class_row
+
+    from cronjob.models import MigrationActivity
+
+    cursor = conn.cursor(row_factory=class_row(MigrationActivity))
+    return cursor.execute(queries.MIGRATION_ACTIVITY, {"pid": pid}).fetchone()
