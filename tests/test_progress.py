@@ -2,7 +2,7 @@
 SIGTERM; piped, it prints what it always printed.
 
 Real `jobrunner` processes on a real pseudo-terminal (tests/terminal.py), against tables
-filled in one statement each.
+filled in one statement each; and the library's side, a Progress that stops the work.
 """
 
 from __future__ import annotations
@@ -13,6 +13,9 @@ import signal
 
 import pytest
 
+from cronjob import incident
+from cronjob.models import Selection
+from cronjob.progress import Progress, Stopped
 from tests.conftest import count, jobrunner_process, run_cli
 from tests.factories import insert_runs, now
 from tests.terminal import OnTerminal
@@ -121,14 +124,28 @@ def test_a_prune_stopped_by_sigterm_exits_143_saying_what_it_did(db_url, conn):
 def test_a_bulk_retry_by_filter_shows_its_progress_on_the_terminal(db_url, conn):
     dead = 40_000
     insert_runs(
-        conn, dead, "send_email", status="dead", attempts=3, max_attempts=3,
-        error_type="SMTPServerDisconnected", last_error="gone",
-    )  # fmt: skip
+        conn,
+        dead,
+        "send_email",
+        status="dead",
+        attempts=3,
+        max_attempts=3,
+        error_type="SMTPServerDisconnected",
+        last_error="gone",
+    )
     conn.execute("ANALYZE job_runs")
     with OnTerminal(
-        "retry", "--status", "dead", "--type", "send_email", "--error-type",
-        "SMTPServerDisconnected", "--yes", "--database-url", db_url,
-    ) as terminal:  # fmt: skip
+        "retry",
+        "--status",
+        "dead",
+        "--type",
+        "send_email",
+        "--error-type",
+        "SMTPServerDisconnected",
+        "--yes",
+        "--database-url",
+        db_url,
+    ) as terminal:
         code, stdout = terminal.finish()
 
     assert code == 0, terminal.screen
@@ -226,3 +243,38 @@ def test_a_sync_stopped_by_ctrl_c_writes_nothing(db_url, conn, tmp_path):
     assert "stopped by SIGINT: nothing written" in terminal.screen
     assert stdout == ""
     assert count(conn, "SELECT count(*) FROM job_definitions") == 0
+
+
+class StopAfter(Progress):
+    """Stops the work once `batches` batches have committed; keeps what each one did."""
+
+    def __init__(self, batches: int) -> None:
+        self.batches = batches
+        self.committed: list[int] = []
+
+    def advance(self, done: int) -> None:
+        self.committed.append(done)
+
+    def checkpoint(self) -> None:
+        if len(self.committed) >= self.batches:
+            raise Stopped
+
+
+def test_work_on_a_selection_stopped_between_batches_keeps_and_audits_what_committed(conn):
+    insert_runs(conn, 1000, status="dead", attempts=1, max_attempts=1)
+    stop = StopAfter(3)
+
+    with pytest.raises(Stopped):
+        incident.apply(
+            conn,
+            incident.action("retry"),
+            Selection(statuses=("dead",)),
+            actor="tests",
+            reason=None,
+            batch_size=100,
+            progress=stop,
+        )
+
+    assert stop.committed == [100, 100, 100]
+    assert count(conn, "SELECT count(*) FROM job_runs WHERE status = 'queued'") == 300
+    assert audited(conn, "retry") == 300

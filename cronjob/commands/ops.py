@@ -470,7 +470,8 @@ def prune(
 
     Runs that can still execute (queued, running, failed) are never deleted. Takes
     run ids, or the filters of `jobrunner retry`; each batch is its own transaction,
-    and the command writes one audit entry.
+    and the command writes one audit entry. On a terminal it shows its progress; SIGINT
+    or SIGTERM stops it after the batch under way (exit 130 or 143).
     """
     from dataclasses import replace
 

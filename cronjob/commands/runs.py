@@ -65,7 +65,8 @@ def run_option_flags(func: Callable[..., Any]) -> Callable[..., Any]:
     metavar="FILE",
     help='Enqueue many: one JSON object a line ({"type": ..., "payload": ...} and '
     f"the optional keys {', '.join(JSONL_OPTIONS)}); "
-    "- for stdin. One transaction: a bad line anywhere and nothing is enqueued.",
+    "- for stdin. One transaction: a bad line anywhere, or SIGINT or SIGTERM, and nothing "
+    "is enqueued.",
 )
 @lock_wait_option("another --jsonl batch with idempotency keys")
 def enqueue(
@@ -135,10 +136,8 @@ def _enqueue_jsonl(stream: IO[bytes], database_url: str | None, lock_wait: float
             for chunk in chain([first], chunks):
                 watch.checkpoint()
                 if not keyed and any("idempotency_key" in run.options for run in chunk):
-                    locks.take(
-                        conn, runs_lock_for_keyed_batch, what="batch with idempotency keys",
-                        wait=lock_wait,
-                    )  # fmt: skip
+                    what = "batch with idempotency keys"
+                    locks.take(conn, runs_lock_for_keyed_batch, what=what, wait=lock_wait)
                     keyed = True
                 ids.writelines(f"{run_id}\n" for run_id in insert_runs(conn, chunk))
                 watch.advance(len(chunk))
@@ -295,8 +294,10 @@ def retry(run_ids: tuple[str, ...], database_url: str | None, status_text: str |
         --since 2026-01-05T09:10:00Z --until 2026-01-05T09:40:00Z --dry-run
 
     Filters combine (all must hold); a list option takes comma-separated values. Work goes
-    in batches of at most 1,000 runs, each its own transaction. A selection of more than
-    100 runs asks first on a terminal, and needs --yes elsewhere. Writes one audit entry.
+    in batches of at most 1,000 runs, each its own transaction, with its progress shown on
+    a terminal; SIGINT or SIGTERM stops it after the batch under way (exit 130 or 143). A
+    selection of more than 100 runs asks first on a terminal, and needs --yes elsewhere.
+    Writes one audit entry.
     """
     return _change_runs("retry", run_ids, database_url, status_text, as_json, options)
 
