@@ -17,6 +17,7 @@ always did, and stops the command at once (the batch under way rolls back).
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -36,8 +37,13 @@ BAR_WIDTH = 20
 
 
 def on_terminal(as_json: bool = False) -> bool:
-    """Whether progress is shown: stderr is a terminal, and no --json."""
-    return not as_json and sys.stderr.isatty()
+    """Whether progress is shown: stderr is a terminal, no --json, and the work is the
+    process's own (its main thread's), not a request a server's thread serves."""
+    return (
+        not as_json
+        and threading.current_thread() is threading.main_thread()
+        and sys.stderr.isatty()
+    )
 
 
 class Watch(Progress):
@@ -142,8 +148,6 @@ class Watch(Progress):
 
 
 def _columns() -> int:
-    import os
-
     try:
         return os.get_terminal_size(sys.stderr.fileno()).columns
     except OSError:
@@ -202,7 +206,8 @@ def _signals_stop(watch: Watch) -> Iterator[None]:
         yield
         return
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    handled = [sig for sig, handler in previous.items() if handler is not signal.SIG_IGN]
+    # None: a handler set outside Python, which cannot be put back from here.
+    handled = [sig for sig, was in previous.items() if was not in (signal.SIG_IGN, None)]
 
     def restore() -> None:
         for sig in handled:
