@@ -298,3 +298,4 @@ def _whose_privileges(exc: Any) -> str:
 # PostgreSQL error codes (SQLSTATE) that callers of database_errors tell apart.
 UNDEFINED_TABLE = "42P01"
 INSUFFICIENT_PRIVILEGE = "42501"
+READ_ONLY_SQL_TRANSACTION = "25006"

@@ -66,6 +66,19 @@ class ConnectionLost(DatabaseUnavailable):
         self.report = report
 
 
+class DatabaseRefused(DatabaseError):
+    """The database refused the tick's statements for a reason no retry on it cures: it is
+    read-only (a failover, a demoted primary, a standby), a permission was revoked, a table
+    or the schema is gone. The tick stopped at once, handing back what it could.
+
+    `report` is the tick's report up to that point, so the summary can still be shown.
+    """
+
+    def __init__(self, message: str, *, report: Any = None, sqlstate: str | None = None) -> None:
+        super().__init__(message, sqlstate=sqlstate)
+        self.report = report
+
+
 class IdempotencyConflict(JobrunnerError):
     """No longer raised: an idempotency key is unique per (job type, tenant), so a key
     another type or tenant holds belongs to another piece of work and enqueues a run of

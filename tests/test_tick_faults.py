@@ -10,13 +10,15 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import conninfo
 
 import tests.handlers.faults  # noqa: F401 - registers the fault handlers
 from cronjob import store
 from cronjob.api import enqueue
 from cronjob.db import Database, connect
-from cronjob.errors import ConnectionLost, DatabaseUnavailable
+from cronjob.errors import ConnectionLost, DatabaseRefused, DatabaseUnavailable
 from cronjob.handlers import handler, registry
+from cronjob.tick.connection import ConnectionKeeper, Failure, StatementFailed
 from tests.conftest import count
 from tests.factories import tick
 from tests.test_lifecycle import db_now
@@ -261,3 +263,66 @@ def test_what_a_lost_claim_wrote_is_told_apart_from_what_happened_to_its_runs_si
                  (never.id,))  # fmt: skip
 
     assert store.runs_list_decided(conn, decisions, worker="w:1") == {ids[0]}
+
+
+def _read_only(_conn: Any) -> None:
+    raise psycopg.errors.ReadOnlySqlTransaction("cannot execute UPDATE in a read-only transaction")
+
+
+class Log:
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    def __getattr__(self, level: str) -> Any:
+        return lambda event, **fields: self.events.append(event)
+
+
+def test_a_server_turned_read_only_sends_the_keeper_to_a_fresh_connection_that_takes_writes(
+    db_url,
+):
+    # As through a multi-host URL with target_session_attrs=read-write after a failover:
+    # the fresh connection reaches the server that took over.
+    stale = connect(db_url)
+    log = Log()
+    keeper = ConnectionKeeper(stale, Database(db_url), log)
+    with pytest.raises(StatementFailed) as failed:
+        keeper.run("finalize", _read_only)
+    assert failed.value.failure is Failure.MOVED and failed.value.retryable
+    assert keeper.conn is not stale and stale.closed
+    assert log.events == ["database error", "reconnected to a server that takes writes"]
+    assert keeper.run("finalize", lambda conn: conn.execute("SELECT 1").fetchone()) == (1,)
+    keeper.conn.close()
+
+
+def test_a_server_turned_read_only_with_no_other_to_go_to_refuses_the_statement(db_url):
+    read_only = conninfo.make_conninfo(db_url, options="-c default_transaction_read_only=on")
+    with connect(db_url) as conn:
+        keeper = ConnectionKeeper(conn, Database(read_only), Log())
+        with pytest.raises(StatementFailed) as failed:
+            keeper.run("finalize", _read_only)
+        assert failed.value.failure is Failure.REFUSED and not failed.value.retryable
+        assert keeper.conn is conn and not conn.closed
+
+
+def test_a_tick_the_database_refuses_stops_at_once_and_says_what_became_of_its_runs(db_url, conn):
+    # The claim is refused: the runs it would have taken stay queued, untouched.
+    @handler("refused.probe")
+    def probe(ctx: Any, payload: Any) -> None:
+        raise AssertionError("nothing is claimed")
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise psycopg.errors.InsufficientPrivilege("permission denied for table job_runs")
+
+    try:
+        run_id = enqueue(conn, "refused.probe")
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(store, "runs_finalize_and_claim_many", refuse)
+            with pytest.raises(DatabaseRefused) as refused:
+                tick(db_url, "refused.probe")
+    finally:
+        registry().pop("refused.probe")
+    assert str(refused.value) == (
+        "the database refused the tick's claim: permission denied for table job_runs"
+    )
+    assert refused.value.report.stopped_by == "database error"
+    assert store.run_get(conn, run_id).status == "queued"

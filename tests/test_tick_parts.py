@@ -17,7 +17,7 @@ from cronjob.errors import JobrunnerError
 from cronjob.handlers import HandlerSpec
 from cronjob.models import ClaimedRun
 from cronjob.tick.batcher import CLAIM_HORIZON, Batcher
-from cronjob.tick.connection import ConnectionKeeper, StatementFailed
+from cronjob.tick.connection import ConnectionKeeper, Failure, StatementFailed
 from cronjob.tick.flight import Flight, FlightState
 from cronjob.tick.leases import LeaseKeeper
 from cronjob.tick.pool import Pool
@@ -439,3 +439,22 @@ def test_a_failed_statement_raises_and_says_which_step_failed():
         keeper.run("finalize", fail)
     assert failed.value.what == "finalize" and isinstance(failed.value, JobrunnerError)
     assert log.lines[0][1] == "database error" and log.lines[0][2]["during"] == "finalize"
+
+
+def test_a_statement_the_database_refuses_is_no_interruption_and_keeps_the_connection():
+    class Conn:
+        broken = closed = False
+
+    def refuse(_conn: Any) -> None:
+        raise psycopg.errors.InsufficientPrivilege("permission denied for table job_runs")
+
+    conn, log = Conn(), Log()
+    keeper = ConnectionKeeper(conn=conn, database=NoDatabase(), log=log)
+    with pytest.raises(StatementFailed) as failed:
+        keeper.run("claim", refuse)
+    assert failed.value.failure is Failure.REFUSED and not failed.value.retryable
+    assert failed.value.error.primary == "permission denied for table job_runs"
+    assert keeper.conn is conn
+    [(level, event, fields)] = log.lines
+    assert (level, event) == ("warning", "database error")
+    assert (fields["during"], fields["sqlstate"]) == ("claim", "42501")

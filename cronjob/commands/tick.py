@@ -138,7 +138,7 @@ def tick(
     """
     from cronjob import log
     from cronjob.commands import django_setup, load_handlers, open_database
-    from cronjob.errors import ConnectionLost
+    from cronjob.errors import ConnectionLost, DatabaseRefused
     from cronjob.handlers import require_types
     from cronjob.inputs import comma_list
     from cronjob.tick import TickOptions, run_tick
@@ -167,7 +167,7 @@ def tick(
             register_tasks(conn, comma_list(queues) or None)
             specs = require_types(comma_list(types) or None)
         report = run_tick(conn, specs, database=database, options=options)
-    except ConnectionLost as exc:
+    except (ConnectionLost, DatabaseRefused) as exc:
         log.get_logger().warning("tick stopped", **exc.report.summary())
         raise
     finally:

@@ -10,8 +10,8 @@ All of them are reached through this one, `store.<name>`:
 - `preflight`, what runs before anything is known: migrating, checking the schema
   version, asking whether a tick has work. It builds no models, so an idle tick,
   which asks and leaves, never imports them.
-- the rest (`runs`, `definitions`, `tally`, `effects`, `incidents`, `tasks`, `dashboard`), which
-  read and write as models: each imported the first time one of its names is used.
+- the rest (`runs`, `definitions`, `tally`, `effects`, `incidents`, `tasks`, `server`,
+  `dashboard`), which read and write as models: each imported the first time one of its names is used.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from cronjob.store.effects import *  # noqa: F403
     from cronjob.store.incidents import *  # noqa: F403
     from cronjob.store.runs import *  # noqa: F403
+    from cronjob.store.server import *  # noqa: F403
     from cronjob.store.tally import *  # noqa: F403
     from cronjob.store.tasks import *  # noqa: F403
 
@@ -58,7 +59,16 @@ __all__ = [
 
 # Searched in this order, the tick's first: a name is found without importing the modules
 # after its own.
-_MODULES = ("runs", "definitions", "tally", "effects", "incidents", "tasks", "dashboard")
+_MODULES = (
+    "runs",
+    "definitions",
+    "tally",
+    "effects",
+    "incidents",
+    "tasks",
+    "server",
+    "dashboard",
+)
 
 
 def __getattr__(name: str) -> Any:

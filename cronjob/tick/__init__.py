@@ -24,7 +24,8 @@ The parts, one role each:
 | `execute`    | `execute()`        | runs one handler and turns what happens into an outcome     |
 | `leases`     | `LeaseKeeper`      | heartbeats, lost leases, hand-back; the fencing rule        |
 | `shutdown`   | `Shutdown`         | signals, grace, urgency                                     |
-| `connection` | `ConnectionKeeper` | the tick's connection: one statement at a time, reconnect   |
+| `connection` | `ConnectionKeeper` | the tick's connection: one statement at a time, reconnect;  |
+|              |                    | what kind of failure a failed statement was                 |
 | `writer`     | `Writer`           | a streaming drain's second connection, for its finalizes    |
 | `tally`      | `Tally`            | the report, and the log lines of what happened to runs      |
 | `pings`      | `Pinger`           | a committed outcome's check-in ping, sent on its own thread |
@@ -37,10 +38,12 @@ Who owns what:
   of its own for its one). Parts that need SQL build the statement (a function of
   the connection, from `store`) and have the keeper run it: the batcher hands its
   statements to the loop, the lease keeper is handed the keeper by the loop. A
-  failed statement raises `StatementFailed`; the loop decides what it means (the
-  tick stops claiming), and only where a failure changes nothing does the part that
-  asked swallow it (a heartbeat that meets a locked row, a hand-back of a claim
-  whose answer was lost).
+  failed statement raises `StatementFailed`, its kind decided by the keeper once
+  (interrupted, moved to a server that takes writes, or refused); the loop decides
+  what it means (the tick stops claiming, at once after a refusal), and only where a
+  failure changes nothing does the part that asked swallow it (a heartbeat that
+  meets a locked row, a hand-back of a claim whose answer was lost). The tally ends
+  the tick with one error when the database refused it or a run went unrecorded.
 - One database object, `cronjob.db.Database`, opens every other connection: a
   reconnect's, the writer's, and handlers' `ctx.db`.
 - Only the pool changes a run's in-flight state (queued → started → done →
@@ -165,7 +168,9 @@ def run_tick(
     `database` opens every further connection: handlers' `ctx.db` (AsyncConnections for
     `async def` handlers), the writer's, and one to replace the tick's own if it is lost
     (closed here). Raises `ConnectionLost`, with the report so far, when the database went
-    away and could not be reached again.
+    away and could not be reached again or a claimed run could not be recorded, and
+    `DatabaseRefused` when it refused the tick's statements (read-only, a permission, a
+    table gone).
     """
     report = TickReport()
     started = time.monotonic()
@@ -187,6 +192,7 @@ def run_tick(
                 steps.run("rescue", rescue)
                 steps.run("materialize", materialize)
                 steps.drain(started + options.max_runtime)
+            steps.finish()
         except BaseException:
             _close_unless(steps.connection.conn, original)
             raise

@@ -5,21 +5,40 @@ One statement at a time. A statement either runs now, on the calling thread
 main thread can record and log the previous batch meanwhile; until its result is
 taken (`result`), nothing else may use the connection.
 
-A statement the database fails raises `StatementFailed`; the caller decides what
-that means (the tick stops claiming). A lost connection is re-opened first, so
-what finishes can still be recorded; when that fails too, `ReconnectFailed`.
+A statement the database fails raises `StatementFailed`, which says what kind of
+failure it was (`Failure`); the caller decides what that means (the tick stops
+claiming, and after a refusal stops at once). The kind is decided here, once, for
+every error the driver raises:
+
+| kind          | what failed                                  | the keeper             |
+|---------------|----------------------------------------------|------------------------|
+| `INTERRUPTED` | the database could not finish it for reasons | re-opens a lost        |
+|               | of its own: the connection dropped, a        | connection; when that  |
+|               | restart, a timeout, a deadlock, a            | fails too,             |
+|               | serialization failure                        | `ReconnectFailed`      |
+| `MOVED`       | the server turned read-only (a failover, a   | has replaced the       |
+|               | demoted primary), and a fresh connection     | connection with the    |
+|               | reached one that takes writes                | fresh one              |
+| `REFUSED`     | anything else: read-only with no server that | keeps the connection   |
+|               | takes writes, a permission revoked, a table  |                        |
+|               | or the schema gone                           |                        |
+
+A fresh connection goes where the URL leads: with several hosts and
+`target_session_attrs=read-write`, to whichever of them is the primary now.
 """
 
 from __future__ import annotations
 
+import contextlib
+import enum
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from cronjob.db import Database, database_errors, describe
-from cronjob.errors import JobrunnerError
+from cronjob.db import READ_ONLY_SQL_TRANSACTION, Database, database_errors, describe
+from cronjob.errors import DatabaseError, DatabaseInterrupted, JobrunnerError
 
 T = TypeVar("T")
 
@@ -28,12 +47,35 @@ T = TypeVar("T")
 RECONNECT_PAUSES = (0.0, 1.0, 2.0)
 
 
-class StatementFailed(JobrunnerError):
-    """The database failed one of the tick's statements; the connection is usable again."""
+class Failure(enum.Enum):
+    """What kind of failure a failed statement was (the module's table)."""
 
-    def __init__(self, what: str) -> None:
+    INTERRUPTED = "interrupted"
+    MOVED = "moved"
+    REFUSED = "refused"
+
+
+class StatementFailed(JobrunnerError):
+    """The database failed one of the tick's statements; the connection is usable again.
+
+    `error` is the database's error, when it gave one; `failure` its kind.
+    """
+
+    def __init__(
+        self,
+        what: str,
+        error: DatabaseError | None = None,
+        failure: Failure = Failure.INTERRUPTED,
+    ) -> None:
         super().__init__(f"the database failed the tick's {what}")
         self.what = what
+        self.error = error
+        self.failure = failure
+
+    @property
+    def retryable(self) -> bool:
+        """Trying again, on the connection the keeper holds now, may succeed."""
+        return self.failure is not Failure.REFUSED
 
 
 class ReconnectFailed(JobrunnerError):
@@ -118,16 +160,48 @@ class ConnectionKeeper:
     def _guarded(
         self, what: str, op: Callable[[Any], T], passing: tuple[type[Exception], ...]
     ) -> T:
-        from cronjob.errors import DatabaseInterrupted
-
         try:
             with database_errors(passing=passing):
                 return op(self.conn)
-        except DatabaseInterrupted as exc:
-            self._log.warning("database error", during=what, error=exc.description)
+        except DatabaseError as exc:
+            sqlstate = {"sqlstate": exc.sqlstate} if exc.sqlstate else {}
+            self._log.warning("database error", during=what, error=exc.description, **sqlstate)
+            raise StatementFailed(what, exc, self._failure(exc)) from exc
+
+    def _failure(self, exc: DatabaseError) -> Failure:
+        """Its kind (the module's table), once the keeper did what that kind asks of it."""
+        if isinstance(exc, DatabaseInterrupted):
             if self.conn.broken or self.conn.closed:
                 self._reconnect()
-            raise StatementFailed(what) from exc
+            return Failure.INTERRUPTED
+        if exc.sqlstate == READ_ONLY_SQL_TRANSACTION and self._move_to_a_writable_server():
+            return Failure.MOVED
+        return Failure.REFUSED
+
+    def _move_to_a_writable_server(self) -> bool:
+        """Replace the connection with a fresh one if that one takes writes; True if it did.
+
+        Tried once, with no pause: a server that turned read-only under the tick stays so,
+        and what the tick holds is better handed back soon than after a wait.
+        """
+        from cronjob.store.server import session_read_only
+
+        try:
+            conn = self._database.connect()
+        except (JobrunnerError, OSError):  # connect translates the driver's errors
+            return False
+        try:
+            with database_errors():
+                writable = not session_read_only(conn)
+        except DatabaseError:
+            writable = False
+        if not writable:
+            _close_quietly(conn)
+            return False
+        _close_quietly(self.conn)
+        self.conn = conn
+        self._log.info("reconnected to a server that takes writes")
+        return True
 
     def _reconnect(self) -> None:
         last: JobrunnerError | OSError | None = None
@@ -145,3 +219,8 @@ class ConnectionKeeper:
             self._log.info("reconnected to the database")
             return
         raise ReconnectFailed(describe(last) if last else "unknown error")
+
+
+def _close_quietly(conn: Any) -> None:
+    with contextlib.suppress(Exception):  # a connection given up has nothing left to release
+        conn.close()

@@ -8,6 +8,14 @@ take the writer's last write and start its next; renew leases. The loop runs no
 SQL and writes no log line of its own: the batcher and the lease keeper build the
 statements, the connection keeper and the writer run them, and the tally tells
 what happened.
+
+A failed statement stops the claiming (`_failed`), whatever its kind: running
+handlers get the grace period, and what the tick holds is written and handed back
+once the connection keeper has done what it can (reconnected, or moved to a server
+that takes writes). A refusal makes the stop urgent: no handler is waited for, since
+nothing it returns could be recorded, and each write is tried once. Writes and
+heartbeats that failed wait `RETRY_PAUSE` before the loop tries them again, so a
+database that fails every statement at once is not asked in a busy loop.
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ from uuid import UUID
 from cronjob import transitions
 from cronjob.models import Decision
 from cronjob.tick.batcher import Batcher
-from cronjob.tick.connection import ConnectionKeeper, ReconnectFailed, StatementFailed
+from cronjob.tick.connection import ConnectionKeeper, Failure, ReconnectFailed, StatementFailed
 from cronjob.tick.execute import timed_out
 from cronjob.tick.flight import Flight, FlightState, Result
 from cronjob.tick.leases import LeaseKeeper
@@ -31,6 +39,7 @@ from cronjob.tick.writer import STREAMING_CLAIM, Writer
 # own bookkeeping (committing `ctx.db`), so their outcome is not thrown away.
 FINISHING_WAIT = 2.0
 IDLE_WAIT = 0.05  # how long a pass waits for a handler to return when it cannot claim
+RETRY_PAUSE = 1.0  # after a failed statement, how long writes and heartbeats wait
 
 
 class Drain:
@@ -49,15 +58,20 @@ class Drain:
     ) -> None:
         self.connection, self.writer, self.batcher = connection, writer, batcher
         self.pool, self.leases, self.shutdown, self.tally = pool, leases, shutdown, tally
+        self._quiet_until = 0.0  # no write or heartbeat before then: one just failed
 
     def run(self, deadline: float) -> None:
+        """Drain until done; the tally then knows what became of every run claimed.
+
+        Raises `ConnectionLost` when the connection was lost and could not be re-opened.
+        """
         try:
             while True:
                 try:
                     if not self._pass(deadline):
                         break
-                except StatementFailed:
-                    self.shutdown.request("database error")
+                except StatementFailed as failed:
+                    self._failed(failed)
             self._let_stopping_handlers_return()
             self._write_the_rest()
             self.tally.unrecorded(len(self.batcher.decisions))
@@ -69,7 +83,12 @@ class Drain:
         finally:
             self.pool.stop()
             self.writer.close()
-        self.tally.require_recorded()
+
+    def _failed(self, failed: StatementFailed) -> None:
+        """Stop claiming; after a refusal, at once. Told to the tally, which ends the tick."""
+        self.shutdown.request("database error", urgent=failed.failure is Failure.REFUSED)
+        self.tally.database_failed(failed)
+        self._quiet_until = time.monotonic() + RETRY_PAUSE
 
     def _pass(self, deadline: float) -> bool:
         """One pass of the loop; False when the drain is over."""
@@ -96,6 +115,14 @@ class Drain:
         now = time.monotonic()
         self._time_out(now)
         self.tally.event_loop_blocked(pool.blocking(now))
+        if now >= self._quiet_until:  # else a statement just failed: decisions wait, leases hold
+            self._write_and_renew(now)
+        if batcher.exhausted and not pool.flights and not self.connection.busy:
+            batcher.look_again()
+        return True
+
+    def _write_and_renew(self, now: float) -> None:
+        batcher, pool = self.batcher, self.pool
         # A claim sent before the writer's connection opened may carry decisions still.
         if self.writer.active and not batcher.carrying:
             self._write()
@@ -103,9 +130,6 @@ class Drain:
             self._finalize()
         if pool.flights and self.leases.beat_due(now):
             self._renew(now)
-        if batcher.exhausted and not pool.flights and not self.connection.busy:
-            batcher.look_again()
-        return True
 
     def _take_claim(self) -> None:
         try:
@@ -212,9 +236,9 @@ class Drain:
             try:
                 held = self.leases.hand_back(self.connection, flights)
                 break
-            except StatementFailed:
-                self.shutdown.request("database error")
-                if attempt:
+            except StatementFailed as failed:
+                self._failed(failed)
+                if attempt or not failed.retryable:
                     self.tally.unrecorded(len(flights))
                     return
         self.tally.handed_back([f.run for f in flights], held, self.shutdown.reason)
@@ -240,12 +264,14 @@ class Drain:
         if self.writer.busy:
             try:
                 self._written(*self.writer.result())
-            except StatementFailed:
-                self.shutdown.request("database error")
+            except StatementFailed as failed:
+                self._failed(failed)
         for _ in range(2):  # once more, on the fresh connection if it was lost
             if not self.batcher.decisions:
                 return
             try:
                 self._finalize()
-            except StatementFailed:
-                self.shutdown.request("database error")
+            except StatementFailed as failed:
+                self._failed(failed)
+                if not failed.retryable:
+                    return

@@ -4,7 +4,8 @@ A stop has one reason, the first one given: `max-runtime`, `database error`, or 
 name of the signal (SIGTERM, SIGINT). From then on nothing more is claimed, runs no
 worker has started go back at once, and running handlers get `--grace` to finish
 before their runs are handed back too. A second signal makes the stop urgent: the
-grace period ends there and then.
+grace period ends there and then. So does a database that refuses the tick's
+statements, since nothing a handler returns could be recorded.
 """
 
 from __future__ import annotations
@@ -30,11 +31,14 @@ class Shutdown:
     def requested(self) -> bool:
         return self.reason is not None
 
-    def request(self, reason: str, *, now: float | None = None) -> None:
-        """Stop for `reason`, unless a stop is under way already (the first reason stays)."""
+    def request(self, reason: str, *, now: float | None = None, urgent: bool = False) -> None:
+        """Stop for `reason`, unless a stop is under way already (the first reason stays);
+        `urgent`: with no grace period, whenever the stop began."""
         if self.reason is None:
             self.reason = reason
             self.at = time.monotonic() if now is None else now
+        if urgent:
+            self.urgent = True
 
     def grace_spent(self, now: float) -> bool:
         return self.urgent or (self.reason is not None and now - self.at >= self.grace)

@@ -76,10 +76,15 @@ class Steps:
             return
         try:
             self.connection.run(name, lambda conn: step(conn, self.tally.report, self.options))
-        except StatementFailed:
-            self.shutdown.request("database error")
+        except StatementFailed as failed:
+            self.shutdown.request("database error", urgent=not failed.retryable)
+            self.tally.database_failed(failed)
         except ReconnectFailed as exc:
             raise self.tally.connection_lost(str(exc)) from None
+
+    def finish(self) -> None:
+        """Raise what ends a tick the database refused, or that left runs unrecorded."""
+        self.tally.require_recorded()
 
     def drain(self, deadline: float) -> None:
         """Claim, run and record due runs of the tick's job types until done or stopped."""

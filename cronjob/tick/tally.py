@@ -8,6 +8,10 @@ once its lease expires). The exception: a run whose handler returned but was sti
 committing its own `ctx.db` transaction when a stopping tick stopped waiting for it
 (see `drain.FINISHING_WAIT`); its commit decides its fate, uncounted here. A finalized
 batch's "run finished" lines are written together, one `write` for the lot.
+
+How the tick ends is told here too (`require_recorded`): a database that refused its
+statements ends it with `DatabaseRefused`, runs it could not record with
+`ConnectionLost`, each one line saying what became of the runs it held.
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from cronjob.errors import ConnectionLost
+from cronjob.db import READ_ONLY_SQL_TRANSACTION
+from cronjob.errors import ConnectionLost, DatabaseRefused
 from cronjob.log import log_many, writes
 from cronjob.models import ClaimedRun, Decision, Errored, Status
 from cronjob.report import SUMMARY_IDS, TickReport
+from cronjob.tick.connection import Failure, StatementFailed
 
 if TYPE_CHECKING:
     from cronjob.tick.flight import Flight
@@ -36,6 +42,8 @@ class Tally:
         # Told each outcome once it is committed, when some schedule checks in (pings.py).
         self.pinger: Pinger | None = None
         self._blocker: int | None = None  # the run last named for blocking the event loop
+        self._refusal: StatementFailed | None = None  # the first statement refused, if any
+        self._last_failure: StatementFailed | None = None  # the last statement that failed
 
     def finalized(self, decisions: Sequence[Decision], kept: set[int]) -> None:
         """Decisions were written; the runs not in `kept` had lost their lease."""
@@ -157,13 +165,42 @@ class Tally:
             message += f": {cause}"
         return ConnectionLost(message, report=r)
 
+    def database_failed(self, failed: StatementFailed) -> None:
+        """A statement failed: the first one refused decides how the tick ends."""
+        self._last_failure = failed
+        if failed.failure is not Failure.INTERRUPTED and self._refusal is None:
+            self._refusal = failed
+
     def require_recorded(self) -> None:
+        """End the tick with an error if the database refused it or a run went unrecorded."""
+        if self._refusal is not None:
+            raise self._refused(self._refusal)
         if self.report.unrecorded:
+            last = self._last_failure
+            cause = f" ({_cause(last)})" if last is not None and last.error is not None else ""
             raise ConnectionLost(
-                f"the database failed while this tick finished: {self.report.unrecorded} "
-                "run(s) not finalized become claimable again when their leases expire",
+                f"the database failed while this tick finished{cause}: "
+                f"{self.report.unrecorded} run(s) not finalized become claimable again when "
+                "their leases expire",
                 report=self.report,
             )
+
+    def _refused(self, failed: StatementFailed) -> DatabaseRefused:
+        r, error = self.report, failed.error
+        sqlstate = error.sqlstate if error is not None else None
+        message = f"the database refused the tick's {_cause(failed)}"
+        if failed.failure is Failure.MOVED:
+            message += "; the tick reconnected to a server that takes writes"
+        elif sqlstate == READ_ONLY_SQL_TRANSACTION:
+            message += " (a standby, or a primary turned read-only)"
+        if r.unrecorded:
+            message += (
+                f"; {r.unrecorded} run(s) not finalized become claimable again when their "
+                "leases expire"
+            )
+        elif r.claimed:
+            message += "; every run it claimed was recorded or handed back"
+        return DatabaseRefused(message, report=r, sqlstate=sqlstate)
 
     def _write(self, line: Line) -> None:
         level, event, fields = line
@@ -204,3 +241,8 @@ class Tally:
         if status is Status.SUCCEEDED:
             return ("info", "run finished", fields)
         return ("warning", "run finished", fields)
+
+
+def _cause(failed: StatementFailed) -> str:
+    """`claim: permission denied for table job_runs`: the statement and the server's word."""
+    return f"{failed.what}: {failed.error.primary}" if failed.error is not None else failed.what
