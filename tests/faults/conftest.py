@@ -112,6 +112,16 @@ class TickProcess:
     def stderr(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def plain_lines(self) -> list[str]:
+        """The lines of stderr that are not JSON log events: a failing command's one line."""
+        plain = []
+        for line in self.stderr().splitlines():
+            try:
+                json.loads(line)
+            except ValueError:
+                plain.append(line)
+        return plain
+
     def events(self, name: str | None = None) -> list[dict[str, Any]]:
         found = []
         for line in self.stderr().splitlines():
@@ -184,10 +194,28 @@ class PrivateServer:
         with psycopg.connect(self.admin_url, autocommit=True) as admin:
             admin.execute("CREATE DATABASE jobrunner")
 
-    def start(self) -> None:
+    def start(self, *settings: str) -> None:
+        """Start the server, with `settings` ("name=value") beside the suite's own."""
         options = f"-c listen_addresses='' -k {self.root} -c fsync=off -c full_page_writes=off"
+        options += "".join(f" -c {setting}" for setting in settings)
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "server.log"),
                   "-o", options, "-w", "-t", "30", "start")  # fmt: skip
+
+    def stop_cleanly(self) -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def copy_from(self, template: PrivateServer) -> None:
+        """This server's data directory, a copy of `template`'s (stopped, not started)."""
+        copy = ["cp", "-a", str(template.data), str(self.data)]
+        subprocess.run(copy, check=True, user=self.user, capture_output=True, timeout=60)
+
+    def clone_from(self, primary: PrivateServer, *options: str) -> None:
+        """Make this server a streaming standby of `primary` (pg_basebackup -R; not started)."""
+        self._run("pg_basebackup", "-D", str(self.data), "-h", str(primary.root),
+                  "-U", "postgres", "-X", "stream", "-c", "fast", "-R", *options)  # fmt: skip
+
+    def promote(self) -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-w", "-t", "30", "promote")
 
     def restart_fast(self) -> None:
         self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "-t", "30", "restart")

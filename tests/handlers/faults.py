@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 from cronjob import handler
@@ -24,6 +25,17 @@ def work(ctx: Any, payload: Any) -> None:
     """A short piece of work: `ms` milliseconds."""
     record(ctx)
     time.sleep(float(payload.get("ms", 10)) / 1000)
+
+
+@handler("fault.gated")
+def gated(ctx: Any, payload: Any) -> None:
+    """Waits for the file `payload["release"]` to exist (a minute at most), then succeeds:
+    the test acts on the database while the drain is in the middle of its runs."""
+    record(ctx)
+    release = Path(payload["release"])
+    deadline = time.monotonic() + 60
+    while not release.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 @handler("fault.block_first")
