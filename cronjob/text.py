@@ -25,6 +25,9 @@ _MIN_LITERAL = 4
 _PASSWORD_IN_URL = r"(://[^:/@\s]*:)[^\s\"'/@]*@"
 _PASSWORD_BARE = r"((?:^|[\s\"'(=])[^:/@\s\"'=(]+:)[^\s\"'/@=(]*@"
 _PASSWORD_PARAM = r"(?i)(password\s*=\s*)(?:'(?:[^'\\]|\\.)*'?|\S+)"
+# SQL's own spelling, in a statement someone's session ran (`ALTER ROLE app PASSWORD '...'`,
+# as `status` may show it): a string literal, its quotes doubled inside.
+_PASSWORD_LITERAL = r"(?i)(\bpassword\s+)'(?:[^']|'')*'?"
 
 
 def remember_password(dsn: str) -> None:
@@ -115,6 +118,7 @@ def redact(text: str) -> str:
         text = re.sub(_PASSWORD_BARE, r"\1***@", text)
     if re.search("(?i)password", text):
         text = re.sub(_PASSWORD_PARAM, r"\1***", text)
+        text = re.sub(_PASSWORD_LITERAL, r"\1'***'", text)
     return text
 
 

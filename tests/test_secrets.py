@@ -130,6 +130,11 @@ def test_passwords_jobrunner_was_never_told_about_are_removed_by_their_shape():
     )
 
 
+def test_a_password_in_a_sql_statement_is_removed():
+    text = "ALTER ROLE app PASSWORD 'it''s s3cret' VALID UNTIL 'infinity'"
+    assert redact(text) == "ALTER ROLE app PASSWORD '***' VALID UNTIL 'infinity'"
+
+
 def test_a_known_password_is_removed_however_it_was_written():
     password = "Kq'é \"\\x%41"
     quoted = password.replace("\\", "\\\\").replace("'", "\\'")
@@ -140,7 +145,8 @@ def test_a_known_password_is_removed_however_it_was_written():
 
 @pytest.mark.parametrize(
     "text",
-    ["://a:" * 40000, "=a:" * 40000, "password='" * 40000, "=(" * 60000, "a:" * 60000,
+    ["://a:" * 40000, "=a:" * 40000, "password='" * 40000, "password '" * 40000,
+     "password ''" * 40000, "=(" * 60000, "a:" * 60000,
      " a:b" * 40000, "postgresql://" + "u:" * 60000],
 )  # fmt: skip
 def test_redaction_is_linear_in_the_text(text):
