@@ -171,7 +171,9 @@ class Finding:
         return f"OK {self.threshold}={self._show(self.limit)}: {self.detail}"
 
     def _show(self, number: float) -> str:
-        return seconds_text(number) if self.threshold == "max-queue-age" else f"{number:g}"
+        if self.threshold in ("max-queue-age", "max-snapshot-age"):
+            return seconds_text(number)
+        return f"{number:g}"
 
 
 def evaluate(overview: Overview, thresholds: Thresholds) -> list[Finding]:

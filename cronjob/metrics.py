@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cronjob.health import Overview, TypeHealth, read_overview
-from cronjob.models import DefinitionSchedule, DurationSummary, Status
+from cronjob.models import DefinitionSchedule, DurationSummary, SnapshotHolder, Status
 
 if TYPE_CHECKING:
     from cronjob.staleness import Staleness
@@ -26,8 +26,9 @@ QUANTILES = (0.5, 0.9, 0.99)
 
 
 def collect(conn: Any, *, now: datetime | None = None) -> str:
-    """Read the queue, its pauses, durations and schedules, and render them."""
-    from cronjob import store
+    """Read the queue, its pauses, durations and schedules, and what holds back cleanup,
+    and render them."""
+    from cronjob import horizon, store
 
     overview = read_overview(conn, now=now)
     durations = store.runs_summarize_durations(
@@ -37,7 +38,8 @@ def collect(conn: Any, *, now: datetime | None = None) -> str:
     from cronjob.staleness import assess
 
     verdicts = [assess(row) for row in store.definitions_list_health(conn)]
-    return render(overview, durations, schedules, verdicts)
+    holders = horizon.read_holders(conn, now=now)
+    return render(overview, durations, schedules, verdicts, holders)
 
 
 def render(
@@ -45,6 +47,7 @@ def render(
     durations: Sequence[DurationSummary],
     schedules: Sequence[DefinitionSchedule] = (),
     verdicts: Sequence[Staleness] = (),
+    holders: Sequence[SnapshotHolder] = (),
 ) -> str:
     lines: list[str] = []
     for name, kind, help_text, samples in (
@@ -52,6 +55,7 @@ def render(
         _paused_family(overview),
         _duration_family(durations),
         *_schedule_families(schedules, verdicts),
+        *_snapshot_families(holders),
     ):
         lines.append(f"# HELP {name} {_escape_help(help_text)}")
         lines.append(f"# TYPE {name} {kind}")
@@ -191,6 +195,56 @@ def _schedule_families(
     ]
 
 
+def _snapshot_families(holders: Sequence[SnapshotHolder]) -> list[Family]:
+    """What holds back cleanup of the queue's tables (cronjob.horizon): always written,
+    0 when nothing does, so an alert on them never goes silent for want of a series."""
+    from cronjob.horizon import oldest, xmin_age
+
+    found = oldest(holders)
+    named = found if found is not None else (holders[0] if holders else None)
+    labels = (
+        {
+            "kind": named.kind.value,
+            "pid": "" if named.pid is None else str(named.pid),
+            "name": named.name or "",
+            "application_name": named.application_name or "",
+            "user": named.user or "",
+            "state": named.state or "",
+        }
+        if named is not None
+        else None
+    )
+    return [
+        (
+            "jobrunner_oldest_snapshot_age_seconds",
+            "gauge",
+            "How long the oldest transaction holding back cleanup (VACUUM) of the queue's "
+            "tables has been open (0: none, or none whose age this role can see).",
+            [
+                _sample(
+                    "jobrunner_oldest_snapshot_age_seconds",
+                    {},
+                    found.age or 0.0 if found is not None else 0.0,
+                )
+            ],
+        ),
+        (
+            "jobrunner_oldest_snapshot_xmin_age",
+            "gauge",
+            "How many transactions the cleanup horizon of the queue's tables is behind the "
+            "newest (0: nothing holds it back).",
+            [_sample("jobrunner_oldest_snapshot_xmin_age", {}, xmin_age(holders))],
+        ),
+        (
+            "jobrunner_oldest_snapshot_info",
+            "gauge",
+            "1 for the oldest transaction or replication slot holding back cleanup: what it "
+            "is (`jobrunner status` shows its query).",
+            [_sample("jobrunner_oldest_snapshot_info", labels, 1)] if labels else [],
+        ),
+    ]
+
+
 def _duration_family(durations: Sequence[DurationSummary]) -> Family:
     """Run time by job type over the recent window, as a summary with its quantiles."""
     duration_samples = []
@@ -259,6 +313,8 @@ def _umask() -> int:
 
 
 def _sample(name: str, labels: dict[str, str], value: float) -> str:
+    if not labels:
+        return f"{name} {_number(value)}"
     rendered = ",".join(f'{key}="{_escape_label(text)}"' for key, text in labels.items())
     return f"{name}{{{rendered}}} {_number(value)}"
 

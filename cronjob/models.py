@@ -167,6 +167,38 @@ class DurationSummary:
     quantiles: tuple[tuple[float, float], ...]  # (quantile, seconds)
 
 
+class HolderKind(enum.StrEnum):
+    SESSION = "session"
+    PREPARED = "prepared transaction"
+    SLOT = "replication slot"
+
+
+@dataclass(frozen=True)
+class SnapshotHolder:
+    """A transaction or replication slot holding back cleanup (VACUUM's xmin horizon) of the
+    queue's database, as the server's views show it to the role that asks."""
+
+    kind: HolderKind
+    name: str | None  # a prepared transaction's gid, a slot's name
+    pid: int | None  # a session's backend, a slot's walsender
+    application_name: str | None
+    user: str | None
+    state: str | None  # a session's (None: hidden), "prepared", a slot's "active"/"inactive"
+    database: str | None  # where it is, when that is not the queue's own database
+    xmin_age: int | None  # transactions begun since its snapshot (or transaction id)
+    since: datetime | None  # its transaction's start, when prepared, a slot's going inactive
+    age: float | None  # seconds since `since`, by the database clock; None: not known
+    query: str | None  # a session's query, its start, on one line, without passwords
+    visible: bool  # the asking role may see its transaction: its own, or pg_read_all_stats
+
+    @property
+    def jobrunner(self) -> bool:
+        """One of jobrunner's own sessions: a tick, a command, a handler's ctx.db."""
+        return self.kind is HolderKind.SESSION and (self.application_name or "").startswith(
+            "jobrunner"
+        )
+
+
 @dataclass(frozen=True)
 class PruneReport:
     """Finished runs deleted, by status."""

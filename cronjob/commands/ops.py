@@ -57,8 +57,9 @@ def textfile_path(value: str) -> Path:
 @json_option
 def status(database_url: str | None, unclaimed_after: str, as_json: bool) -> None:
     """How the queue is doing: runs by status and type, oldest due run, stuck and
-    dead runs, job types nobody claims, and when each schedule fires next."""
-    from cronjob import store
+    dead runs, job types nobody claims, what holds back cleanup (the oldest snapshot),
+    and when each schedule fires next."""
+    from cronjob import horizon, store
     from cronjob.health import read_overview
     from cronjob.inputs import parse_duration
 
@@ -68,10 +69,13 @@ def status(database_url: str | None, unclaimed_after: str, as_json: bool) -> Non
         overview = read_overview(conn)
         schedules = store.definitions_list_schedules(conn)
         health = _health(store.definitions_list_health(conn))
+        holders = horizon.read_holders(conn)[: horizon.HOLDERS_SHOWN]
     if as_json:
-        click.echo(json.dumps(_status_dict(overview, schedules, after, health), indent=2))
+        found = _status_dict(overview, schedules, after, health)
+        found["snapshot_holders"] = [horizon.as_json(h) for h in holders]
+        click.echo(json.dumps(found, indent=2))
     else:
-        _print_status(overview, schedules, after, health)
+        _print_status(overview, schedules, after, health, holders)
 
 
 def _health(rows: list[Any]) -> dict[str, Any]:
@@ -153,9 +157,10 @@ def _health_dict(verdict: Any) -> dict[str, Any]:
 
 
 def _print_status(
-    overview: Any, schedules: list[Any], after: float, health: dict[str, Any]
+    overview: Any, schedules: list[Any], after: float, health: dict[str, Any], holders: Any
 ) -> None:
     from cronjob.health import seconds_text
+    from cronjob.horizon import status_lines
     from cronjob.models import Status
 
     click.echo(f"jobrunner status at {when(overview.now)}")
@@ -221,6 +226,8 @@ def _print_status(
         "; ".join(v.detail for v in stale) if stale else "none",
         problem=bool(stale),
     )
+    for i, line in enumerate(status_lines(holders)):
+        _fact("oldest snapshot" if i == 0 else "", line)
     click.echo()
     _print_schedules(schedules, overview.now)
 
@@ -351,6 +358,12 @@ def write_metrics(path: Path, text: str) -> None:
     is_flag=True,
     help="With --stale-schedules: look at paused schedules too.",
 )
+@click.option(
+    "--max-snapshot-age",
+    metavar="DURATION",
+    help="Breached when a transaction (or prepared transaction, or replication slot) has "
+    "held back cleanup of the queue's tables for longer than this; names it.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing unless a threshold is breached.")
 @json_option
 def check(
@@ -360,6 +373,7 @@ def check(
     max_dead: int | None,
     stale_schedules: bool,
     include_paused: bool,
+    max_snapshot_age: str | None,
     quiet: bool,
     as_json: bool,
 ) -> int:
@@ -370,14 +384,15 @@ def check(
     \b
     jobrunner check --max-queue-age 10m --max-stuck 0 --max-dead 0
     """
-    from cronjob import store
+    from cronjob import horizon, store
     from cronjob.health import Thresholds, evaluate, read_overview
 
     thresholds = Thresholds(_seconds(max_queue_age, "--max-queue-age"), max_stuck, max_dead)
-    if not thresholds.any and not stale_schedules:
+    snapshot_age = _seconds(max_snapshot_age, "--max-snapshot-age")
+    if not thresholds.any and not stale_schedules and snapshot_age is None:
         raise BadInput(
-            "nothing to check: give --max-queue-age, --max-stuck, --max-dead "
-            "and/or --stale-schedules"
+            "nothing to check: give --max-queue-age, --max-stuck, --max-dead, "
+            "--stale-schedules and/or --max-snapshot-age"
         )
     if include_paused and not stale_schedules:
         raise BadInput("--include-paused applies to --stale-schedules only")
@@ -388,9 +403,12 @@ def check(
             overview = read_overview(conn)
         health = store.definitions_list_health(conn) if stale_schedules else None
         pauses = overview.paused if overview is not None else store.job_type_pauses_list(conn)
+        holders = horizon.read_holders(conn) if snapshot_age is not None else None
     findings = evaluate(overview, thresholds) if overview is not None else []
     if health is not None:
         findings.append(_stale_finding(health, include_paused))
+    if holders is not None and snapshot_age is not None:
+        findings.append(horizon.finding(holders, snapshot_age))
     breached = [f for f in findings if f.breached]
     if as_json:
         click.echo(json.dumps({

@@ -83,26 +83,51 @@ def migrated_cluster() -> Iterator[PrivateServer]:
 
 
 @contextlib.contextmanager
-def replica_pair(template: PrivateServer, *standby_settings: str) -> Iterator[ReplicaPair]:
-    """A primary copied from `template` and a standby streaming from it, both running."""
-    primary = _server(template.bin_dir, template.user)
-    standby = _server(template.bin_dir, template.user)
+def server_copy(template: PrivateServer, *settings: str) -> Iterator[PrivateServer]:
+    """A server started from a copy of `template`, with `settings`."""
+    server = _server(template.bin_dir, template.user)
     try:
         try:
-            primary.copy_from(template)
-            primary.start()
-            standby.clone_from(primary)
-            standby.start(*standby_settings)
+            server.copy_from(template)
+            server.start(*settings)
         except (subprocess.SubprocessError, OSError) as exc:
             detail = getattr(exc, "stderr", b"") or b""
-            pytest.skip(f"cannot start a primary and its standby: {exc} {detail.decode()[-300:]}")
-        pair = ReplicaPair(primary, standby)
-        pair.wait_until_the_standby_has_replayed_everything()
-        yield pair
+            pytest.skip(f"cannot start a private server: {exc} {detail.decode()[-300:]}")
+        yield server
     finally:
-        for server in (standby, primary):
-            if server.running:
-                with contextlib.suppress(subprocess.SubprocessError):
-                    server.stop()
-            # The binaries are the template's: they stay until it goes.
-            shutil.rmtree(server.root, ignore_errors=True)
+        _remove(server)
+
+
+@contextlib.contextmanager
+def replica_pair(
+    template: PrivateServer,
+    *,
+    settings: tuple[str, ...] = (),
+    standby_settings: tuple[str, ...] = (),
+    slot: str | None = None,
+) -> Iterator[ReplicaPair]:
+    """A primary copied from `template` and a standby streaming from it, both running with
+    `settings`, the standby with `standby_settings` too and, given a `slot`, through a
+    physical replication slot of that name."""
+    with server_copy(template, *settings) as primary:
+        standby = _server(template.bin_dir, template.user)
+        try:
+            try:
+                standby.clone_from(primary, *(("-C", "-S", slot) if slot else ()))
+                standby.start(*settings, *standby_settings)
+            except (subprocess.SubprocessError, OSError) as exc:
+                detail = getattr(exc, "stderr", b"") or b""
+                pytest.skip(f"cannot start a standby: {exc} {detail.decode()[-300:]}")
+            pair = ReplicaPair(primary, standby)
+            pair.wait_until_the_standby_has_replayed_everything()
+            yield pair
+        finally:
+            _remove(standby)
+
+
+def _remove(server: PrivateServer) -> None:
+    if server.running:
+        with contextlib.suppress(subprocess.SubprocessError):
+            server.stop()
+    # The binaries are the template's: they stay until it goes.
+    shutil.rmtree(server.root, ignore_errors=True)

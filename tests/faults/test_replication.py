@@ -1,9 +1,15 @@
-"""A real streaming standby on this machine. A failover in the middle of a drain: the
-primary the tick is on turns read-only (fenced), the standby is promoted, and the tick,
-connected through a multi-host URL with `target_session_attrs=read-write`, finds it."""
+"""Servers of their own, a real streaming standby among them.
+
+A failover in the middle of a drain: the primary the tick is on turns read-only (fenced),
+the standby is promoted, and the tick, connected through a multi-host URL with
+`target_session_attrs=read-write`, finds it. And what holds back cleanup on a primary
+from elsewhere: a query on the standby, through its slot's hot_standby_feedback, and a
+prepared transaction left behind (max_prepared_transactions is 0 on the shared server).
+"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,9 +18,9 @@ import pytest
 
 import tests.handlers.faults  # noqa: F401 - registers the fault handlers in this process too
 from cronjob.api import enqueue
-from tests.conftest import count, wait_for
+from tests.conftest import count, run_cli, wait_for
 from tests.faults.conftest import PrivateServer
-from tests.faults.replicas import ReplicaPair, migrated_cluster, replica_pair
+from tests.faults.replicas import ReplicaPair, migrated_cluster, replica_pair, server_copy
 
 
 @pytest.fixture(scope="module")
@@ -96,3 +102,67 @@ def test_a_failover_through_a_stopped_primary_is_ridden_through(
         rows = new_primary.execute("SELECT status, attempts FROM job_runs ORDER BY id")
         assert rows.fetchall() == [("succeeded", 1)] * len(ids)
     assert sorted(e.run_id for e in exec_log.entries()) == ids
+
+
+@pytest.fixture
+def feedback_pair(template: PrivateServer) -> Iterator[ReplicaPair]:
+    """A standby through a slot, telling the primary what its queries still need to see."""
+    with replica_pair(
+        template,
+        standby_settings=("hot_standby_feedback=on", "wal_receiver_status_interval=1"),
+        slot="standby_slot",
+    ) as pair:
+        yield pair
+
+
+def _holders(url: str) -> list[dict[str, Any]]:
+    return json.loads(run_cli("status", "--json", "--database-url", url).stdout)["snapshot_holders"]
+
+
+def test_a_standby_query_holding_cleanup_back_through_its_slot_is_named_on_the_primary(
+    feedback_pair,
+):
+    pair = feedback_pair
+    with (
+        psycopg.connect(pair.standby.url, autocommit=True) as standby,
+        psycopg.connect(pair.primary.url, autocommit=True) as primary,
+    ):
+        standby.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        standby.execute("SELECT count(*) FROM job_runs")
+        for _ in range(3):  # changes the standby's snapshot cannot see
+            enqueue(primary, "fault.work")
+
+        def slot_behind() -> list[dict[str, Any]]:
+            return [
+                holder
+                for holder in _holders(pair.primary.url)
+                if holder["kind"] == "replication slot" and holder["xmin_age"] >= 3
+            ]
+
+        [slot] = wait_for(slot_behind, "the standby's snapshot to hold the slot back")
+        assert (slot["name"], slot["state"]) == ("standby_slot", "active")
+        assert slot["age_seconds"] is None
+        check = run_cli("check", "--max-snapshot-age", "0s", "--database-url", pair.primary.url)
+        assert check.exit_code == 0, check.stdout  # its age is the standby's to know
+        assert 'of unknown age: replication slot "standby_slot" (active, pid ' in check.stdout
+        standby.execute("COMMIT")
+
+
+def test_a_prepared_transaction_left_behind_is_named_until_it_is_rolled_back(template):
+    with (
+        server_copy(template, "max_prepared_transactions=2") as server,
+        psycopg.connect(server.url, autocommit=True) as conn,
+    ):
+        conn.execute("BEGIN")
+        conn.execute("CREATE TABLE left_behind (x int)")
+        conn.execute("PREPARE TRANSACTION 'left-behind'")
+
+        check = run_cli("check", "--max-snapshot-age", "0s", "--database-url", server.url)
+
+        assert check.exit_code == 1
+        assert check.stdout.startswith(
+            'BREACHED max-snapshot-age=0s: the oldest snapshot: prepared transaction "left-behind"'
+            " (user postgres), open "
+        ), check.stdout
+        conn.execute("ROLLBACK PREPARED 'left-behind'")
+        assert _holders(server.url) == []
