@@ -77,3 +77,20 @@ def test_the_snapshot_reads_no_finished_run(db_url, conn):
     # One scan through each partial index (runnable, running); never one of the table.
     found = scans(plan[0]["Plan"])
     assert len(found) == 2 and "Seq Scan" not in found, found
+
+
+def test_what_holds_back_cleanup_is_read_from_the_servers_views_alone(conn):
+    from cronjob.queries.server import SERVER_LIST_SNAPSHOT_HOLDERS
+
+    params = {"now": None, "limit": 100}
+    [[plan]] = conn.execute("EXPLAIN (FORMAT JSON) " + SERVER_LIST_SNAPSHOT_HOLDERS, params)
+
+    def relations(node: dict[str, Any]) -> set[str]:
+        found = {node["Relation Name"]} if "Relation Name" in node else set()
+        for child in node.get("Plans", []):
+            found |= relations(child)
+        return found
+
+    found = relations(plan[0]["Plan"])
+    assert "pg_database" in found  # the catalogs behind the views; no table of jobrunner's
+    assert not {name for name in found if name.startswith("job")}, found

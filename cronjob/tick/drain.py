@@ -26,7 +26,7 @@ from uuid import UUID
 from cronjob import transitions
 from cronjob.models import Decision
 from cronjob.tick.batcher import Batcher
-from cronjob.tick.connection import ConnectionKeeper, Failure, ReconnectFailed, StatementFailed
+from cronjob.tick.connection import ConnectionKeeper, ReconnectFailed, StatementFailed
 from cronjob.tick.execute import timed_out
 from cronjob.tick.flight import Flight, FlightState, Result
 from cronjob.tick.leases import LeaseKeeper
@@ -86,7 +86,7 @@ class Drain:
 
     def _failed(self, failed: StatementFailed) -> None:
         """Stop claiming; after a refusal, at once. Told to the tally, which ends the tick."""
-        self.shutdown.request("database error", urgent=failed.failure is Failure.REFUSED)
+        self.shutdown.request("database error", urgent=not failed.retryable)
         self.tally.database_failed(failed)
         self._quiet_until = time.monotonic() + RETRY_PAUSE
 
