@@ -11,7 +11,8 @@ All of them are reached through this one, `store.<name>`:
   version, asking whether a tick has work. It builds no models, so an idle tick,
   which asks and leaves, never imports them.
 - the rest (`runs`, `definitions`, `tally`, `effects`, `incidents`, `tasks`, `server`,
-  `dashboard`), which read and write as models: each imported the first time one of its names is used.
+  `dashboard`), which read and write as models: each imported the first time one of its
+  names is used.
 """
 
 from __future__ import annotations
