@@ -74,13 +74,17 @@ def _log_level_option() -> click.Option:
     from cronjob.log import LEVELS
 
     return click.Option(
-        ["--log-level"], type=click.Choice(LEVELS, case_sensitive=False),
-        envvar="JOBRUNNER_LOG_LEVEL", expose_value=False, is_eager=True,
-        callback=_set_log_level, metavar="LEVEL",
+        ["--log-level"],
+        type=click.Choice(LEVELS, case_sensitive=False),
+        envvar="JOBRUNNER_LOG_LEVEL",
+        expose_value=False,
+        is_eager=True,
+        callback=_set_log_level,
+        metavar="LEVEL",
         help="Least severe log lines written to stderr: debug, info (default), warning, "
         "error [env: JOBRUNNER_LOG_LEVEL]. At warning a tick logs failed runs, not succeeded "
         "ones.",
-    )  # fmt: skip
+    )
 
 
 def _give_log_level_option(command: click.Command) -> None:

@@ -161,13 +161,34 @@ def _start(pgdata: Path) -> str:
             # Started elsewhere with a socket others could reach (an older jobrunner did).
             _run(bindir / "pg_ctl", "-D", pgdata, "-m", "fast", "-w", "stop", pgdata=pgdata)
         if not (pgdata / "PG_VERSION").exists():
-            _run(bindir / "initdb", "-D", pgdata, "-U", "postgres", "--auth=trust",
-                 "--encoding=UTF8", "--no-instructions", pgdata=pgdata)  # fmt: skip
+            _run(
+                bindir / "initdb",
+                "-D",
+                pgdata,
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--no-instructions",
+                pgdata=pgdata,
+            )
         import shlex
 
         options = f"{SOCKET_OPTIONS} -k {shlex.quote(str(socket_dir))}"
-        _run(bindir / "pg_ctl", "-D", pgdata, "-l", pgdata / "server.log", "-o", options,
-             "-w", "-t", str(START_TIMEOUT), "start", pgdata=pgdata)  # fmt: skip
+        _run(
+            bindir / "pg_ctl",
+            "-D",
+            pgdata,
+            "-l",
+            pgdata / "server.log",
+            "-o",
+            options,
+            "-w",
+            "-t",
+            str(START_TIMEOUT),
+            "start",
+            pgdata=pgdata,
+        )
         return str(socket_dir)
     finally:
         os.close(lock)
@@ -241,9 +262,11 @@ def throwaway_server() -> Iterator[str]:
             "lacks: run the demo as a user that is not root"
         ) from None
     as_account = {
-        "user": account.pw_uid, "group": account.pw_gid, "extra_groups": [],
+        "user": account.pw_uid,
+        "group": account.pw_gid,
+        "extra_groups": [],
         "env": dict(THROWAWAY_ENVIRONMENT),
-    }  # fmt: skip
+    }
     home = Path(tempfile.mkdtemp(prefix="jobrunner-demo-"))
     pgdata = home / "data"
     try:
@@ -251,19 +274,38 @@ def throwaway_server() -> Iterator[str]:
         bindir = _copy_binaries(home / "site")
         _hand_over(pgdata, account)
         _open_for_reading(home)
-        _run(bindir / "initdb", "-D", pgdata, "-U", "postgres", "--auth=trust",
-             "--encoding=UTF8", "--no-instructions", "--no-sync", pgdata=pgdata,
-             **as_account)  # fmt: skip
+        _run(
+            bindir / "initdb",
+            "-D",
+            pgdata,
+            *"-U postgres --auth=trust --encoding=UTF8 --no-instructions --no-sync".split(),
+            pgdata=pgdata,
+            **as_account,
+        )
         try:
             options = f"{SOCKET_OPTIONS} -k {pgdata} -c fsync=off"
-            _run(bindir / "pg_ctl", "-D", pgdata, "-l", pgdata / "server.log", "-o", options,
-                 "-w", "-t", str(START_TIMEOUT), "start", pgdata=pgdata, **as_account)  # fmt: skip
+            _run(
+                bindir / "pg_ctl",
+                "-D",
+                pgdata,
+                "-l",
+                pgdata / "server.log",
+                *("-o", options, "-w", "-t", str(START_TIMEOUT), "start"),
+                pgdata=pgdata,
+                **as_account,
+            )
             yield f"{_uri(str(pgdata), 'postgres')}&requirepeer={THROWAWAY_ACCOUNT}"
         finally:
             # Also when the start was cut short (a signal): the server may be up.
             with contextlib.suppress(DatabaseUnavailable):
-                _run(bindir / "pg_ctl", "-D", pgdata, "-m", "immediate", "-w", "stop",
-                     pgdata=pgdata, **as_account)  # fmt: skip
+                _run(
+                    bindir / "pg_ctl",
+                    "-D",
+                    pgdata,
+                    *"-m immediate -w stop".split(),
+                    pgdata=pgdata,
+                    **as_account,
+                )
     finally:
         _remove(home, pgdata, as_account)
 
@@ -324,8 +366,13 @@ def _remove(home: Path, pgdata: Path, as_account: dict[str, Any]) -> None:
         # for a link mid-way: the account removes its own directory first, as itself.
         import subprocess
 
-        subprocess.run(["rm", "-rf", "--", str(pgdata)], stdin=subprocess.DEVNULL,
-                       capture_output=True, check=False, **as_account)  # fmt: skip
+        subprocess.run(
+            ["rm", "-rf", "--", str(pgdata)],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            check=False,
+            **as_account,
+        )
         if os.path.lexists(pgdata):
             return  # left in place rather than removed by root
     shutil.rmtree(home, ignore_errors=True)

@@ -214,14 +214,24 @@ def apply(
 
 
 def _audit_batch(
-    conn: Any, applied: Applied, command: str, selection: Selection, ids: Sequence[int],
-    actor: str, reason: str | None,
-) -> None:  # fmt: skip
+    conn: Any,
+    applied: Applied,
+    command: str,
+    selection: Selection,
+    ids: Sequence[int],
+    actor: str,
+    reason: str | None,
+) -> None:
     if applied.audit_id is None:
         applied.audit_id = store.audit_insert(
-            conn, actor=actor, command=command, selection=selection.as_json(),
-            changed=len(ids), sample_ids=ids, reason=reason,
-        )  # fmt: skip
+            conn,
+            actor=actor,
+            command=command,
+            selection=selection.as_json(),
+            changed=len(ids),
+            sample_ids=ids,
+            reason=reason,
+        )
     elif ids:
         store.audit_batch_insert(conn, applied.audit_id, ids)
     room = store.AUDIT_SAMPLE - len(applied.sample_ids)
@@ -261,6 +271,11 @@ def record(
 ) -> int:
     """The audit row of a command that changes state in one transaction: call inside it."""
     return store.audit_insert(
-        conn, actor=actor, command=command, selection=selection, changed=changed,
-        sample_ids=(), reason=reason,
-    )  # fmt: skip
+        conn,
+        actor=actor,
+        command=command,
+        selection=selection,
+        changed=changed,
+        sample_ids=(),
+        reason=reason,
+    )

@@ -128,11 +128,16 @@ class Materializer:
             raise DefinitionNotFound(f"schedule {excerpt(name)} not found")
         clock = store.clock_now(conn, now=self.now)
         due = DueDefinition(
-            id=current.id, name=current.name, schedule=current.schedule,
-            timezone=current.timezone, scope=current.scope, catch_up=current.catch_up,
+            id=current.id,
+            name=current.name,
+            schedule=current.schedule,
+            timezone=current.timezone,
+            scope=current.scope,
+            catch_up=current.catch_up,
             catch_up_limit=current.catch_up_limit,
-            materialized_through=current.materialized_through, overlap=current.overlap,
-        )  # fmt: skip
+            materialized_through=current.materialized_through,
+            overlap=current.overlap,
+        )
         advance = Advance(due, (clock,), current.materialized_through, current.next_fire_at)
         created, _ = self._write(conn, [advance], clock)
         return created
@@ -198,17 +203,21 @@ class Materializer:
             # Recorded in job_schedule_skips and counted on the definition; said here too, so
             # a skipped occurrence is never silent in the tick's own log either.
             self.log.warning(
-                "schedule occurrences skipped", schedule=advance.definition.name,
-                overlap=advance.definition.overlap, skipped=skipped,
-            )  # fmt: skip
+                "schedule occurrences skipped",
+                schedule=advance.definition.name,
+                overlap=advance.definition.overlap,
+                skipped=skipped,
+            )
         return created
 
     def _problem(self, definition: DueDefinition, reason: str) -> None:
         self.problems.append(Problem(definition.name, reason))
         self.log.error(
-            "schedule not materialized", schedule=definition.name, reason=reason,
+            "schedule not materialized",
+            schedule=definition.name,
+            reason=reason,
             definition_id=definition.id,
-        )  # fmt: skip
+        )
 
 
 def describe_problems(problems: Sequence[Problem]) -> str:

@@ -30,6 +30,12 @@ def sync(
     from cronjob.django.runner import schedule_specs
 
     apply_sync(
-        schedule_specs(), database_url, prune, dry_run, lock_wait, actor, reason,
+        schedule_specs(),
+        database_url,
+        prune,
+        dry_run,
+        lock_wait,
+        actor,
+        reason,
         source="the settings",
-    )  # fmt: skip
+    )

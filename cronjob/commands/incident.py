@@ -25,37 +25,68 @@ WORKING = {"retry": "retrying", "cancel": "cancelling", "prune": "pruning"}
 
 def filter_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """--type, --tenant, --error-type, --error-like, --schedule, --since, --until, --limit."""
-    for option in reversed((
-        click.option("--type", "job_types", metavar="T1,T2", help="Only runs of these job types."),
-        click.option("--tenant", "tenants", metavar="ID1,ID2", help="Only runs of these tenants."),
-        click.option("--error-type", "error_types", metavar="E1,E2",
-                help="Only runs whose last error is of these types (e.g. SMTPServerDisconnected)."),
-        click.option("--error-like", metavar="TEXT",
-                help="Only runs whose last error message contains TEXT (any case)."),
-        click.option("--schedule", metavar="NAME", help="Only runs of this schedule."),
-        click.option("--since", metavar="WHEN",
+    for option in reversed(
+        (
+            click.option(
+                "--type", "job_types", metavar="T1,T2", help="Only runs of these job types."
+            ),
+            click.option(
+                "--tenant", "tenants", metavar="ID1,ID2", help="Only runs of these tenants."
+            ),
+            click.option(
+                "--error-type",
+                "error_types",
+                metavar="E1,E2",
+                help="Only runs whose last error is of these types (e.g. SMTPServerDisconnected).",
+            ),
+            click.option(
+                "--error-like",
+                metavar="TEXT",
+                help="Only runs whose last error message contains TEXT (any case).",
+            ),
+            click.option("--schedule", metavar="NAME", help="Only runs of this schedule."),
+            click.option(
+                "--since",
+                metavar="WHEN",
                 help="Only runs that last changed (or finished) at or after WHEN: a duration "
-                "ago (30m, 2h) or an ISO-8601 timestamp."),
-        click.option("--until", metavar="WHEN",
-                help="Only runs that last changed (or finished) before WHEN."),
-        click.option("--limit", type=click.IntRange(min=1), metavar="N",
-                help="At most N runs, lowest ids first."),
-    )):  # fmt: skip
+                "ago (30m, 2h) or an ISO-8601 timestamp.",
+            ),
+            click.option(
+                "--until",
+                metavar="WHEN",
+                help="Only runs that last changed (or finished) before WHEN.",
+            ),
+            click.option(
+                "--limit",
+                type=click.IntRange(min=1),
+                metavar="N",
+                help="At most N runs, lowest ids first.",
+            ),
+        )
+    ):
         func = option(func)
     return func
 
 
 def change_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """--dry-run, --yes, --actor, --reason: for every command that acts on a selection."""
-    for option in reversed((
-        click.option("--dry-run", is_flag=True,
-                help="Print how many runs would change, and the first ids; change nothing."),
-        click.option("--yes", is_flag=True,
+    for option in reversed(
+        (
+            click.option(
+                "--dry-run",
+                is_flag=True,
+                help="Print how many runs would change, and the first ids; change nothing.",
+            ),
+            click.option(
+                "--yes",
+                is_flag=True,
                 help="Act on a selection of many runs without asking (needed when not on a "
-                "terminal)."),
-        actor_option,
-        reason_option,
-    )):  # fmt: skip
+                "terminal).",
+            ),
+            actor_option,
+            reason_option,
+        )
+    ):
         func = option(func)
     return func
 
@@ -87,22 +118,37 @@ def check_reason(reason: str | None) -> str | None:
 
 
 def record_audit(
-    conn: Any, command: str, actor: str | None, reason: str | None, *,
-    selection: dict[str, Any], changed: int = 1,
-) -> int:  # fmt: skip
+    conn: Any,
+    command: str,
+    actor: str | None,
+    reason: str | None,
+    *,
+    selection: dict[str, Any],
+    changed: int = 1,
+) -> int:
     """The audit row of a command's change, in its transaction, from --actor and --reason."""
     from cronjob import incident
 
     return incident.record(
-        conn, command, actor=incident.actor_name(actor), reason=check_reason(reason),
-        changed=changed, selection=selection,
-    )  # fmt: skip
+        conn,
+        command,
+        actor=incident.actor_name(actor),
+        reason=check_reason(reason),
+        changed=changed,
+        selection=selection,
+    )
 
 
 def act_on_selection(
-    conn: Any, command: str, selection: Any, options: dict[str, Any], *, batch_size: int = 1000,
-    confirm: bool = True, as_json: bool = False,
-) -> tuple[Any, Any]:  # fmt: skip
+    conn: Any,
+    command: str,
+    selection: Any,
+    options: dict[str, Any],
+    *,
+    batch_size: int = 1000,
+    confirm: bool = True,
+    as_json: bool = False,
+) -> tuple[Any, Any]:
     """Count (dry run) or act on `selection`: (SelectionCount or None, Applied or None).
 
     With `confirm`, a filtered selection of many runs needs a yes first; routine retention
@@ -170,10 +216,13 @@ def report_selection(
         total, by_status, sample = applied.total, applied.by_status, applied.sample_ids
     if as_json:
         shown = {
-            "command": command, "dry_run": found is not None,
-            "selection": selection.as_json(), "total": total, "by_status": by_status,
+            "command": command,
+            "dry_run": found is not None,
+            "selection": selection.as_json(),
+            "total": total,
+            "by_status": by_status,
             "sample_ids": sample,
-        }  # fmt: skip
+        }
         if applied is not None:
             shown.update(batches=applied.batches, audit_id=applied.audit_id)
         click.echo(json.dumps(shown, indent=2))
@@ -186,8 +235,11 @@ def report_selection(
             click.echo(f"first ids: {ids}")
         click.echo("dry run: nothing changed")
     else:
-        click.echo(f"{past} {total} run(s)" + (f" ({detail})" if detail else "")
-                   + f" in {applied.batches} batch(es); audit #{applied.audit_id}")  # fmt: skip
+        click.echo(
+            f"{past} {total} run(s)"
+            + (f" ({detail})" if detail else "")
+            + f" in {applied.batches} batch(es); audit #{applied.audit_id}"
+        )
 
 
 # -- pause / resume -----------------------------------------------------------
@@ -206,8 +258,9 @@ def _types(values: tuple[str, ...]) -> list[str]:
 @database_url_option
 @reason_option
 @actor_option
-def pause(job_types: tuple[str, ...], database_url: str | None, reason: str | None,
-          actor: str | None) -> None:  # fmt: skip
+def pause(
+    job_types: tuple[str, ...], database_url: str | None, reason: str | None, actor: str | None
+) -> None:
     """Stop claiming runs of these job types, on every host, from the next claim on.
 
     Running runs finish. Due runs, and runs that schedules keep creating, wait until
@@ -229,8 +282,9 @@ def pause(job_types: tuple[str, ...], database_url: str | None, reason: str | No
 @database_url_option
 @reason_option
 @actor_option
-def resume(job_types: tuple[str, ...], database_url: str | None, reason: str | None,
-           actor: str | None) -> None:  # fmt: skip
+def resume(
+    job_types: tuple[str, ...], database_url: str | None, reason: str | None, actor: str | None
+) -> None:
     """Claim runs of these paused job types again, on every host."""
     from cronjob import incident, operations
 
@@ -264,20 +318,40 @@ def audit(database_url: str | None, since: str | None, as_json: bool) -> None:
     with conn:
         entries = store.audit_list(conn, since=seconds)
     if as_json:
-        click.echo(json.dumps([
-            {"id": e.id, "at": iso(e.at), "actor": e.actor, "login": e.login,
-             "command": e.command, "selection": e.selection, "changed": e.changed,
-             "sample_ids": e.sample_ids, "reason": e.reason}
-            for e in entries
-        ], indent=2))  # fmt: skip
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        "id": e.id,
+                        "at": iso(e.at),
+                        "actor": e.actor,
+                        "login": e.login,
+                        "command": e.command,
+                        "selection": e.selection,
+                        "changed": e.changed,
+                        "sample_ids": e.sample_ids,
+                        "reason": e.reason,
+                    }
+                    for e in entries
+                ],
+                indent=2,
+            )
+        )
         return
     if not entries:
         click.echo("no audit entries" + (f" in the last {since}" if since else ""))
         return
     rows = [
-        (str(e.id), when(e.at), clip(e.actor, 30), clip(e.login or "?", 30), e.command,
-         str(e.changed), clip(json.dumps(e.selection, ensure_ascii=False), 60),
-         clip(e.reason or "", 40))
+        (
+            str(e.id),
+            when(e.at),
+            clip(e.actor, 30),
+            clip(e.login or "?", 30),
+            e.command,
+            str(e.changed),
+            clip(json.dumps(e.selection, ensure_ascii=False), 60),
+            clip(e.reason or "", 40),
+        )
         for e in entries
-    ]  # fmt: skip
+    ]
     table(("ID", "AT", "ACTOR", "LOGIN", "COMMAND", "CHANGED", "SELECTION", "REASON"), rows)

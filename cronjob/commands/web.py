@@ -68,8 +68,12 @@ def web(
     app = _app(database_url, allow_actions, show_payloads, credentials, tenants_sql, actor)
     if no_auth and not is_loopback(host):
         log.log_event("warning", "dashboard served without authentication", host=host, port=port)
-    log.info("dashboard listening", url=f"http://{_shown(host)}:{port}/",
-             actions=allow_actions, payloads=show_payloads)  # fmt: skip
+    log.info(
+        "dashboard listening",
+        url=f"http://{_shown(host)}:{port}/",
+        actions=allow_actions,
+        payloads=show_payloads,
+    )
     _serve(app, host, port)
 
 
@@ -83,9 +87,13 @@ def _credentials(variable: str | None) -> str | None:
 
 
 def _app(
-    database_url: str | None, allow_actions: bool, show_payloads: bool,
-    credentials: str | None, tenants_sql: str | None, actor: str | None,
-) -> object:  # fmt: skip
+    database_url: str | None,
+    allow_actions: bool,
+    show_payloads: bool,
+    credentials: str | None,
+    tenants_sql: str | None,
+    actor: str | None,
+) -> object:
     """The dashboard on the database every command uses, opened and checked once first."""
     from cronjob.commands import open_database
     from cronjob.settings import Settings
@@ -99,9 +107,13 @@ def _app(
     database, conn = open_database(Settings.build(database_url))
     conn.close()
     return cronjob.web.app(
-        database=database, allow_actions=allow_actions, show_payloads=show_payloads,
-        actor=actor, basic_auth=credentials, tenants_sql=tenants_sql,
-    )  # fmt: skip
+        database=database,
+        allow_actions=allow_actions,
+        show_payloads=show_payloads,
+        actor=actor,
+        basic_auth=credentials,
+        tenants_sql=tenants_sql,
+    )
 
 
 def _shown(host: str) -> str:
@@ -118,5 +130,6 @@ def _serve(app: object, host: str, port: int) -> None:
     from cronjob.log import capture_library_logs
 
     capture_library_logs(("uvicorn", "uvicorn.error", "uvicorn.access"), level=logging.INFO)
-    uvicorn.run(app, host=host, port=port, log_config=None, server_header=False,
-                proxy_headers=False)  # fmt: skip
+    uvicorn.run(
+        app, host=host, port=port, log_config=None, server_header=False, proxy_headers=False
+    )

@@ -27,9 +27,11 @@ from cronjob.errors import BadInput
 from cronjob.inputs import excerpt
 
 SETTINGS_KEYS = (
-    "task", "args", "kwargs",
+    "task",
+    "args",
+    "kwargs",
     *(key for key in FILE_KEYS if key not in ("type", "payload")),
-)  # fmt: skip
+)
 
 
 def specs_from_settings(schedules: Any) -> list[DefinitionSpec]:

@@ -54,39 +54,81 @@ def runs_count_selected(
 
 
 def _selected_batch(
-    conn: Any, sql: str, selection: Selection, *, eligible: Sequence[str], after: int,
-    limit: int, now: datetime | None,
-) -> BatchResult:  # fmt: skip
+    conn: Any,
+    sql: str,
+    selection: Selection,
+    *,
+    eligible: Sequence[str],
+    after: int,
+    limit: int,
+    now: datetime | None,
+) -> BatchResult:
     params = {**_selection_params(selection, eligible, now), "after": after, "limit": limit}
     last_id, ids, statuses = conn.execute(sql, params).fetchone()
     return BatchResult(last_id, tuple(ids), tuple(statuses))
 
 
 def runs_retry_selected(
-    conn: Any, selection: Selection, *, eligible: Sequence[str], after: int, limit: int,
+    conn: Any,
+    selection: Selection,
+    *,
+    eligible: Sequence[str],
+    after: int,
+    limit: int,
     now: datetime | None = None,
-) -> BatchResult:  # fmt: skip
+) -> BatchResult:
     """Retry the next `limit` runs of `selection` with an id above `after`."""
-    return _selected_batch(conn, queries.RUNS_RETRY_SELECTED, selection, eligible=eligible,
-                           after=after, limit=limit, now=now)  # fmt: skip
+    return _selected_batch(
+        conn,
+        queries.RUNS_RETRY_SELECTED,
+        selection,
+        eligible=eligible,
+        after=after,
+        limit=limit,
+        now=now,
+    )
 
 
 def runs_cancel_selected(
-    conn: Any, selection: Selection, *, eligible: Sequence[str], after: int, limit: int,
+    conn: Any,
+    selection: Selection,
+    *,
+    eligible: Sequence[str],
+    after: int,
+    limit: int,
     now: datetime | None = None,
-) -> BatchResult:  # fmt: skip
+) -> BatchResult:
     """Cancel the next `limit` runs of `selection` with an id above `after`."""
-    return _selected_batch(conn, queries.RUNS_CANCEL_SELECTED, selection, eligible=eligible,
-                           after=after, limit=limit, now=now)  # fmt: skip
+    return _selected_batch(
+        conn,
+        queries.RUNS_CANCEL_SELECTED,
+        selection,
+        eligible=eligible,
+        after=after,
+        limit=limit,
+        now=now,
+    )
 
 
 def runs_prune_selected(
-    conn: Any, selection: Selection, *, eligible: Sequence[str], after: int, limit: int,
+    conn: Any,
+    selection: Selection,
+    *,
+    eligible: Sequence[str],
+    after: int,
+    limit: int,
     now: datetime | None = None,
-) -> BatchResult:  # fmt: skip
+) -> BatchResult:
     """Delete the next `limit` runs of `selection` with an id above `after`."""
-    return _selected_batch(conn, queries.RUNS_PRUNE_SELECTED, selection, eligible=eligible,
-                           after=after, limit=limit, now=now)  # fmt: skip
+    return _selected_batch(
+        conn,
+        queries.RUNS_PRUNE_SELECTED,
+        selection,
+        eligible=eligible,
+        after=after,
+        limit=limit,
+        now=now,
+    )
 
 
 def job_type_pauses_list(conn: Any) -> list[TypePause]:
@@ -95,9 +137,13 @@ def job_type_pauses_list(conn: Any) -> list[TypePause]:
 
 
 def job_types_pause(
-    conn: Any, job_types: Sequence[str], *, reason: str | None, actor: str,
+    conn: Any,
+    job_types: Sequence[str],
+    *,
+    reason: str | None,
+    actor: str,
     now: datetime | None = None,
-) -> list[str]:  # fmt: skip
+) -> list[str]:
     """Pause `job_types`; returns those that were not paused already."""
     params = {"job_types": list(job_types), "reason": reason, "actor": actor, "now": now}
     return [row[0] for row in conn.execute(queries.JOB_TYPES_PAUSE, params).fetchall()]
@@ -110,14 +156,24 @@ def job_types_resume(conn: Any, job_types: Sequence[str]) -> list[str]:
 
 
 def audit_insert(
-    conn: Any, *, actor: str, command: str, selection: dict[str, Any], changed: int,
-    sample_ids: Sequence[int], reason: str | None,
-) -> int:  # fmt: skip
+    conn: Any,
+    *,
+    actor: str,
+    command: str,
+    selection: dict[str, Any],
+    changed: int,
+    sample_ids: Sequence[int],
+    reason: str | None,
+) -> int:
     """Record a state-changing command in the caller's transaction; returns its id."""
     params = {
-        "actor": actor, "command": command, "selection": json.dumps(selection),
-        "changed": changed, "sample_ids": list(sample_ids)[:AUDIT_SAMPLE], "reason": reason,
-    }  # fmt: skip
+        "actor": actor,
+        "command": command,
+        "selection": json.dumps(selection),
+        "changed": changed,
+        "sample_ids": list(sample_ids)[:AUDIT_SAMPLE],
+        "reason": reason,
+    }
     return int(conn.execute(queries.AUDIT_INSERT, params).fetchone()[0])
 
 

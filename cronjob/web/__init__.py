@@ -57,7 +57,11 @@ def app(
         tenants_sql = check_tenants_sql(tenants_sql)
     auth = BasicAuth.from_credentials(basic_auth) if basic_auth is not None else None
     settings = Settings(
-        database=database, allow_actions=allow_actions, show_payloads=show_payloads,
-        actor=actor, basic_auth=auth, tenants_sql=tenants_sql,
-    )  # fmt: skip
+        database=database,
+        allow_actions=allow_actions,
+        show_payloads=show_payloads,
+        actor=actor,
+        basic_auth=auth,
+        tenants_sql=tenants_sql,
+    )
     return build(settings)

@@ -72,8 +72,7 @@ def _selection(conn: Any, params: Mapping[str, str], command: str) -> Any:
     from cronjob.web.pages import run_selection
 
     if params.get("status", "").strip():
-        parse_statuses(params["status"], allowed=incident.action(command).eligible,
-                       command=command)  # fmt: skip
+        parse_statuses(params["status"], allowed=incident.action(command).eligible, command=command)
     selection = run_selection(conn, params)
     if not selection.filtered:
         raise BadInput(f"give filters (status, type, ...) of the runs to {command}")
@@ -98,8 +97,15 @@ def confirm(request: Any) -> Any:
         until=selection.until.isoformat() if selection.until else "",
     )
     back = link(base_path(request), "/runs", {n: params.get(n) for n in RUN_FILTERS})
-    return render(request, "confirm.html", command=command, found=found, pinned=pinned,
-                  back=back, selection=selection.as_json())  # fmt: skip
+    return render(
+        request,
+        "confirm.html",
+        command=command,
+        found=found,
+        pinned=pinned,
+        back=back,
+        selection=selection.as_json(),
+    )
 
 
 async def _form(request: Any) -> dict[str, str]:
@@ -119,8 +125,9 @@ async def _form(request: Any) -> dict[str, str]:
         form = dict(parse_qsl(body.decode(), keep_blank_values=True, max_num_fields=40))
     except (UnicodeDecodeError, ValueError):
         raise Refused("unreadable form") from None
-    if not dashboard_of(request).csrf.matches(request.cookies.get(CSRF_COOKIE),
-                                              form.get(CSRF_FIELD)):  # fmt: skip
+    if not dashboard_of(request).csrf.matches(
+        request.cookies.get(CSRF_COOKIE), form.get(CSRF_FIELD)
+    ):
         raise Refused("missing or wrong form token: reload the page and try again")
     return form
 

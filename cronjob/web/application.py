@@ -178,9 +178,10 @@ class Guard:
             user = settings.basic_auth.user_of(headers.get("authorization"))
             if user is None:
                 return PlainTextResponse(
-                    "authentication required\n", status_code=401,
+                    "authentication required\n",
+                    status_code=401,
                     headers={"WWW-Authenticate": 'Basic realm="jobrunner", charset="UTF-8"'},
-                )  # fmt: skip
+                )
             scope["jobrunner.user"] = user
         method = scope["method"]
         path = _route_path(scope)
@@ -191,11 +192,13 @@ class Guard:
             if settings.allow_actions:
                 why = "only the dashboard's action forms may change anything"
             return PlainTextResponse(
-                f"{why}\n", status_code=405 if not settings.allow_actions else 403,
+                f"{why}\n",
+                status_code=405 if not settings.allow_actions else 403,
                 headers={"Allow": "GET, HEAD"} if not settings.allow_actions else {},
-            )  # fmt: skip
-        if not same_origin(headers.get("origin"), headers.get("sec-fetch-site"),
-                           headers.get("host")):  # fmt: skip
+            )
+        if not same_origin(
+            headers.get("origin"), headers.get("sec-fetch-site"), headers.get("host")
+        ):
             return PlainTextResponse("cross-site request refused\n", status_code=403)
         return None
 

@@ -88,5 +88,6 @@ def longest_wait(minutes: Sequence[ChartMinute], now: datetime) -> Chart:
         if slot is not None and row.longest_wait is not None:
             values[slot] = row.longest_wait
     peak = max(values, default=0.0)
-    return Chart(_svg([("wait", values)], peak, "longest wait before start, last 24 hours"),
-                 peak, ("wait",))  # fmt: skip
+    return Chart(
+        _svg([("wait", values)], peak, "longest wait before start, last 24 hours"), peak, ("wait",)
+    )

@@ -87,15 +87,23 @@ def render(request: Any, template: str, *, status_code: int = 200, **values: Any
     if fresh:
         token = dashboard.csrf.issue()
     html = dashboard.templates.get_template(template).render(
-        base=base_path(request), actions=settings.allow_actions,
-        show_payloads=settings.show_payloads, csrf_token=token or "", link=link, **values,
-    )  # fmt: skip
+        base=base_path(request),
+        actions=settings.allow_actions,
+        show_payloads=settings.show_payloads,
+        csrf_token=token or "",
+        link=link,
+        **values,
+    )
     response = HTMLResponse(html, status_code=status_code)
     if fresh:
         response.set_cookie(
-            CSRF_COOKIE, token or "", path=base_path(request) or "/", httponly=True,
-            samesite="strict", secure=request.url.scheme == "https",
-        )  # fmt: skip
+            CSRF_COOKIE,
+            token or "",
+            path=base_path(request) or "/",
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+        )
     return response
 
 
@@ -141,11 +149,16 @@ def overview(request: Any) -> Any:
     from cronjob.web import charts
 
     return render(
-        request, "overview.html", view=view, now=view.now, stale=stale,
-        unclaimed=view.unclaimed(), statuses=[s.value for s in Status],
+        request,
+        "overview.html",
+        view=view,
+        now=view.now,
+        stale=stale,
+        unclaimed=view.unclaimed(),
+        statuses=[s.value for s in Status],
         finished=charts.finished_per_minute(day, view.now),
         waited=charts.longest_wait(day, view.now),
-    )  # fmt: skip
+    )
 
 
 def _schedule_health(conn: Any) -> dict[str, Any]:
@@ -183,10 +196,18 @@ def runs(request: Any) -> Any:
         view = health.read_overview(conn)
     filters = {name: params.get(name, "") for name in RUN_FILTERS}
     return render(
-        request, "runs.html", page=page, filters=filters, filtered=selection.filtered,
-        windowed=_window(selection) is not None, before=before, now=view.now,
-        counts=_counts_for(view, selection), statuses=[s.value for s in Status], window=RUN_WINDOW,
-    )  # fmt: skip
+        request,
+        "runs.html",
+        page=page,
+        filters=filters,
+        filtered=selection.filtered,
+        windowed=_window(selection) is not None,
+        before=before,
+        now=view.now,
+        counts=_counts_for(view, selection),
+        statuses=[s.value for s in Status],
+        window=RUN_WINDOW,
+    )
 
 
 def _window(selection: Selection) -> int | None:
@@ -249,10 +270,17 @@ def schedule(request: Any) -> Any:
     if health_row is None:
         raise DefinitionNotFound(f"schedule {name!r} not found")
     return render(
-        request, "schedule.html", definition=found, verdict=assess(health_row),
-        recent=recent, skips=skips, latest=latest, now=now,
-        upcoming=_upcoming(found, UPCOMING_SHOWN), path=schedule_path(found.name),
-    )  # fmt: skip
+        request,
+        "schedule.html",
+        definition=found,
+        verdict=assess(health_row),
+        recent=recent,
+        skips=skips,
+        latest=latest,
+        now=now,
+        upcoming=_upcoming(found, UPCOMING_SHOWN),
+        path=schedule_path(found.name),
+    )
 
 
 def _upcoming(definition: Any, count: int) -> list[Any] | str:
@@ -279,9 +307,13 @@ def audit(request: Any) -> Any:
         entries = store.audit_list_page(conn, before=before, limit=AUDIT_PAGE_SIZE + 1)
     older = entries[AUDIT_PAGE_SIZE - 1].id if len(entries) > AUDIT_PAGE_SIZE else None
     return render(
-        request, "audit.html", entries=entries[:AUDIT_PAGE_SIZE], older=older,
-        before=before, entry=entry,
-    )  # fmt: skip
+        request,
+        "audit.html",
+        entries=entries[:AUDIT_PAGE_SIZE],
+        older=older,
+        before=before,
+        entry=entry,
+    )
 
 
 def healthz(request: Any) -> Any:
@@ -297,11 +329,17 @@ def healthz(request: Any) -> Any:
             view = health.read_overview(conn)
     except (DatabaseError, SchemaNotReady) as exc:
         return JSONResponse({"ok": False, "error": redact(str(exc))}, status_code=503)
-    return JSONResponse({
-        "ok": True, "due": view.due, "oldest_due_age_seconds": view.oldest_due_age,
-        "expired_leases": view.expired_leases, "dead": view.dead,
-        "paused_job_types": sorted(view.paused_types), "now": view.now.isoformat(),
-    })  # fmt: skip
+    return JSONResponse(
+        {
+            "ok": True,
+            "due": view.due,
+            "oldest_due_age_seconds": view.oldest_due_age,
+            "expired_leases": view.expired_leases,
+            "dead": view.dead,
+            "paused_job_types": sorted(view.paused_types),
+            "now": view.now.isoformat(),
+        }
+    )
 
 
 def stylesheet(request: Any) -> Any:
