@@ -32,7 +32,7 @@ COMMANDS = {
     "status": "cronjob.commands.ops:status",
     "metrics": "cronjob.commands.ops:metrics",
     "check": "cronjob.commands.ops:check",
-    "prune": "cronjob.commands.ops:prune",
+    "prune": "cronjob.commands.prune:prune",
     "schedule": "cronjob.commands.schedule:schedule",
     "pause": "cronjob.commands.incident:pause",
     "resume": "cronjob.commands.incident:resume",

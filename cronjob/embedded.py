@@ -161,37 +161,26 @@ def _start(pgdata: Path) -> str:
             # Started elsewhere with a socket others could reach (an older jobrunner did).
             _run(bindir / "pg_ctl", "-D", pgdata, "-m", "fast", "-w", "stop", pgdata=pgdata)
         if not (pgdata / "PG_VERSION").exists():
-            _run(
-                bindir / "initdb",
-                "-D",
-                pgdata,
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "--encoding=UTF8",
-                "--no-instructions",
-                pgdata=pgdata,
-            )
+            _initdb(bindir, pgdata)
         import shlex
 
         options = f"{SOCKET_OPTIONS} -k {shlex.quote(str(socket_dir))}"
-        _run(
-            bindir / "pg_ctl",
-            "-D",
-            pgdata,
-            "-l",
-            pgdata / "server.log",
-            "-o",
-            options,
-            "-w",
-            "-t",
-            str(START_TIMEOUT),
-            "start",
-            pgdata=pgdata,
-        )
+        _start(bindir, pgdata, options)
         return str(socket_dir)
     finally:
         os.close(lock)
+
+
+def _initdb(bindir: Path, pgdata: Path, *extra: str, **as_account: Any) -> None:
+    options = ("-U", "postgres", "--auth=trust", "--encoding=UTF8", "--no-instructions")
+    _run(bindir / "initdb", "-D", pgdata, *options, *extra, pgdata=pgdata, **as_account)
+
+
+def _start(bindir: Path, pgdata: Path, options: str, **as_account: Any) -> None:
+    # -w: returns once the server accepts connections, or fails after START_TIMEOUT.
+    log = pgdata / "server.log"
+    command = ("-l", log, "-o", options, "-w", "-t", str(START_TIMEOUT), "start")
+    _run(bindir / "pg_ctl", "-D", pgdata, *command, pgdata=pgdata, **as_account)
 
 
 def _run(*command: str | Path, pgdata: Path, **as_account: Any) -> None:
@@ -274,38 +263,16 @@ def throwaway_server() -> Iterator[str]:
         bindir = _copy_binaries(home / "site")
         _hand_over(pgdata, account)
         _open_for_reading(home)
-        _run(
-            bindir / "initdb",
-            "-D",
-            pgdata,
-            *"-U postgres --auth=trust --encoding=UTF8 --no-instructions --no-sync".split(),
-            pgdata=pgdata,
-            **as_account,
-        )
+        _initdb(bindir, pgdata, "--no-sync", **as_account)
         try:
             options = f"{SOCKET_OPTIONS} -k {pgdata} -c fsync=off"
-            _run(
-                bindir / "pg_ctl",
-                "-D",
-                pgdata,
-                "-l",
-                pgdata / "server.log",
-                *("-o", options, "-w", "-t", str(START_TIMEOUT), "start"),
-                pgdata=pgdata,
-                **as_account,
-            )
+            _start(bindir, pgdata, options, **as_account)
             yield f"{_uri(str(pgdata), 'postgres')}&requirepeer={THROWAWAY_ACCOUNT}"
         finally:
             # Also when the start was cut short (a signal): the server may be up.
             with contextlib.suppress(DatabaseUnavailable):
-                _run(
-                    bindir / "pg_ctl",
-                    "-D",
-                    pgdata,
-                    *"-m immediate -w stop".split(),
-                    pgdata=pgdata,
-                    **as_account,
-                )
+                stop = ("-m", "immediate", "-w", "stop")
+                _run(bindir / "pg_ctl", "-D", pgdata, *stop, pgdata=pgdata, **as_account)
     finally:
         _remove(home, pgdata, as_account)
 

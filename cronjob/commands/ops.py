@@ -1,10 +1,9 @@
-"""Commands for operating jobrunner: status, metrics, check, prune."""
+"""Commands for operating jobrunner: status, metrics, check."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,6 @@ from cronjob.commands import open_connection
 from cronjob.commands.render import iso, table, when
 from cronjob.errors import BadInput
 from cronjob.inputs import excerpt
-from cronjob.settings import DEFAULT_PRUNE_BATCH_SIZE
 from cronjob.text import printable
 
 SCHEDULES_SHOWN = 20
@@ -161,26 +159,10 @@ def _print_status(
 ) -> None:
     from cronjob.health import seconds_text
     from cronjob.horizon import status_lines
-    from cronjob.models import Status
 
     click.echo(f"jobrunner status at {when(overview.now)}")
     click.echo()
-    if not overview.types:
-        click.echo("no runs")
-    else:
-        headers = ("JOB TYPE", *(s.value.upper() for s in Status), "DUE", "OLDEST DUE", "STUCK")
-        rows = [
-            (t.job_type, *(str(t.by_status[s.value]) for s in Status), str(t.due),
-             seconds_text(t.oldest_due_age) if t.oldest_due_age is not None else "-",
-             str(t.expired_leases))
-            for t in overview.types
-        ]  # fmt: skip
-        age = overview.oldest_due_age
-        rows.append(
-            ("total", *(str(overview.by_status[s.value]) for s in Status), str(overview.due),
-             seconds_text(age) if age is not None else "-", str(overview.expired_leases))
-        )  # fmt: skip
-        table(headers, rows, right_from=1, bold_header=True)
+    _print_counts(overview)
     click.echo()
     oldest = overview.oldest_due
     _fact(
@@ -216,8 +198,11 @@ def _print_status(
                 f"{started}",
                 problem=True,
             )
-        _fact("", f"(due over {seconds_text(after)} with no run started since: does any tick "
-                  "load a handler for it?)")  # fmt: skip
+        _fact(
+            "",
+            f"(due over {seconds_text(after)} with no run started since: does any tick "
+            "load a handler for it?)",
+        )
     else:
         _fact("unclaimed types", "none")
     stale = [v for v in health.values() if v.stale and v.enabled]
@@ -232,16 +217,53 @@ def _print_status(
     _print_schedules(schedules, overview.now)
 
 
+def _print_counts(overview: Any) -> None:
+    from cronjob.health import seconds_text
+    from cronjob.models import Status
+
+    if not overview.types:
+        click.echo("no runs")
+        return
+    headers = ("JOB TYPE", *(s.value.upper() for s in Status), "DUE", "OLDEST DUE", "STUCK")
+    rows = [
+        (
+            t.job_type,
+            *(str(t.by_status[s.value]) for s in Status),
+            str(t.due),
+            seconds_text(t.oldest_due_age) if t.oldest_due_age is not None else "-",
+            str(t.expired_leases),
+        )
+        for t in overview.types
+    ]
+    age = overview.oldest_due_age
+    rows.append(
+        (
+            "total",
+            *(str(overview.by_status[s.value]) for s in Status),
+            str(overview.due),
+            seconds_text(age) if age is not None else "-",
+            str(overview.expired_leases),
+        )
+    )
+    table(headers, rows, right_from=1, bold_header=True)
+
+
 def _print_schedules(schedules: list[Any], now: Any) -> None:
     if not schedules:
         click.echo("no schedules")
         return
     click.echo(f"schedules ({len(schedules)}):")
     rows = [
-        (d.name, d.job_type, d.schedule, d.timezone, _next_fire(d, now),
-         "yes" if d.enabled else "paused")
+        (
+            d.name,
+            d.job_type,
+            d.schedule,
+            d.timezone,
+            _next_fire(d, now),
+            "yes" if d.enabled else "paused",
+        )
         for d in schedules[:SCHEDULES_SHOWN]
-    ]  # fmt: skip
+    ]
     table(("NAME", "TYPE", "SCHEDULE", "TIMEZONE", "NEXT FIRE", "ENABLED"), rows, bold_header=True)
     if len(schedules) > SCHEDULES_SHOWN:
         click.echo(f"… and {len(schedules) - SCHEDULES_SHOWN} more (`status --json` lists all)")
@@ -411,15 +433,25 @@ def check(
         findings.append(horizon.finding(holders, snapshot_age))
     breached = [f for f in findings if f.breached]
     if as_json:
-        click.echo(json.dumps({
-            "ok": not breached,
-            "findings": [
-                {"threshold": f.threshold, "value": _rounded(f.value), "limit": f.limit,
-                 "breached": f.breached, "detail": f.detail}
-                for f in findings
-            ],
-            "paused_job_types": _pauses_json(pauses),
-        }, indent=2))  # fmt: skip
+        click.echo(
+            json.dumps(
+                {
+                    "ok": not breached,
+                    "findings": [
+                        {
+                            "threshold": f.threshold,
+                            "value": _rounded(f.value),
+                            "limit": f.limit,
+                            "breached": f.breached,
+                            "detail": f.detail,
+                        }
+                        for f in findings
+                    ],
+                    "paused_job_types": _pauses_json(pauses),
+                },
+                indent=2,
+            )
+        )
     else:
         for finding in findings:
             if finding.breached or not quiet:
@@ -438,169 +470,3 @@ def _stale_finding(rows: list[Any], include_paused: bool) -> Any:
     else:
         detail = f"{len(verdicts)} schedule(s) checked, none stale"
     return Finding("stale-schedules", len(stale), 0, bool(stale), detail)
-
-
-# -- prune --------------------------------------------------------------------
-
-
-def _prune_options(func: Any) -> Any:
-    from cronjob.commands.incident import change_options, filter_options
-
-    func = json_option(change_options(filter_options(func)))
-    for option in reversed((
-        click.option("--older-than", metavar="DURATION",
-                     help="Only runs that finished longer ago than this, e.g. 30d."),
-        click.option("--status", "statuses", metavar="S1,S2",
-                     help="Only these finished statuses (default: succeeded, dead, cancelled)."),
-        click.option("--keep-effects", metavar="DURATION", default="0s", show_default=True,
-                     help="Keep effects-ledger keys at least this long after they were "
-                     "recorded; keys of pruned runs that are older go with them."),
-        click.option("--batch-size", type=Count(1, 1000),
-                     default=DEFAULT_PRUNE_BATCH_SIZE, show_default=True,
-                     help="Runs deleted per transaction."),
-        click.option("--audit-older-than", metavar="DURATION",
-                     help="Also delete audit entries older than this."),
-    )):  # fmt: skip
-        func = option(func)
-    return click.command("prune")(
-        click.argument("run_ids", metavar="[ID]...", nargs=-1)(database_url_option(func))
-    )
-
-
-@_prune_options
-def prune(
-    run_ids: tuple[str, ...],
-    database_url: str | None,
-    older_than: str | None,
-    statuses: str | None,
-    keep_effects: str,
-    batch_size: int,
-    audit_older_than: str | None,
-    as_json: bool,
-    **options: Any,
-) -> None:
-    """Delete finished runs (and their attempt history and ledger keys) in small batches.
-
-    \b
-    jobrunner prune --older-than 30d
-    jobrunner prune --status dead --type send_email --until 2h --dry-run
-    jobrunner prune --audit-older-than 365d
-
-    Runs that can still execute (queued, running, failed) are never deleted. Takes
-    run ids, or the filters of `jobrunner retry`; each batch is its own transaction,
-    and the command writes one audit entry. On a terminal it shows its progress; SIGINT
-    or SIGTERM stops it after the batch under way (exit 130 or 143).
-    """
-    from dataclasses import replace
-
-    from cronjob import incident
-    from cronjob.commands import incident as selecting
-    from cronjob.inputs import parse_duration, parse_run_ids, parse_statuses
-    from cronjob.models import Selection
-    from cronjob.prune import PRUNABLE
-
-    age = parse_duration(older_than, what="--older-than") if older_than is not None else None
-    effects_age = parse_duration(keep_effects, what="--keep-effects")
-    audit_age = (
-        parse_duration(audit_older_than, what="--audit-older-than")
-        if audit_older_than is not None
-        else None
-    )
-    chosen = parse_statuses(statuses, allowed=PRUNABLE, command="prune") or PRUNABLE
-    ids = parse_run_ids(run_ids)
-    selection = incident.build_selection(ids, chosen if statuses else None, options)
-    runs_too = bool(ids) or selection.filtered or age is not None
-    # --older-than and --status alone are the retention job cron runs: no question asked.
-    routine = not replace(selection, statuses=None).filtered
-    if not runs_too and audit_age is None:
-        raise BadInput(
-            "nothing to prune: give --older-than, filters, run ids or --audit-older-than"
-        )
-    if ids and (selection.filtered or age is not None):
-        raise BadInput("give run ids or filters, not both")
-    conn = open_connection(database_url)
-    with conn:
-        found = applied = None
-        effects = 0
-        if runs_too:
-            until = (lambda clock: clock - timedelta(seconds=age)) if age is not None else None
-            selection = incident.with_clock(conn, selection, options, until=until)
-            found, applied = selecting.act_on_selection(
-                conn,
-                "prune",
-                selection,
-                options,
-                batch_size=batch_size,
-                confirm=not routine,
-                as_json=as_json,
-            )
-            if applied is not None:
-                effects = _prune_effects(conn, effects_age, batch_size)
-        audits = _prune_audit(conn, audit_age, options) if audit_age is not None else None
-    _report_prune(selection if runs_too else Selection(), chosen, age, found, applied, effects,
-                  audits, as_json)  # fmt: skip
-
-
-def _prune_effects(conn: Any, keep: float, batch_size: int) -> int:
-    from cronjob import store
-
-    return store.effects_prune_many(conn, older_than_seconds=keep, batch_size=batch_size)
-
-
-def _prune_audit(conn: Any, older_than: float, options: dict[str, Any]) -> int | None:
-    from cronjob import store
-    from cronjob.commands.incident import record_audit
-    from cronjob.db import INSUFFICIENT_PRIVILEGE, database_errors
-    from cronjob.errors import DatabaseError, JobrunnerError
-
-    if options.get("dry_run"):
-        return None
-    try:
-        with database_errors(), conn.transaction():
-            deleted = store.audit_prune(conn, older_than=older_than)
-            record_audit(conn, "prune", options.get("actor"), options.get("reason"),
-                         selection={"audit_older_than": older_than}, changed=deleted)  # fmt: skip
-    except DatabaseError as exc:
-        if exc.sqlstate != INSUFFICIENT_PRIVILEGE:
-            raise
-        raise JobrunnerError(
-            f"cannot trim the audit trail as role {conn.info.user}: {exc.primary}; only its "
-            "owner may: run `jobrunner prune --audit-older-than` as jobrunner_owner "
-            "(deploy/roles.sql)"
-        ) from None
-    return deleted
-
-
-def _report_prune(
-    selection: Any, chosen: tuple[str, ...], age: float | None, found: Any, applied: Any,
-    effects: int, audits: int | None, as_json: bool,
-) -> None:  # fmt: skip
-    from cronjob.health import seconds_text
-
-    source = found if found is not None else applied
-    by_status = source.by_status if source is not None else {}
-    sample = list(source.sample_ids) if source is not None else []
-    total = sum(by_status.values())
-    if as_json:
-        click.echo(json.dumps({
-            "dry_run": found is not None,
-            "older_than_seconds": age,
-            "selection": selection.as_json(),
-            "statuses": list(chosen),
-            "pruned": {s: by_status.get(s, 0) for s in chosen},
-            "total": total,
-            "sample_ids": sample,
-            "effects": effects,
-            "batches": applied.batches if applied else 0,
-            "audit_id": applied.audit_id if applied else None,
-            "audit_entries": audits,
-        }, indent=2))  # fmt: skip
-        return
-    verb = "would prune" if found is not None else "pruned"
-    if found is not None or applied is not None:
-        detail = ", ".join(f"{s} {by_status.get(s, 0)}" for s in chosen)
-        which = f" finished more than {seconds_text(age)} ago" if age is not None else ""
-        effects_text = f"; {effects} effects-ledger key(s)" if effects else ""
-        click.echo(f"{verb} {total} run(s){which} ({detail}){effects_text}")
-    if audits is not None:
-        click.echo(f"pruned {audits} audit entr{'y' if audits == 1 else 'ies'}")
