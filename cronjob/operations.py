@@ -30,30 +30,23 @@ def pause_types(conn: Any, job_types: Sequence[str], *, actor: str, reason: str 
     """Stop every host claiming `job_types`; `changed` holds those that were not paused."""
     with conn.transaction():
         paused = store.job_types_pause(conn, job_types, reason=reason, actor=actor)
-        audit_id = incident.record(
-            conn,
-            "pause",
-            actor=actor,
-            reason=reason,
-            changed=len(paused),
-            selection={"type": list(job_types)},
-        )
-    return Done(tuple(paused), audit_id)
+        return _types_done(conn, "pause", job_types, paused, actor=actor, reason=reason)
 
 
 def resume_types(conn: Any, job_types: Sequence[str], *, actor: str, reason: str | None) -> Done:
     """Claim `job_types` again; `changed` holds those that were paused."""
     with conn.transaction():
         resumed = store.job_types_resume(conn, job_types)
-        audit_id = incident.record(
-            conn,
-            "resume",
-            actor=actor,
-            reason=reason,
-            changed=len(resumed),
-            selection={"type": list(job_types)},
-        )
-    return Done(tuple(resumed), audit_id)
+        return _types_done(conn, "resume", job_types, resumed, actor=actor, reason=reason)
+
+
+def _types_done(
+    conn: Any, command: str, job_types: Sequence[str], changed: Sequence[str], **why: Any
+) -> Done:
+    """`changed` of `job_types`, audited as `command` in the transaction that changed them."""
+    selection = {"type": list(job_types)}
+    audit_id = incident.record(conn, command, changed=len(changed), selection=selection, **why)
+    return Done(tuple(changed), audit_id)
 
 
 def change_runs(

@@ -68,67 +68,22 @@ def _selected_batch(
     return BatchResult(last_id, tuple(ids), tuple(statuses))
 
 
-def runs_retry_selected(
-    conn: Any,
-    selection: Selection,
-    *,
-    eligible: Sequence[str],
-    after: int,
-    limit: int,
-    now: datetime | None = None,
-) -> BatchResult:
-    """Retry the next `limit` runs of `selection` with an id above `after`."""
-    return _selected_batch(
-        conn,
-        queries.RUNS_RETRY_SELECTED,
-        selection,
-        eligible=eligible,
-        after=after,
-        limit=limit,
-        now=now,
-    )
+def runs_retry_selected(conn: Any, selection: Selection, **batch: Any) -> BatchResult:
+    """Retry the next `limit` runs of `selection` with an id above `after` (`batch`: the
+    keywords of `_selected_batch`)."""
+    return _selected_batch(conn, queries.RUNS_RETRY_SELECTED, selection, **batch)
 
 
-def runs_cancel_selected(
-    conn: Any,
-    selection: Selection,
-    *,
-    eligible: Sequence[str],
-    after: int,
-    limit: int,
-    now: datetime | None = None,
-) -> BatchResult:
-    """Cancel the next `limit` runs of `selection` with an id above `after`."""
-    return _selected_batch(
-        conn,
-        queries.RUNS_CANCEL_SELECTED,
-        selection,
-        eligible=eligible,
-        after=after,
-        limit=limit,
-        now=now,
-    )
+def runs_cancel_selected(conn: Any, selection: Selection, **batch: Any) -> BatchResult:
+    """Cancel the next `limit` runs of `selection` with an id above `after` (`batch`: the
+    keywords of `_selected_batch`)."""
+    return _selected_batch(conn, queries.RUNS_CANCEL_SELECTED, selection, **batch)
 
 
-def runs_prune_selected(
-    conn: Any,
-    selection: Selection,
-    *,
-    eligible: Sequence[str],
-    after: int,
-    limit: int,
-    now: datetime | None = None,
-) -> BatchResult:
-    """Delete the next `limit` runs of `selection` with an id above `after`."""
-    return _selected_batch(
-        conn,
-        queries.RUNS_PRUNE_SELECTED,
-        selection,
-        eligible=eligible,
-        after=after,
-        limit=limit,
-        now=now,
-    )
+def runs_prune_selected(conn: Any, selection: Selection, **batch: Any) -> BatchResult:
+    """Delete the next `limit` runs of `selection` with an id above `after` (`batch`: the
+    keywords of `_selected_batch`)."""
+    return _selected_batch(conn, queries.RUNS_PRUNE_SELECTED, selection, **batch)
 
 
 def job_type_pauses_list(conn: Any) -> list[TypePause]:
