@@ -61,7 +61,7 @@ def _selected_batch(
     eligible: Sequence[str],
     after: int,
     limit: int,
-    now: datetime | None,
+    now: datetime | None = None,
 ) -> BatchResult:
     params = {**_selection_params(selection, eligible, now), "after": after, "limit": limit}
     last_id, ids, statuses = conn.execute(sql, params).fetchone()
