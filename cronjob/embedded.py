@@ -165,7 +165,7 @@ def _start(pgdata: Path) -> str:
         import shlex
 
         options = f"{SOCKET_OPTIONS} -k {shlex.quote(str(socket_dir))}"
-        _start(bindir, pgdata, options)
+        _pg_ctl_start(bindir, pgdata, options)
         return str(socket_dir)
     finally:
         os.close(lock)
@@ -176,7 +176,7 @@ def _initdb(bindir: Path, pgdata: Path, *extra: str, **as_account: Any) -> None:
     _run(bindir / "initdb", "-D", pgdata, *options, *extra, pgdata=pgdata, **as_account)
 
 
-def _start(bindir: Path, pgdata: Path, options: str, **as_account: Any) -> None:
+def _pg_ctl_start(bindir: Path, pgdata: Path, options: str, **as_account: Any) -> None:
     # -w: returns once the server accepts connections, or fails after START_TIMEOUT.
     log = pgdata / "server.log"
     command = ("-l", log, "-o", options, "-w", "-t", str(START_TIMEOUT), "start")
@@ -266,7 +266,7 @@ def throwaway_server() -> Iterator[str]:
         _initdb(bindir, pgdata, "--no-sync", **as_account)
         try:
             options = f"{SOCKET_OPTIONS} -k {pgdata} -c fsync=off"
-            _start(bindir, pgdata, options, **as_account)
+            _pg_ctl_start(bindir, pgdata, options, **as_account)
             yield f"{_uri(str(pgdata), 'postgres')}&requirepeer={THROWAWAY_ACCOUNT}"
         finally:
             # Also when the start was cut short (a signal): the server may be up.
