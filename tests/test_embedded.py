@@ -75,20 +75,23 @@ def test_as_root_the_demo_runs_on_a_throwaway_server_and_leaves_nothing_behind(t
     data = Path(tempfile.mkdtemp(prefix="jr-root-")) / "jobrunner"
     watched = _ancestors(data, Path.home(), embedded._binaries())
     before, users = _modes(watched), Path("/etc/passwd").read_text()
-    leftovers = set(Path(tempfile.gettempdir()).glob("jobrunner-demo-*"))
+    # A TMPDIR of its own, open to all as /tmp is: what is left in it is this demo's.
+    demo_tmp = Path(tempfile.mkdtemp(prefix="jr-demo-tmp-", dir="/tmp"))
+    demo_tmp.chmod(0o1777)
     try:
-        env = _bare_env(Path.home(), JOBRUNNER_DATA_DIR=str(data))
+        env = _bare_env(Path.home(), JOBRUNNER_DATA_DIR=str(data), TMPDIR=str(demo_tmp))
         result = _jobrunner("demo", env=env, cwd=tmp_path)
         assert result.returncode == 0, result.stderr
         # Its retry is due at once: retried before the tick ends if other runs still ran.
         assert re.search(r"demo\.flaky +(failed|succeeded) ", result.stdout), result.stdout
         assert "throwaway server is gone" in result.stdout
         assert not data.exists()  # not the embedded server's data directory
-        assert set(Path(tempfile.gettempdir()).glob("jobrunner-demo-*")) == leftovers
+        assert list(demo_tmp.iterdir()) == []
         assert _modes(watched) == before
         assert Path("/etc/passwd").read_text() == users  # no account added
     finally:
         shutil.rmtree(data.parent, ignore_errors=True)
+        shutil.rmtree(demo_tmp, ignore_errors=True)
 
 
 @dataclass(frozen=True)
