@@ -412,3 +412,43 @@ def test_a_role_that_cannot_migrate_is_told_to_migrate_as_the_owner(world: World
     assert line.startswith("jobrunner: error: cannot migrate as role jr_test_worker_")
     assert "permission denied for schema public" in line
     assert "run `jobrunner migrate` as the schema owner" in line
+
+
+def test_the_reader_serves_every_page_of_the_dashboard(world: World) -> None:
+    pytest.importorskip("starlette")
+    from cronjob.web import app
+    from tests.web_server import request, serving
+
+    run_id = world.run(status="dead", attempts=1, payload={"to": "ada@example.com"})
+    schedule = world.schedule()
+    pages = ("/", "/runs", f"/runs/{run_id}", "/schedules", f"/schedules/{schedule}", "/audit")
+
+    with serving(app(world.logins[READER], show_payloads=True)) as base:
+        answers = {page: request(base + page) for page in pages}
+
+    assert {page: answer.status for page, answer in answers.items()} == dict.fromkeys(pages, 200)
+    assert "ada@example.com" in answers[f"/runs/{run_id}"].body
+
+
+def test_a_reader_who_does_not_operate_cannot_act_from_the_dashboard(world: World) -> None:
+    pytest.importorskip("starlette")
+    from cronjob.web import app
+    from tests.web_server import request, serving
+
+    run_id = world.run(status="dead", attempts=1)
+    with serving(app(world.logins[READER], allow_actions=True)) as base:
+        page = request(f"{base}/runs/{run_id}")
+        cookie = page.headers["set-cookie"].split(";")[0]
+        token = re.search(r'name="csrf_token" value="([^"]+)"', page.body).group(1)
+        answer = request(
+            f"{base}/actions/runs/{run_id}",
+            method="POST",
+            form={"command": "retry", "csrf_token": token},
+            headers={"Cookie": cookie},
+        )
+
+    assert answer.status == 403
+    assert "permission denied" in answer.body
+    with psycopg.connect(world.db.admin) as conn:
+        status = conn.execute("SELECT status FROM job_runs WHERE id = %s", (run_id,)).fetchone()
+    assert status == ("dead",)

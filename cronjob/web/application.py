@@ -55,6 +55,7 @@ class Connections:
 
     @contextmanager
     def connection(self) -> Iterator[Any]:
+        from cronjob.db import database_errors
         from cronjob.errors import DatabaseUnavailable
 
         if not self._slots.acquire(timeout=CONNECTION_WAIT):
@@ -62,7 +63,10 @@ class Connections:
         try:
             conn = self._take()
             try:
-                yield conn
+                # A refusal (a role without the privilege, a dropped table) becomes the
+                # project's own error, which the error page shows in one line.
+                with database_errors():
+                    yield conn
             finally:
                 self._give_back(conn)
         finally:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from cronjob.db import INSUFFICIENT_PRIVILEGE
 from cronjob.errors import (
     BadInput,
     DatabaseError,
@@ -22,6 +23,7 @@ from cronjob.errors import (
     SchemaNotReady,
 )
 from cronjob.models import Selection, Status
+from cronjob.text import redact
 
 PAGE_SIZE = 50
 AUDIT_PAGE_SIZE = 50
@@ -123,10 +125,10 @@ def _error_page(request: Any, exc: Exception) -> Any:
         status = 404
     elif isinstance(exc, BadInput):
         status = 400
+    elif isinstance(exc, DatabaseError) and exc.sqlstate == INSUFFICIENT_PRIVILEGE:
+        status = 403
     elif isinstance(exc, DatabaseError | SchemaNotReady):
         status = 503
-    from cronjob.text import redact
-
     return render(request, "error.html", status_code=status, message=redact(str(exc)))
 
 
