@@ -133,10 +133,22 @@ def _tick(url: str, textfile: Path) -> float:
     """`jobrunner tick --metrics-textfile` as cron runs it: a process, nothing due."""
     started = time.monotonic()
     subprocess.run(
-        [sys.executable, "-m", "cronjob", "tick", "--database-url", url,
-         "--handlers", "bench.noop_handlers", "--metrics-textfile", str(textfile)],
-        cwd=ROOT, check=True, capture_output=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "cronjob",
+            "tick",
+            "--database-url",
+            url,
+            "--handlers",
+            "bench.noop_handlers",
+            "--metrics-textfile",
+            str(textfile),
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
     return time.monotonic() - started
 
 
@@ -221,15 +233,19 @@ def _measure(args: Any, none_url: str, full_url: str, load_seconds: float) -> in
     none = statistics.median(timings[("tick", "none")])
     full = statistics.median(timings[("tick", "full")])
     ok &= full - none <= 0.050
-    print(f"{'tick --metrics-textfile':<28}{none * 1000:>10.1f}ms{full * 1000:>10.1f}ms"
-          f"{(full - none) * 1000:>+7.1f}ms  +50ms")  # fmt: skip
+    print(
+        f"{'tick --metrics-textfile':<28}{none * 1000:>10.1f}ms{full * 1000:>10.1f}ms"
+        f"{(full - none) * 1000:>+7.1f}ms  +50ms"
+    )
     pairs = zip(timings[("process", "none")], timings[("process", "full")], strict=True)
     difference = statistics.median(f - n for n, f in pairs)
     none = statistics.median(timings[("process", "none")])
     full = statistics.median(timings[("process", "full")])
-    print(f"{'  the same, as a process':<28}{none * 1000:>10.1f}ms{full * 1000:>10.1f}ms"
-          f"{difference * 1000:>+7.1f}ms  (median of paired differences; not gated: "
-          "start-up noise)")  # fmt: skip
+    print(
+        f"{'  the same, as a process':<28}{none * 1000:>10.1f}ms{full * 1000:>10.1f}ms"
+        f"{difference * 1000:>+7.1f}ms  (median of paired differences; not gated: "
+        "start-up noise)"
+    )
     print("\nwithin the limits" if ok else "\nOVER A LIMIT")
     return 0 if ok else 1
 

@@ -42,8 +42,9 @@ def jobrunner(
     tree: Path, url: str, *args: str, stdin: bytes | None = None, prefix: Sequence[str] = ()
 ) -> list[Any]:
     """argv, environment and stdin of `jobrunner ARGS` run from `tree`."""
-    env = dict(os.environ, JOBRUNNER_DATABASE_URL=url,
-               PYTHONPATH=f"{tree}{os.pathsep}{BENCH_DIR.parent}")  # fmt: skip
+    env = dict(
+        os.environ, JOBRUNNER_DATABASE_URL=url, PYTHONPATH=f"{tree}{os.pathsep}{BENCH_DIR.parent}"
+    )
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     # JRPROFILE_MAIN: a script to run instead of the command line (it calls cronjob.cli.main).
     script = os.environ.get("JRPROFILE_MAIN") if args[0] == "tick" else None
@@ -55,8 +56,9 @@ def jobrunner(
 
 def run(cmd: list[Any], timeout: float = 900) -> None:
     argv, env, stdin = cmd
-    subprocess.run(argv, env=env, input=stdin, check=True, timeout=timeout,
-                   stdout=subprocess.DEVNULL)  # fmt: skip
+    subprocess.run(
+        argv, env=env, input=stdin, check=True, timeout=timeout, stdout=subprocess.DEVNULL
+    )
 
 
 def drain(cluster: Any, name: str, tree: Path, args: argparse.Namespace, i: int) -> float:
@@ -64,16 +66,32 @@ def drain(cluster: Any, name: str, tree: Path, args: argparse.Namespace, i: int)
     url = cluster.createdb(db)
     try:
         run(jobrunner(tree, url, "migrate"))
-        run(jobrunner(tree, url, "enqueue", "--jsonl", "-",
-                      stdin=b'{"type":"noop","payload":{}}\n' * args.n))  # fmt: skip
+        run(
+            jobrunner(
+                tree,
+                url,
+                "enqueue",
+                "--jsonl",
+                "-",
+                stdin=b'{"type":"noop","payload":{}}\n' * args.n,
+            )
+        )
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("VACUUM ANALYZE")
         cluster.checkpoint()
         prefix = shlex.split(args.wrap)
         if args.py_spy:
             prefix += [str(Path(sys.executable).parent / "py-spy"), *shlex.split(args.py_spy), "--"]
-        tick = ["tick", "--handlers", HANDLERS, "--max-runtime", "600s",
-                "--log-level", "warning", *args.flags]  # fmt: skip
+        tick = [
+            "tick",
+            "--handlers",
+            HANDLERS,
+            "--max-runtime",
+            "600s",
+            "--log-level",
+            "warning",
+            *args.flags,
+        ]
         started, server = time.monotonic(), cluster.cpu_seconds()
         client = os.times()
         procs = [
@@ -125,8 +143,10 @@ def main() -> None:
                 rates[name].append(rate)
                 print(f"{name:>10} rep {i}: {rate:8.0f} jobs/s", flush=True)
     for name, values in rates.items():
-        print(f"{name:>10} median {statistics.median(values):8.0f} jobs/s  "
-              f"({' '.join(f'{v:.0f}' for v in values)})")  # fmt: skip
+        print(
+            f"{name:>10} median {statistics.median(values):8.0f} jobs/s  "
+            f"({' '.join(f'{v:.0f}' for v in values)})"
+        )
 
 
 if __name__ == "__main__":

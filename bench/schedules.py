@@ -33,13 +33,26 @@ BATCH_SIZE = 1000  # what a tick with the default --batch-size (100) materialize
 # 10 expressions x 5 timezones: what ten thousand definitions due in the same minute look like
 # in practice (they fire together because they share a handful of schedules).
 SHARED_EXPRESSIONS = (
-    "* * * * *", "*/2 * * * *", "*/5 * * * *", "*/10 * * * *", "*/15 * * * *",
-    "*/30 * * * *", "0 * * * *", "0,30 * * * *", "0 */2 * * *", "0-59/20 * * * *",
-)  # fmt: skip
+    "* * * * *",
+    "*/2 * * * *",
+    "*/5 * * * *",
+    "*/10 * * * *",
+    "*/15 * * * *",
+    "*/30 * * * *",
+    "0 * * * *",
+    "0,30 * * * *",
+    "0 */2 * * *",
+    "0-59/20 * * * *",
+)
 TIMEZONES = (
-    "UTC", "Europe/Amsterdam", "America/New_York", "Asia/Tokyo", "Australia/Sydney",
-    "America/Santiago", "Asia/Kolkata",
-)  # fmt: skip
+    "UTC",
+    "Europe/Amsterdam",
+    "America/New_York",
+    "Asia/Tokyo",
+    "Australia/Sydney",
+    "America/Santiago",
+    "Asia/Kolkata",
+)
 
 
 @dataclass(frozen=True)
@@ -129,8 +142,9 @@ def run_schedule_benchmarks(database_url: str) -> dict[str, float]:
             expected = case.prepare(conn)
             conn.execute("ANALYZE job_definitions")
             conn.execute("VACUUM ANALYZE job_runs")
-            materializer = Materializer(tenants_sql=case.tenants_sql, batch_size=BATCH_SIZE,
-                                        log=_Quiet())  # fmt: skip
+            materializer = Materializer(
+                tenants_sql=case.tenants_sql, batch_size=BATCH_SIZE, log=_Quiet()
+            )
             started = time.perf_counter()
             created = materializer.run(conn)
             results[case.name] = time.perf_counter() - started
@@ -175,9 +189,11 @@ def main() -> int:
     width = max(len(case) for case in results)
     print(f"{'case':<{width}}  seconds  target")
     for case, seconds in results.items():
-        verdict = "" if case.startswith("idle") else (
-            "ok" if seconds < TARGET_SECONDS else f"over {TARGET_SECONDS:g} s"
-        )  # fmt: skip
+        verdict = (
+            ""
+            if case.startswith("idle")
+            else ("ok" if seconds < TARGET_SECONDS else f"over {TARGET_SECONDS:g} s")
+        )
         print(f"{case:<{width}}  {seconds:7.3f}  {verdict}")
     return 0
 

@@ -117,8 +117,14 @@ def _shared(conn: Any) -> None:
     )
     for n in range(200):
         with conn.transaction():
-            incident.record(conn, "pause", actor=f"bench-{n}", selection={"type": ["type_1"]},
-                            changed=1, reason="benchmark")  # fmt: skip
+            incident.record(
+                conn,
+                "pause",
+                actor=f"bench-{n}",
+                selection={"type": ["type_1"]},
+                changed=1,
+                reason="benchmark",
+            )
 
 
 def _load_history(conn: Any, finished: int) -> float:

@@ -135,9 +135,14 @@ def conn(db_url: str) -> Iterator[psycopg.Connection[Any]]:
 
 @pytest.fixture(autouse=True)
 def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("JOBRUNNER_DATABASE_URL", "JOBRUNNER_DATABASE_URL_FILE", "DATABASE_URL",
-                 "JOBRUNNER_HANDLERS", "JOBRUNNER_TENANTS_SQL",
-                 "DJANGO_SETTINGS_MODULE"):  # fmt: skip
+    for name in (
+        "JOBRUNNER_DATABASE_URL",
+        "JOBRUNNER_DATABASE_URL_FILE",
+        "DATABASE_URL",
+        "JOBRUNNER_HANDLERS",
+        "JOBRUNNER_TENANTS_SQL",
+        "DJANGO_SETTINGS_MODULE",
+    ):
         monkeypatch.delenv(name, raising=False)
 
 

@@ -50,8 +50,9 @@ def account(name: str = ACCOUNT) -> pwd.struct_passwd:
         return pwd.getpwnam(name)
     subprocess.run(
         ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-        check=True, capture_output=True,
-    )  # fmt: skip
+        check=True,
+        capture_output=True,
+    )
     return pwd.getpwnam(name)
 
 
@@ -66,9 +67,12 @@ def runnable_binaries(bindir: Path, user: pwd.struct_passwd | None) -> Path:
     """`bindir`, or a copy of its installation that `user` can run (see `remove_copy`)."""
     try:
         probe = subprocess.run(
-            [str(bindir / "postgres"), "--version"], cwd="/", capture_output=True, check=False,
+            [str(bindir / "postgres"), "--version"],
+            cwd="/",
+            capture_output=True,
+            check=False,
             **as_account(user),
-        )  # fmt: skip
+        )
         if probe.returncode == 0:
             return bindir
     except OSError:
@@ -217,10 +221,15 @@ class ThrowawayServer:
 
     def run(self, tool: str, *args: str) -> None:
         result = subprocess.run(
-            [str(self.bindir / tool), *args], cwd=self.root, check=False, timeout=120,
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            [str(self.bindir / tool), *args],
+            cwd=self.root,
+            check=False,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
             **as_account(self.user),
-        )  # fmt: skip
+        )
         if result.returncode != 0:
             log = self.root / "server.log"
             raise RuntimeError(
@@ -229,11 +238,31 @@ class ThrowawayServer:
             )
 
     def start(self) -> str:
-        self.run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust",
-                 "--encoding=UTF8", "--no-sync", "--no-instructions")  # fmt: skip
+        self.run(
+            "initdb",
+            "-D",
+            str(self.data),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "--encoding=UTF8",
+            "--no-sync",
+            "--no-instructions",
+        )
         options = f"-c listen_addresses='' -k {self.root} -c fsync=off -c full_page_writes=off"
-        self.run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "server.log"),
-                 "-o", options, "-w", "-t", "60", "start")  # fmt: skip
+        self.run(
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.root / "server.log"),
+            "-o",
+            options,
+            "-w",
+            "-t",
+            "60",
+            "start",
+        )
         return self.url
 
     def stop(self) -> None:

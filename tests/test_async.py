@@ -151,9 +151,15 @@ def _start(db_url: str, exec_log: Any, *args: str) -> Any:
     from tests.conftest import jobrunner_process
 
     return jobrunner_process(
-        "tick", "--database-url", db_url, "--handlers", "tests.handlers.aio", "--json", *args,
+        "tick",
+        "--database-url",
+        db_url,
+        "--handlers",
+        "tests.handlers.aio",
+        "--json",
+        *args,
         env={"JOBRUNNER_TEST_EXEC_LOG": str(exec_log)},
-    )  # fmt: skip
+    )
 
 
 def test_a_tick_killed_after_an_async_handlers_write_leaves_neither_write_nor_success(

@@ -65,9 +65,19 @@ def test_success_is_succeeded():
 
 @pytest.mark.parametrize(
     "text, seconds",
-    [("90s", 90), ("5m", 300), ("2h", 7200), ("1d", 86400), ("250ms", 0.25), ("1.5h", 5400),
-     (" 5 m ", 300), ("10", 10), ("0", 0), (42, 42)],
-)  # fmt: skip
+    [
+        ("90s", 90),
+        ("5m", 300),
+        ("2h", 7200),
+        ("1d", 86400),
+        ("250ms", 0.25),
+        ("1.5h", 5400),
+        (" 5 m ", 300),
+        ("10", 10),
+        ("0", 0),
+        (42, 42),
+    ],
+)
 def test_durations_are_parsed(text, seconds):
     from cronjob.inputs import parse_duration
 

@@ -220,11 +220,28 @@ def test_pgbench_drains_a_queue_with_the_ticks_statements(
     defines = [f"--define={k}={v}" for k, v in statements.pgbench_variables(100).items()]
 
     out = subprocess.run(
-        [pgbench, "--no-vacuum", "-M", "extended", "-c", "2", "-j", "2", "-t", "5",
-         *defines, "-f", str(path), db_url],
-        capture_output=True, text=True, timeout=120, check=False,
+        [
+            pgbench,
+            "--no-vacuum",
+            "-M",
+            "extended",
+            "-c",
+            "2",
+            "-j",
+            "2",
+            "-t",
+            "5",
+            *defines,
+            "-f",
+            str(path),
+            db_url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
         env={"PGOPTIONS": statements.CLAIM_PLAN_OPTIONS, "PATH": "/usr/bin:/bin"},
-    )  # fmt: skip
+    )
 
     assert out.returncode == 0, out.stderr
     with psycopg.connect(db_url, autocommit=True) as conn:
@@ -243,9 +260,17 @@ def test_the_drain_table_divides_each_row_by_baselines_at_its_own_process_count(
     pgbench.settings = {"clients": 2, "batch": 100}
     rows = [pgbench if r.variant == "pgbench two-commit" else r for r in ROWS]
     rep = report.Report(
-        command="-", date="-", machine={}, server={}, options={"n": 20000},
-        sections=["drain"], systems=[], versions={}, skipped={}, rows=rows,
-    )  # fmt: skip
+        command="-",
+        date="-",
+        machine={},
+        server={},
+        options={"n": 20000},
+        sections=["drain"],
+        systems=[],
+        versions={},
+        skipped={},
+        rows=rows,
+    )
 
     (headers, body), legend = report.drain_table(rep)
     cells = {(line[0], line[1]): dict(zip(headers, line, strict=True)) for line in body}
@@ -267,18 +292,21 @@ DRAIN = f"{MAIN};Drain.run (cronjob/tick/drain.py:56)"
 THREAD = "Thread._bootstrap (threading.py:995)"
 BACKGROUND = f"{THREAD};background (cronjob/tick/connection.py:89)"
 RUNS = "(cronjob/store/runs.py:1)"
-RAW = "\n".join([
-    f"{MAIN};connect (cronjob/db.py:159) 6",
-    f"{DRAIN};Pool.collect (cronjob/tick/pool.py:200) 4",
-    f"{THREAD};Workers._work_loop (cronjob/tick/workers.py:100) 1",
-    f"{BACKGROUND};runs_finalize_and_claim_many {RUNS};_claimed_runs {RUNS} 3",
-    f"{BACKGROUND};runs_claim_many {RUNS} 2",
-    f"{BACKGROUND};runs_finalize_many {RUNS} 2",
-    f"{THREAD};Workers._run (cronjob/tick/workers.py:110);execute (cronjob/tick/execute.py:40) 1",
-    f"{DRAIN};Drain._record (cronjob/tick/drain.py:160) 1",
-    f"{DRAIN};Drain._pass (cronjob/tick/drain.py:90) 1",
-    "BaseCursor._execute_gen (psycopg/cursor.py:1) 1",  # a stack py-spy could not read whole
-])  # fmt: skip
+RAW = "\n".join(
+    [
+        f"{MAIN};connect (cronjob/db.py:159) 6",
+        f"{DRAIN};Pool.collect (cronjob/tick/pool.py:200) 4",
+        f"{THREAD};Workers._work_loop (cronjob/tick/workers.py:100) 1",
+        f"{BACKGROUND};runs_finalize_and_claim_many {RUNS};_claimed_runs {RUNS} 3",
+        f"{BACKGROUND};runs_claim_many {RUNS} 2",
+        f"{BACKGROUND};runs_finalize_many {RUNS} 2",
+        f"{THREAD};Workers._run (cronjob/tick/workers.py:110);"
+        "execute (cronjob/tick/execute.py:40) 1",
+        f"{DRAIN};Drain._record (cronjob/tick/drain.py:160) 1",
+        f"{DRAIN};Drain._pass (cronjob/tick/drain.py:90) 1",
+        "BaseCursor._execute_gen (psycopg/cursor.py:1) 1",  # a stack py-spy could not read whole
+    ]
+)
 
 
 def test_a_profiles_samples_go_under_what_their_stack_shows_per_run():
@@ -286,17 +314,19 @@ def test_a_profiles_samples_go_under_what_their_stack_shows_per_run():
 
     per_run = p.gil_per_run(RAW, rate=500, runs=1000)  # one sample: 2 us a run
 
-    assert per_run == pytest.approx({
-        p.GIL: 44.0,
-        p.START_UP: 12.0,
-        "handing runs to the worker thread and back": 10.0,
-        "decoding the claimed rows": 6.0,
-        "the claim: parameters, send, receive": 4.0,
-        "writing outcomes: parameters, send, receive": 4.0,
-        "calling the handler": 2.0,
-        "deciding and recording outcomes": 2.0,
-        p.REST: 4.0,  # the loop itself, and the stack py-spy cut short
-    })  # fmt: skip
+    assert per_run == pytest.approx(
+        {
+            p.GIL: 44.0,
+            p.START_UP: 12.0,
+            "handing runs to the worker thread and back": 10.0,
+            "decoding the claimed rows": 6.0,
+            "the claim: parameters, send, receive": 4.0,
+            "writing outcomes: parameters, send, receive": 4.0,
+            "calling the handler": 2.0,
+            "deciding and recording outcomes": 2.0,
+            p.REST: 4.0,  # the loop itself, and the stack py-spy cut short
+        }
+    )
 
 
 def test_the_machine_bound_and_what_each_per_process_target_asks_for():
@@ -319,13 +349,28 @@ def test_the_profile_table_shows_shares_of_the_lock_and_the_bound():
     from bench.suite import profile_section as p
     from bench.suite import report
 
-    figures = {p.WALL: 40.0, p.TICK_CPU: 20.0, p.SERVER_CPU: 30.0,
-               **p.gil_per_run(RAW, rate=500, runs=1000)}  # fmt: skip
-    rows = [Row("profile", "jobrunner", "jobrunner", what, "us/run", [value],
-                settings={"n": 1000}) for what, value in figures.items()]  # fmt: skip
-    rep = report.Report(command="", date="", machine={"cores": "2"}, server={}, options={},
-                        sections=["profile"], systems=[], versions={}, skipped={},
-                        rows=ROWS + rows)  # fmt: skip
+    figures = {
+        p.WALL: 40.0,
+        p.TICK_CPU: 20.0,
+        p.SERVER_CPU: 30.0,
+        **p.gil_per_run(RAW, rate=500, runs=1000),
+    }
+    rows = [
+        Row("profile", "jobrunner", "jobrunner", what, "us/run", [value], settings={"n": 1000})
+        for what, value in figures.items()
+    ]
+    rep = report.Report(
+        command="",
+        date="",
+        machine={"cores": "2"},
+        server={},
+        options={},
+        sections=["profile"],
+        systems=[],
+        versions={},
+        skipped={},
+        rows=ROWS + rows,
+    )
     (_headers, body), legend = report.profile_table(rep)
 
     assert [row[0] for row in body[:4]] == [p.WALL, p.TICK_CPU, p.SERVER_CPU, p.GIL]

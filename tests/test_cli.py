@@ -33,9 +33,21 @@ def test_enqueue_reads_the_url_from_the_environment(db_url, conn):
 
 def test_enqueue_options_are_stored(db_url, conn):
     result = run_cli(
-        "enqueue", "test.ok", "--database-url", db_url, "--delay", "5m", "--max-attempts", "7",
-        "--priority", "-3", "--tenant", "acme", "--idempotency-key", "k-1",
-    )  # fmt: skip
+        "enqueue",
+        "test.ok",
+        "--database-url",
+        db_url,
+        "--delay",
+        "5m",
+        "--max-attempts",
+        "7",
+        "--priority",
+        "-3",
+        "--tenant",
+        "acme",
+        "--idempotency-key",
+        "k-1",
+    )
     assert result.exit_code == 0, result.stderr
     row = conn.execute(
         "SELECT max_attempts, priority, tenant_id, idempotency_key, run_at - created_at"
@@ -59,9 +71,14 @@ def test_enqueue_payload_file_and_stdin(db_url, conn, tmp_path):
     path.write_text('{"from": "file"}')
     first = run_cli("enqueue", "test.ok", "--payload-file", str(path), "--database-url", db_url)
     second = run_cli(
-        "enqueue", "test.ok", "--payload-file", "-", "--database-url", db_url,
+        "enqueue",
+        "test.ok",
+        "--payload-file",
+        "-",
+        "--database-url",
+        db_url,
         input='{"from": "stdin"}',
-    )  # fmt: skip
+    )
     assert (first.exit_code, second.exit_code) == (0, 0)
     payloads = [r[0] for r in conn.execute("SELECT payload FROM job_runs ORDER BY id")]
     assert payloads == [{"from": "file"}, {"from": "stdin"}]
@@ -207,8 +224,14 @@ def test_list_filters_by_status_and_type(db_url):
 
 
 def test_every_command_refuses_a_database_without_the_schema(empty_database_url):
-    for args in (["tick", "--handlers", HANDLERS], ["enqueue", "test.ok"], ["show", "1"],
-                 ["list"], ["retry", "1"], ["cancel", "1"]):  # fmt: skip
+    for args in (
+        ["tick", "--handlers", HANDLERS],
+        ["enqueue", "test.ok"],
+        ["show", "1"],
+        ["list"],
+        ["retry", "1"],
+        ["cancel", "1"],
+    ):
         result = run_cli(*args, "--database-url", empty_database_url)
         assert result.exit_code == 1, args
         assert "run `jobrunner migrate`" in result.stderr, args
@@ -464,9 +487,14 @@ def test_a_tick_leaves_its_heap_to_the_system_at_exit_after_writing_everything(d
 
 def test_a_tick_with_only_an_expired_lease_to_rescue_does_the_full_tick(db_url, conn):
     insert_run(
-        conn, "other.type", status="running", max_attempts=5, locked_until=now("-1 second"),
-        locked_by="gone:1", started_at=now("-1 minute"),
-    )  # fmt: skip
+        conn,
+        "other.type",
+        status="running",
+        max_attempts=5,
+        locked_until=now("-1 second"),
+        locked_by="gone:1",
+        started_at=now("-1 minute"),
+    )
     result = run_cli("tick", "--database-url", db_url, "--handlers", HANDLERS, "--json")
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["rescued"] == 1

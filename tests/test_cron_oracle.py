@@ -178,8 +178,13 @@ def test_spellings_croniter_reads_otherwise_fire_as_cron_fires_them(expr):
 
 # Each field of an expression, alone: the values croniter's expansion (behind the gate that
 # hands it cron's spellings) allows, against the values cronsim's parser allows.
-FIELD_LIMITS = [(0, 59, []), (0, 23, []), (1, 31, []), (1, 12, ["jan", "jun", "Oct", "DEC"]),
-                (0, 7, ["sun", "mon", "Wed", "SAT"])]  # fmt: skip
+FIELD_LIMITS = [
+    (0, 59, []),
+    (0, 23, []),
+    (1, 31, []),
+    (1, 12, ["jan", "jun", "Oct", "DEC"]),
+    (0, 7, ["sun", "mon", "Wed", "SAT"]),
+]
 CRONSIM_SETS = ["minutes", "hours", "days", "months", "weekdays"]
 
 

@@ -38,15 +38,23 @@ def test_nothing_is_imported_from_the_current_directory(db_url, tmp_path, comman
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     result = subprocess.run(
         [*command, "tick", "--database-url", db_url],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     assert not (tmp_path / "imported").exists()
 
     named = subprocess.run(
         [*command, "tick", "--database-url", db_url, "--handlers", "planted_handlers"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert named.returncode == 2
     assert "planted_handlers" in named.stderr
     assert not (tmp_path / "imported").exists()
@@ -86,8 +94,12 @@ def test_a_module_named_as_a_standard_one_in_the_current_directory_is_not_import
     marker = _plant_standard_names(tmp_path)
     result = subprocess.run(
         [*command, "tick", "--database-url", db_url],
-        cwd=tmp_path, env=_environment(**env), capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        cwd=tmp_path,
+        env=_environment(**env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     assert not marker.exists()
 
@@ -98,6 +110,10 @@ def test_plain_python_m_cronjob_imports_from_the_current_directory_before_jobrun
     marker = _plant_standard_names(tmp_path)
     subprocess.run(
         [sys.executable, "-m", "cronjob", "--version"],
-        cwd=tmp_path, env=_environment(), capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        cwd=tmp_path,
+        env=_environment(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert marker.exists()

@@ -145,9 +145,14 @@ def test_a_tick_given_its_url_in_a_file_shows_no_password_in_ps(db_url, conn, tm
     path = url_file(tmp_path, conninfo.make_conninfo(db_url, password=password))
     run_cli("enqueue", "test.sleep", "--payload", '{"seconds": 3}', "--database-url", db_url)
     tick = jobrunner_process(
-        "tick", "--database-url-file", path, "--handlers", "tests.handlers.basic",
-        "--types", "test.sleep",
-    )  # fmt: skip
+        "tick",
+        "--database-url-file",
+        path,
+        "--handlers",
+        "tests.handlers.basic",
+        "--types",
+        "test.sleep",
+    )
     try:
         wait_for(
             lambda: conn.execute("SELECT status = 'running' FROM job_runs").fetchone()[0],
@@ -155,8 +160,10 @@ def test_a_tick_given_its_url_in_a_file_shows_no_password_in_ps(db_url, conn, tm
         )
         seen_by_ps = subprocess.run(
             ["ps", "-ww", "-o", "args=", "-p", str(tick.pid)],
-            capture_output=True, text=True, check=True,
-        ).stdout  # fmt: skip
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         cmdline = Path(f"/proc/{tick.pid}/cmdline").read_bytes().decode()
     finally:
         out, err = tick.communicate(timeout=60)

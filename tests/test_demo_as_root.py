@@ -65,9 +65,13 @@ def _env(tmp: Path, **more: str) -> dict[str, str]:
 
 def _demo(tmp: Path, *args: str, **env: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "cronjob", "demo", *args], env=_env(tmp, **env), cwd=tmp,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [sys.executable, "-m", "cronjob", "demo", *args],
+        env=_env(tmp, **env),
+        cwd=tmp,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _held_demo(tmp: Path, **env: str) -> tuple[subprocess.Popen[str], Path]:
@@ -203,8 +207,13 @@ def _standard_python(user: pwd.struct_passwd) -> pgserver.AccountPython:
         if candidate is None:
             continue
         with contextlib.suppress(OSError):
-            probe = subprocess.run([candidate, "-c", "pass"], cwd="/", capture_output=True,
-                                   check=False, **pgserver.as_account(user))  # fmt: skip
+            probe = subprocess.run(
+                [candidate, "-c", "pass"],
+                cwd="/",
+                capture_output=True,
+                check=False,
+                **pgserver.as_account(user),
+            )
             if probe.returncode == 0:
                 return pgserver.AccountPython(candidate)
     return pgserver.runnable_python(user)
@@ -221,9 +230,13 @@ def test_a_process_of_the_account_racing_the_demo_cannot_get_root_to_chown_files
     source = (Path(__file__).parent / "symlink_attacker.py").read_text()
     attacker = subprocess.Popen(
         [python.executable, "-c", source, str(demo_tmp), str(victim), str(stop)],
-        env={"PATH": "/usr/bin:/bin", **python.env}, cwd="/", stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, **pgserver.as_account(nobody),
-    )  # fmt: skip
+        env={"PATH": "/usr/bin:/bin", **python.env},
+        cwd="/",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **pgserver.as_account(nobody),
+    )
     try:
         results = []
         for _ in range(RACED_DEMOS):
@@ -269,9 +282,11 @@ def test_roots_connections_reach_only_a_server_run_as_the_account(nobody, tmp_pa
         [socket_dir] = parse_qs(urlsplit(url).query)["host"]
         [server_socket] = Path(socket_dir).glob(".s.PGSQL.*[0-9]")
         subprocess.run(
-            ["ln", "-sfn", str(elsewhere), str(server_socket)], check=True, cwd="/",
+            ["ln", "-sfn", str(elsewhere), str(server_socket)],
+            check=True,
+            cwd="/",
             **pgserver.as_account(nobody),
-        )  # fmt: skip
+        )
         with pytest.raises(psycopg.OperationalError, match="requirepeer"):
             psycopg.connect(url, connect_timeout=10)
         server.join(timeout=DEMO_TIMEOUT)

@@ -35,8 +35,9 @@ def _python_312_or_newer() -> str | None:
     for python in filter(None, found):
         probe = subprocess.run(
             [python, "-c", "import sys, venv; print(sys.version_info >= (3, 12))"],
-            capture_output=True, text=True,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+        )
         if probe.stdout.strip() == "True":
             return python
     return None
@@ -53,10 +54,10 @@ def _venv(which: str, requirement: str) -> Path:
         shutil.rmtree(venv, ignore_errors=True)
         subprocess.run([python, "-m", "venv", str(venv)], check=True)
         subprocess.run(
-            [str(venv / "bin" / "pip"), "install", "-q", "-e", f"{ROOT}[django,test]",
-             requirement],
-            check=True, capture_output=True,
-        )  # fmt: skip
+            [str(venv / "bin" / "pip"), "install", "-q", "-e", f"{ROOT}[django,test]", requirement],
+            check=True,
+            capture_output=True,
+        )
         stamp.write_text(wanted)
     return venv
 
@@ -66,16 +67,29 @@ def test_the_django_suite_passes(which: str, server_url: str) -> None:
     venv = _venv(which, DJANGO_VERSIONS[which])
     version = subprocess.run(
         [str(venv / "bin" / "python"), "-c", "import django; print(django.__version__)"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert version.startswith("6.") or int(version.split(".")[0]) > 6
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JOBRUNNER_", "DJANGO_"))}
     env.update(JOBRUNNER_DJANGO_SUITE="1", JOBRUNNER_TEST_DATABASE_URL=server_url)
     done = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         "tests/django_suite"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
+        [
+            str(venv / "bin" / "python"),
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/django_suite",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     summary = done.stdout.strip().splitlines()[-1:] or ["(no output)"]
     assert done.returncode == 0, f"Django {version}: {done.stdout[-4000:]}\n{done.stderr[-2000:]}"
     assert "passed" in summary[0] and "skipped" not in summary[0], summary[0]

@@ -364,8 +364,7 @@ def test_a_heartbeat_that_misses_a_run_being_committed_does_not_call_it_lost(eff
     database = Database(effects_db)
     pool = Pool(specs, concurrency=1, database=database, worker="w:1")
     # DONE: the handler returned and its worker is committing the outcome.
-    flight = Flight(run, specs["effects.record"], JobContext(run, database),
-                    state=FlightState.DONE)  # fmt: skip
+    flight = Flight(run, specs["effects.record"], JobContext(run, database), state=FlightState.DONE)
     pool.flights[run.id] = flight
 
     leases = LeaseKeeper(specs)
@@ -373,14 +372,18 @@ def test_a_heartbeat_that_misses_a_run_being_committed_does_not_call_it_lost(eff
     assert missed == [flight]
     assert not pool.settle(flight)
     assert (flight.state, flight.ctx.cancelled.is_set(), run.id in pool.flights) == (
-        FlightState.DONE, False, True
-    )  # fmt: skip
+        FlightState.DONE,
+        False,
+        True,
+    )
 
     flight.state = FlightState.STARTED  # still running: a missed beat means the lease is lost
     assert pool.settle(flight)
     assert (flight.state, flight.ctx.cancelled.is_set(), run.id in pool.flights) == (
-        FlightState.SETTLED, True, False
-    )  # fmt: skip
+        FlightState.SETTLED,
+        True,
+        False,
+    )
 
 
 def test_a_heartbeat_blocked_by_a_row_lock_is_skipped_and_the_tick_goes_on(
@@ -460,8 +463,10 @@ def test_the_runners_own_statements_in_ctx_db_run_under_the_runners_limits(effec
     try:
         ctx.db.execute("SET LOCAL statement_timeout = '10min'; SET lock_timeout = 0")
         runner = ctx.handler_transaction()
-        limits = [runner.execute(f"SHOW {name}").fetchone()[0]
-                  for name in ("statement_timeout", "lock_timeout")]  # fmt: skip
+        limits = [
+            runner.execute(f"SHOW {name}").fetchone()[0]
+            for name in ("statement_timeout", "lock_timeout")
+        ]
     finally:
         ctx.close()
     assert limits == ["30s", "5s"]

@@ -41,9 +41,13 @@ def _jobrunner(*args: str, env: dict[str, str], account: Account | None = None, 
     python = account.python if account else pgserver.AccountPython(sys.executable)
     return subprocess.run(
         [python.executable, "-m", "cronjob", *args],
-        env={**env, **python.env}, cwd=cwd, capture_output=True, text=True, timeout=180,
+        env={**env, **python.env},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=180,
         **pgserver.as_account(account.user if account else None),
-    )  # fmt: skip
+    )
 
 
 def _bare_env(home: Path, **more: str) -> dict[str, str]:
@@ -58,8 +62,9 @@ def test_as_root_the_embedded_server_is_refused_in_one_line_and_nothing_changes(
     before, users = _modes(watched), Path("/etc/passwd").read_text()
     try:
         for command in (["status"], ["list"]):
-            result = _jobrunner(*command, env=_bare_env(Path.home(), JOBRUNNER_DATA_DIR=str(data)),
-                                cwd=tmp_path)  # fmt: skip
+            result = _jobrunner(
+                *command, env=_bare_env(Path.home(), JOBRUNNER_DATA_DIR=str(data)), cwd=tmp_path
+            )
             assert result.returncode == 1, result.stderr
             [line] = result.stderr.strip().splitlines()
             assert "does not run as root" in line and "JOBRUNNER_DATABASE_URL" in line
@@ -161,9 +166,20 @@ def _stop(server_home: Path, user: pwd.struct_passwd | None) -> None:
     pgdata = server_home / ".local" / "share" / "jobrunner" / "pgdata"
     if (pgdata / "postmaster.pid").exists():
         subprocess.run(
-            [str(embedded._binaries() / "pg_ctl"), "-D", str(pgdata), "-m", "immediate", "-w",
-             "stop"], cwd="/", capture_output=True, check=False, **pgserver.as_account(user),
-        )  # fmt: skip
+            [
+                str(embedded._binaries() / "pg_ctl"),
+                "-D",
+                str(pgdata),
+                "-m",
+                "immediate",
+                "-w",
+                "stop",
+            ],
+            cwd="/",
+            capture_output=True,
+            check=False,
+            **pgserver.as_account(user),
+        )
 
 
 @pytest.fixture(scope="module")
@@ -223,9 +239,15 @@ def test_another_local_user_cannot_connect(user_server):
     code = f"import psycopg; psycopg.connect({url!r}, connect_timeout=5)"
     python = user_server.account.python  # which any account may run
     result = subprocess.run(
-        [python.executable, "-c", code], cwd="/", capture_output=True, text=True, check=False,
-        timeout=60, env={"PATH": "/usr/bin:/bin", **python.env}, **pgserver.as_account(stranger),
-    )  # fmt: skip
+        [python.executable, "-c", code],
+        cwd="/",
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", **python.env},
+        **pgserver.as_account(stranger),
+    )
     assert "No module named" not in result.stderr, result.stderr
     assert result.returncode != 0
     assert "Permission denied" in result.stderr

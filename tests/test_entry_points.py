@@ -76,12 +76,21 @@ def test_operator_commands_work_when_a_distributions_handlers_cannot_be_imported
     _install(tmp_path, "[jobrunner.handlers]\nacme = acme_jobs.missing\n")
     enqueue(conn, "acme.ping", {})
     for command in (
-        ["list"], ["show", "1"], ["status"], ["metrics"], ["check", "--max-dead", "0"],
-        ["enqueue", "acme.ping"], ["retry", "--type", "acme.ping", "--dry-run"],
-        ["cancel", "1"], ["prune", "--older-than", "1d"], ["pause", "acme.ping"],
-        ["resume", "acme.ping"], ["audit"], ["schedule", "list"],
+        ["list"],
+        ["show", "1"],
+        ["status"],
+        ["metrics"],
+        ["check", "--max-dead", "0"],
+        ["enqueue", "acme.ping"],
+        ["retry", "--type", "acme.ping", "--dry-run"],
+        ["cancel", "1"],
+        ["prune", "--older-than", "1d"],
+        ["pause", "acme.ping"],
+        ["resume", "acme.ping"],
+        ["audit"],
+        ["schedule", "list"],
         ["schedule", "add", "nightly", "--cron", "@daily", "--type", "acme.ping"],
-    ):  # fmt: skip
+    ):
         process = jobrunner_process(
             *command, "--database-url", db_url, env={"PYTHONPATH": str(tmp_path)}
         )

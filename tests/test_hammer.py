@@ -26,12 +26,21 @@ def test_eight_concurrent_ticks_execute_each_of_5000_jobs_exactly_once(
     exec_log = tmp_path / "executions.log"
     ticks = [
         jobrunner_process(
-            "tick", "--database-url", db_url, "--handlers", handlers,
-            "--concurrency", "4", "--batch-size", "50", "--max-runtime", "120s",
+            "tick",
+            "--database-url",
+            db_url,
+            "--handlers",
+            handlers,
+            "--concurrency",
+            "4",
+            "--batch-size",
+            "50",
+            "--max-runtime",
+            "120s",
             env={"JOBRUNNER_TEST_EXEC_LOG": str(exec_log)},
         )
         for _ in range(TICKS)
-    ]  # fmt: skip
+    ]
     for tick in ticks:
         _, stderr = tick.communicate(timeout=180)
         assert tick.returncode == 0, stderr[-2000:]

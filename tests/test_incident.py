@@ -32,10 +32,19 @@ def add_finished(
     """`number` finished runs, as a tick would have left them `minutes_ago`."""
     then = now(f"-{minutes_ago} minutes")
     return insert_runs(
-        conn, number, job_type, status=status, attempts=3, max_attempts=3, tenant_id=tenant,
-        error_type=error_type, last_error=error, started_at=then, finished_at=then,
+        conn,
+        number,
+        job_type,
+        status=status,
+        attempts=3,
+        max_attempts=3,
+        tenant_id=tenant,
+        error_type=error_type,
+        last_error=error,
+        started_at=then,
+        finished_at=then,
         updated_at=then,
-    )  # fmt: skip
+    )
 
 
 def statuses(conn: psycopg.Connection[Any], ids: list[int]) -> dict[int, str]:
@@ -58,8 +67,15 @@ def test_a_dry_run_counts_what_the_filter_selects_and_changes_nothing(db_url, co
     add_finished(conn, 3, error_type="TimeoutError")
     add_finished(conn, 2, job_type="resize_image")
 
-    report = cli_json(db_url, "retry", "--type", "send_email",
-                      "--error-type", "SMTPServerDisconnected", "--dry-run")  # fmt: skip
+    report = cli_json(
+        db_url,
+        "retry",
+        "--type",
+        "send_email",
+        "--error-type",
+        "SMTPServerDisconnected",
+        "--dry-run",
+    )
 
     assert (report["dry_run"], report["total"], report["by_status"]) == (True, 5, {"dead": 5})
     assert report["sample_ids"] == dead
@@ -75,8 +91,9 @@ def test_retry_by_filter_changes_exactly_what_its_dry_run_counted(db_url, conn):
     succeeded = add_finished(conn, 2, status="succeeded", error_type=None, minutes_ago=30)
     selection = ("--since", "60m", "--until", "10m", "--type", "send_email")
 
-    dry = cli_json(db_url, "retry", *selection, "--error-type", "SMTPServerDisconnected",
-                   "--dry-run")  # fmt: skip
+    dry = cli_json(
+        db_url, "retry", *selection, "--error-type", "SMTPServerDisconnected", "--dry-run"
+    )
     done = cli_json(db_url, "retry", *selection, "--error-type", "SMTPServerDisconnected")
 
     assert dry["total"] == done["total"] == 4
@@ -139,11 +156,23 @@ def test_error_like_matches_a_substring_in_any_case_and_its_wildcards_literally(
 def test_tenant_schedule_and_limit_narrow_a_selection(db_url, conn):
     acme = add_finished(conn, 5, tenant="acme")
     add_finished(conn, 5, tenant="globex")
-    assert cli(db_url, "schedule", "add", "mail", "--cron", "@hourly", "--type", "send_email",
-               ).exit_code == 0  # fmt: skip
+    assert (
+        cli(
+            db_url,
+            "schedule",
+            "add",
+            "mail",
+            "--cron",
+            "@hourly",
+            "--type",
+            "send_email",
+        ).exit_code
+        == 0
+    )
     definition = store.definition_get(conn, "mail")
-    conn.execute("UPDATE job_runs SET definition_id = %s WHERE id = ANY(%s)",
-                 [definition.id, acme[:3]])  # fmt: skip
+    conn.execute(
+        "UPDATE job_runs SET definition_id = %s WHERE id = ANY(%s)", [definition.id, acme[:3]]
+    )
 
     assert cli_json(db_url, "retry", "--tenant", "acme", "--dry-run")["total"] == 5
     assert cli_json(db_url, "retry", "--schedule", "mail", "--dry-run")["total"] == 3
@@ -159,8 +188,9 @@ def test_cancel_by_filter_skips_finished_runs_and_a_running_run_learns_it_at_its
     queued = [enqueue(conn, "report", {}) for _ in range(3)]
     running = enqueue(conn, "report", {})
     conn.execute("UPDATE job_runs SET run_at = now() - interval '1 hour' WHERE id = %s", [running])
-    [claimed] = store.runs_claim_many(conn, job_types=["report"], leases=[60], max_attempts=[3],
-                                      limit=1, worker="w:1")  # fmt: skip
+    [claimed] = store.runs_claim_many(
+        conn, job_types=["report"], leases=[60], max_attempts=[3], limit=1, worker="w:1"
+    )
     finished = add_finished(conn, 2, job_type="report", status="succeeded")
 
     report = cli_json(db_url, "cancel", "--type", "report")
@@ -263,18 +293,29 @@ def test_a_paused_type_is_never_claimed_by_three_concurrent_ticks_while_others_d
     assert cli(db_url, "pause", "test.fail", "--reason", "bad deploy").exit_code == 0
     ticks = [
         jobrunner_process(
-            "tick", "--database-url", db_url, "--handlers", "tests.handlers.basic",
-            "--concurrency", "4", "--batch-size", "20", "--max-runtime", "60s",
+            "tick",
+            "--database-url",
+            db_url,
+            "--handlers",
+            "tests.handlers.basic",
+            "--concurrency",
+            "4",
+            "--batch-size",
+            "20",
+            "--max-runtime",
+            "60s",
         )
         for _ in range(3)
-    ]  # fmt: skip
+    ]
     for process in ticks:
         _, stderr = process.communicate(timeout=120)
         assert process.returncode == 0, stderr[-2000:]
 
-    by_type = dict(conn.execute(
-        "SELECT job_type || ':' || status || ':' || attempts, count(*) FROM job_runs GROUP BY 1"
-    ).fetchall())  # fmt: skip
+    by_type = dict(
+        conn.execute(
+            "SELECT job_type || ':' || status || ':' || attempts, count(*) FROM job_runs GROUP BY 1"
+        ).fetchall()
+    )
     assert by_type == {"test.ok:succeeded:1": 600, "test.fail:queued:0": 200}
 
 
@@ -304,8 +345,12 @@ def test_scheduled_runs_of_a_paused_type_still_materialize_and_wait(db_url, conn
 
     from tests.test_lifecycle import db_now
 
-    assert cli(db_url, "schedule", "add", "every-minute", "--cron", "* * * * *",
-               "--type", "test.ok").exit_code == 0  # fmt: skip
+    assert (
+        cli(
+            db_url, "schedule", "add", "every-minute", "--cron", "* * * * *", "--type", "test.ok"
+        ).exit_code
+        == 0
+    )
     cli(db_url, "pause", "test.ok")
     report = tick(db_url, "test.ok", now=db_now(conn) + timedelta(minutes=2))
     assert report.claimed == 0
@@ -327,8 +372,10 @@ def test_status_and_check_show_paused_types_and_do_not_count_their_waiting_runs(
     assert status["unclaimed_job_types"] == []
     [paused] = status["paused_job_types"]
     assert (paused["job_type"], paused["reason"], paused["paused_by"]) == (
-        "test.ok", "bad deploy", "alice"
-    )  # fmt: skip
+        "test.ok",
+        "bad deploy",
+        "alice",
+    )
     text = cli(db_url, "status").stdout
     assert "test.ok by alice" in text and "bad deploy" in text
     assert 'jobrunner_job_type_paused{job_type="test.ok"} 1' in cli(db_url, "metrics").stdout
@@ -398,14 +445,21 @@ def test_each_state_changing_command_writes_one_audit_row_with_its_count(db_url,
     dead = _dead(conn)
     enqueue(conn, "fresh", {})
     store.job_types_pause(conn, ["paused"], reason=None, actor="setup")
-    assert cli(db_url, "schedule", "add", "nightly", "--cron", "0 3 * * *", "--type", "t"
-               ).exit_code == 0  # fmt: skip
+    assert (
+        cli(db_url, "schedule", "add", "nightly", "--cron", "0 3 * * *", "--type", "t").exit_code
+        == 0
+    )
     conn.execute("DELETE FROM job_audit")
     args, changed = MUTATIONS[name]
     result = run_cli(
-        *(a.format(*dead) for a in args), "--database-url", db_url, "--reason", "incident 42",
-        input=SYNC, env={"JOBRUNNER_ACTOR": "ops-bot"},
-    )  # fmt: skip
+        *(a.format(*dead) for a in args),
+        "--database-url",
+        db_url,
+        "--reason",
+        "incident 42",
+        input=SYNC,
+        env={"JOBRUNNER_ACTOR": "ops-bot"},
+    )
     assert result.exit_code == 0, result.stderr
 
     [entry] = audit_rows(conn)
@@ -416,8 +470,18 @@ def test_each_state_changing_command_writes_one_audit_row_with_its_count(db_url,
 
 def test_an_audit_row_records_the_filter_and_a_sample_of_ids(db_url, conn):
     dead = add_finished(conn, 12)
-    cli(db_url, "retry", "--status", "dead", "--type", "send_email", "--actor", "alice",
-        "--reason", "SMTP back")  # fmt: skip
+    cli(
+        db_url,
+        "retry",
+        "--status",
+        "dead",
+        "--type",
+        "send_email",
+        "--actor",
+        "alice",
+        "--reason",
+        "SMTP back",
+    )
     [entry] = audit_rows(conn)
     assert entry["selection"] == {"status": ["dead"], "type": ["send_email"]}
     assert entry["sample_ids"] == dead[:10]
@@ -474,8 +538,10 @@ def test_the_actor_is_the_option_else_the_environment_else_user_at_host(db_url, 
 def test_prune_audit_older_than_trims_old_entries_only(db_url, conn):
     cli(db_url, "pause", "a")
     cli(db_url, "pause", "b")
-    conn.execute("UPDATE job_audit SET at = now() - interval '40 days' WHERE id = "
-                 "(SELECT min(id) FROM job_audit)")  # fmt: skip
+    conn.execute(
+        "UPDATE job_audit SET at = now() - interval '40 days' WHERE id = "
+        "(SELECT min(id) FROM job_audit)"
+    )
     result = cli(db_url, "prune", "--audit-older-than", "30d")
     assert result.stdout == "pruned 1 audit entry\n"
     assert [e["command"] for e in audit_rows(conn)] == ["pause", "prune"]

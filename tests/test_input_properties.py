@@ -169,12 +169,25 @@ def test_decoded_payloads_through_the_python_api(value):
 
 TOML_LINE = st.one_of(
     st.sampled_from(
-        ["[schedules.a]", "[schedules.b]", 'cron = "* * * * *"', 'type = "t"', "priority = 1",
-         'timezone = "Mars/Olympus"', "max_attempts = 0", "payload = { a = 1 }", "enabled = 1",
-         'catch_up = "all"', "catch_up_limit = 99999", "[other]", "schedules = 1", "x = [[[["]
+        [
+            "[schedules.a]",
+            "[schedules.b]",
+            'cron = "* * * * *"',
+            'type = "t"',
+            "priority = 1",
+            'timezone = "Mars/Olympus"',
+            "max_attempts = 0",
+            "payload = { a = 1 }",
+            "enabled = 1",
+            'catch_up = "all"',
+            "catch_up_limit = 99999",
+            "[other]",
+            "schedules = 1",
+            "x = [[[[",
+        ]
     ),
     tricky_text,
-)  # fmt: skip
+)
 
 
 @FAST
@@ -240,9 +253,16 @@ def _one_line_or_success(result, conn, runs_before: int) -> None:
 
 CLI_TEXT = st.text(alphabet=TRICKY.replace("\x00", "").replace("\ud800", ""), max_size=30)
 ENQUEUE_OPTION = st.sampled_from(
-    ["--run-at", "--delay", "--max-attempts", "--priority", "--payload", "--idempotency-key",
-     "--tenant"]
-)  # fmt: skip
+    [
+        "--run-at",
+        "--delay",
+        "--max-attempts",
+        "--priority",
+        "--payload",
+        "--idempotency-key",
+        "--tenant",
+    ]
+)
 
 
 @CLI
@@ -265,12 +285,21 @@ def test_jsonl_lines_through_the_command_line(db_url, conn, lines):
 @CLI
 @given(
     command=st.sampled_from(
-        [["cancel"], ["retry"], ["show"], ["list", "--limit"], ["list", "--status"],
-         ["list", "--type"], ["check", "--max-dead"], ["check", "--max-queue-age"],
-         ["prune", "--older-than"], ["prune", "--older-than", "1d", "--status"]]
+        [
+            ["cancel"],
+            ["retry"],
+            ["show"],
+            ["list", "--limit"],
+            ["list", "--status"],
+            ["list", "--type"],
+            ["check", "--max-dead"],
+            ["check", "--max-queue-age"],
+            ["prune", "--older-than"],
+            ["prune", "--older-than", "1d", "--status"],
+        ]
     ),
     value=CLI_TEXT,
-)  # fmt: skip
+)
 def test_ids_counts_filters_and_durations_through_the_command_line(db_url, conn, command, value):
     before = count(conn, "SELECT count(*) FROM job_runs")
     result = run_cli(*command, value, "--database-url", db_url)
@@ -283,11 +312,23 @@ def test_ids_counts_filters_and_durations_through_the_command_line(db_url, conn,
 
 
 @CLI
-@given(expr=cron_text.filter(lambda t: "\x00" not in t and "\ud800" not in t), zone=CLI_TEXT,
-       start=CLI_TEXT)  # fmt: skip
+@given(
+    expr=cron_text.filter(lambda t: "\x00" not in t and "\ud800" not in t),
+    zone=CLI_TEXT,
+    start=CLI_TEXT,
+)
 def test_schedule_preview_through_the_command_line(expr, zone, start):
-    result = run_cli("schedule", "preview", expr, "--timezone", zone or "UTC", "--from",
-                     start or "2026-01-01", "--count", "3")  # fmt: skip
+    result = run_cli(
+        "schedule",
+        "preview",
+        expr,
+        "--timezone",
+        zone or "UTC",
+        "--from",
+        start or "2026-01-01",
+        "--count",
+        "3",
+    )
     assert "Traceback" not in result.stderr
     assert result.exit_code in (0, 2), result.stderr
     if result.exit_code == 2:

@@ -161,8 +161,14 @@ def step(conn, rows):
     lock = "SELECT pg_advisory_xact_lock(1)"
 '''
     assert [problem.split(":")[0] for problem in sql_found(source)] == [
-        "line 9", "line 9", "line 10", "line 12", "line 12", "line 13", "line 14",
-    ]  # fmt: skip
+        "line 9",
+        "line 9",
+        "line 10",
+        "line 12",
+        "line 12",
+        "line 13",
+        "line 14",
+    ]
 
 
 # -- one name per statement, and one module of each for a table --
@@ -182,9 +188,11 @@ def _statements() -> dict[str, str]:
         name: value
         for module in _query_modules().values()
         for name, value in vars(module).items()
-        if name.isupper() and not name.startswith("_") and not name.endswith("_COLUMNS")
+        if name.isupper()
+        and not name.startswith("_")
+        and not name.endswith("_COLUMNS")
         and isinstance(value, str)
-    }  # fmt: skip
+    }
 
 
 def _statement_homes() -> dict[str, str]:
@@ -208,8 +216,11 @@ def _store_functions() -> dict[str, tuple[str, set[str]]]:
     that builds a statement for two callers)."""
     functions = {}
     for path in _store_modules():
-        defined = [node for node in ast.parse(path.read_text()).body
-                   if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)]  # fmt: skip
+        defined = [
+            node
+            for node in ast.parse(path.read_text()).body
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        ]
         private = {node.name: _queries_named(node) for node in defined if node.name[0] == "_"}
         for node in defined:
             if not node.name.startswith("_"):

@@ -57,9 +57,16 @@ def test_batched_lines_encode_any_value_as_the_logger_does(capsys):
     logger = log.get_logger(worker="host:1")
     record = {
         "text": 'quote " backslash \\ newline \n é \u2028 \x00',
-        "big": 2**70, "neg": -3, "flag": True, "none": None, "ratio": 0.1,
-        "nan": float("nan"), "items": [1, "a"], "obj": object(), "worker": "override",
-    }  # fmt: skip
+        "big": 2**70,
+        "neg": -3,
+        "flag": True,
+        "none": None,
+        "ratio": 0.1,
+        "nan": float("nan"),
+        "items": [1, "a"],
+        "obj": object(),
+        "worker": "override",
+    }
     logger.info("e", **record)
     log.log_many(logger, "info", "e", [record, {k: v for k, v in record.items() if k != "worker"}])
     # Split on "\n" only: U+2028 is written as is, and splitlines() would cut there.
@@ -127,9 +134,13 @@ def test_every_line_a_tick_writes_is_json_even_what_the_driver_and_libpq_would_s
     (home / ".pgpass").write_text("*:*:*:*:not-the-password\n")
     (home / ".pgpass").chmod(0o644)
     tick = jobrunner_process(
-        "tick", "--database-url", db_url, "--handlers", "tests.handlers.driver_noise",
+        "tick",
+        "--database-url",
+        db_url,
+        "--handlers",
+        "tests.handlers.driver_noise",
         env={"HOME": str(home), "PGPASSFILE": ""},
-    )  # fmt: skip
+    )
     _, stderr = tick.communicate(timeout=60)
     assert tick.returncode == 0, stderr
     events = [json.loads(line) for line in stderr.splitlines()]  # fails on any plain line
@@ -146,9 +157,15 @@ def test_at_log_level_warning_a_tick_logs_its_failed_runs_and_nothing_else(db_ur
     insert_runs(conn, 2, "test.ok")
     insert_run(conn, "test.fail")
     tick = jobrunner_process(
-        "tick", "--database-url", db_url, "--handlers", "tests.handlers.basic",
-        "--log-level", "warning", "--json",
-    )  # fmt: skip
+        "tick",
+        "--database-url",
+        db_url,
+        "--handlers",
+        "tests.handlers.basic",
+        "--log-level",
+        "warning",
+        "--json",
+    )
     out, err = tick.communicate(timeout=60)
     assert tick.returncode == 0, err
     assert json.loads(out)["succeeded"] == 2

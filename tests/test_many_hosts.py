@@ -49,8 +49,9 @@ def test_two_batches_sharing_keys_in_opposite_orders_both_succeed_and_agree(db_u
     keys = [f"nightly:{n:04d}" for n in range(200)]
     forward, backward = tmp_path / "forward.jsonl", tmp_path / "backward.jsonl"
     for path, order in ((forward, keys), (backward, list(reversed(keys)))):
-        path.write_text("".join(json.dumps({"type": "t", "idempotency_key": k}) + "\n"
-                                for k in order))  # fmt: skip
+        path.write_text(
+            "".join(json.dumps({"type": "t", "idempotency_key": k}) + "\n" for k in order)
+        )
     with psycopg.connect(db_url) as holder:
         # Holding the middle key stops both batches halfway, each holding half of the keys
         # the other needs next: without turns, letting go of it deadlocks them.

@@ -52,8 +52,9 @@ def tick(
 
 def define(conn: Any, name: str, cron: str, *, at: datetime | None = T0, **fields: Any) -> Any:
     """Add a definition as if at `at` (None: the database clock)."""
-    spec = definitions.definition_spec(name, cron=cron, job_type=fields.pop("type", "test.ok"),
-                                       **fields)  # fmt: skip
+    spec = definitions.definition_spec(
+        name, cron=cron, job_type=fields.pop("type", "test.ok"), **fields
+    )
     return definitions.add(conn, spec, now=at)
 
 
@@ -93,8 +94,15 @@ def test_a_new_definition_starts_from_its_creation_time(db_url, conn):
 
 
 def test_a_run_carries_the_definitions_fields_and_is_due_at_its_occurrence(db_url, conn):
-    define(conn, "report", "*/5 * * * *", type="test.fail", payload={"to": "ops"},
-           max_attempts=7, priority=-2)  # fmt: skip
+    define(
+        conn,
+        "report",
+        "*/5 * * * *",
+        type="test.fail",
+        payload={"to": "ops"},
+        max_attempts=7,
+        priority=-2,
+    )
     tick(db_url, T0 + timedelta(minutes=6))
     row = conn.execute(
         "SELECT r.definition_id = d.id, r.job_type, r.payload, r.tenant_id, r.scheduled_for,"
@@ -102,8 +110,18 @@ def test_a_run_carries_the_definitions_fields_and_is_due_at_its_occurrence(db_ur
         " FROM job_runs r, job_definitions d"
     ).fetchone()
     occurrence = T0 + timedelta(minutes=5)
-    assert row == (True, "test.fail", {"to": "ops"}, None, occurrence, occurrence, 7, -2, None,
-                   "queued")  # fmt: skip
+    assert row == (
+        True,
+        "test.fail",
+        {"to": "ops"},
+        None,
+        occurrence,
+        occurrence,
+        7,
+        -2,
+        None,
+        "queued",
+    )
 
 
 def test_a_materialized_run_is_claimed_and_run_in_the_same_tick(db_url, conn):
@@ -202,8 +220,9 @@ def test_a_clock_earlier_than_a_previous_tick_creates_nothing(db_url, conn):
 def test_definitions_created_at_different_times_each_get_their_own_occurrences(db_url, conn):
     # They share a schedule, so the materializer evaluates it once for all of them.
     for minute in (0, 4, 6, 11):
-        define(conn, f"from-{minute}", "*/5 * * * *", at=T0 + timedelta(minutes=minute),
-               catch_up="all")  # fmt: skip
+        define(
+            conn, f"from-{minute}", "*/5 * * * *", at=T0 + timedelta(minutes=minute), catch_up="all"
+        )
     tick(db_url, T0 + timedelta(minutes=12))
     minutes = {
         name: [round((t - T0).total_seconds() / 60) for t in scheduled(conn, name)]
@@ -261,7 +280,9 @@ def test_a_shared_evaluation_gives_each_definition_what_it_would_get_alone():
     now = utc("2026-10-25T01:40")  # inside Amsterdam's repeated hour
     batch = [
         DueDefinition(
-            id=i, name=f"d{i}", scope="global",
+            id=i,
+            name=f"d{i}",
+            scope="global",
             schedule=generator.choice(["*/20 * * * *", "30 2 * * *", "0 * * * *", "* * * * *"]),
             timezone=generator.choice(["Europe/Amsterdam", "UTC", "America/New_York"]),
             catch_up=generator.choice(["latest", "all", "none"]),
@@ -269,7 +290,7 @@ def test_a_shared_evaluation_gives_each_definition_what_it_would_get_alone():
             materialized_through=now - timedelta(minutes=generator.randrange(1, 3000)),
         )
         for i in range(300)
-    ]  # fmt: skip
+    ]
     evaluations: dict[Any, Any] = {}
     advances = []
     for start in range(0, len(batch), 37):
@@ -303,8 +324,9 @@ def test_a_paused_definition_makes_no_runs_and_resuming_does_not_make_up_for_it(
 def test_a_changed_schedule_starts_afresh_from_the_change(db_url, conn):
     define(conn, "report", "*/5 * * * *", catch_up="all")
     tick(db_url, T0 + timedelta(minutes=5, seconds=1))
-    spec = definitions.definition_spec("report", cron="15 10 * * *", job_type="test.ok",
-                                       catch_up="all")  # fmt: skip
+    spec = definitions.definition_spec(
+        "report", cron="15 10 * * *", job_type="test.ok", catch_up="all"
+    )
     definitions.sync(conn, [spec], now=T0 + timedelta(minutes=20))
     assert mark(conn, "report") == (T0 + timedelta(minutes=20), T0 + timedelta(days=1, minutes=15))
     tick(db_url, T0 + timedelta(days=1, minutes=16))
@@ -408,27 +430,52 @@ def test_a_failing_tenant_query_is_reported_and_the_rest_of_the_batch_is_kept(db
 
 DST_DAYS = [
     pytest.param(
-        "Europe/Amsterdam", "30 2 * * *", "2026-10-24T12:00", "2026-10-26T12:00",
-        ["2026-10-25T00:30", "2026-10-26T01:30"], id="amsterdam-repeated-0230-runs-once",
+        "Europe/Amsterdam",
+        "30 2 * * *",
+        "2026-10-24T12:00",
+        "2026-10-26T12:00",
+        ["2026-10-25T00:30", "2026-10-26T01:30"],
+        id="amsterdam-repeated-0230-runs-once",
     ),
     pytest.param(
-        "Europe/Amsterdam", "30 2 * * *", "2026-03-28T12:00", "2026-03-30T12:00",
-        ["2026-03-29T01:00", "2026-03-30T00:30"], id="amsterdam-skipped-0230-runs-after-the-jump",
+        "Europe/Amsterdam",
+        "30 2 * * *",
+        "2026-03-28T12:00",
+        "2026-03-30T12:00",
+        ["2026-03-29T01:00", "2026-03-30T00:30"],
+        id="amsterdam-skipped-0230-runs-after-the-jump",
     ),
     pytest.param(
-        "America/New_York", "*/30 * * * *", "2026-11-01T04:45", "2026-11-01T07:05",
-        ["2026-11-01T05:00", "2026-11-01T05:30", "2026-11-01T06:00", "2026-11-01T06:30",
-         "2026-11-01T07:00"], id="new-york-half-hourly-runs-both-repeated-hours",
+        "America/New_York",
+        "*/30 * * * *",
+        "2026-11-01T04:45",
+        "2026-11-01T07:05",
+        [
+            "2026-11-01T05:00",
+            "2026-11-01T05:30",
+            "2026-11-01T06:00",
+            "2026-11-01T06:30",
+            "2026-11-01T07:00",
+        ],
+        id="new-york-half-hourly-runs-both-repeated-hours",
     ),
     pytest.param(
-        "America/Santiago", "0 0 * * *", "2026-09-05T12:00", "2026-09-06T12:00",
-        ["2026-09-06T04:00"], id="santiago-skipped-midnight-runs-at-0100",
+        "America/Santiago",
+        "0 0 * * *",
+        "2026-09-05T12:00",
+        "2026-09-06T12:00",
+        ["2026-09-06T04:00"],
+        id="santiago-skipped-midnight-runs-at-0100",
     ),
     pytest.param(
-        "Australia/Lord_Howe", "45 1 * * *", "2026-04-04T00:00", "2026-04-05T20:00",
-        ["2026-04-04T14:45", "2026-04-05T15:15"], id="lord-howe-half-hour-shift-runs-once",
+        "Australia/Lord_Howe",
+        "45 1 * * *",
+        "2026-04-04T00:00",
+        "2026-04-05T20:00",
+        ["2026-04-04T14:45", "2026-04-05T15:15"],
+        id="lord-howe-half-hour-shift-runs-once",
     ),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("zone", "cron", "start", "end", "expected"), DST_DAYS)

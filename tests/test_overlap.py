@@ -38,9 +38,19 @@ class Minutes:
 
     def add(self, policy: str, *extra: str) -> None:
         result = run_cli(
-            "schedule", "add", "every-minute", "--cron", "* * * * *", "--type", "overlap.slow",
-            "--overlap", policy, "--database-url", self.db_url, *extra,
-        )  # fmt: skip
+            "schedule",
+            "add",
+            "every-minute",
+            "--cron",
+            "* * * * *",
+            "--type",
+            "overlap.slow",
+            "--overlap",
+            policy,
+            "--database-url",
+            self.db_url,
+            *extra,
+        )
         assert result.exit_code == 0, result.stderr
         self.conn.execute(
             "UPDATE job_definitions SET materialized_through = %s, next_fire_at = %s",
@@ -50,8 +60,9 @@ class Minutes:
     def at(self, minute: int) -> datetime:
         return self.t0 + timedelta(minutes=minute)
 
-    def tick(self, minute: int, *, seconds: int = 10, ticks: int = TICKS_PER_MINUTE,
-             **options: Any) -> None:  # fmt: skip
+    def tick(
+        self, minute: int, *, seconds: int = 10, ticks: int = TICKS_PER_MINUTE, **options: Any
+    ) -> None:
         """Start `ticks` processes at that minute; return once each has exited or holds a run."""
         now = self.at(minute) + timedelta(seconds=seconds)
         env = {
@@ -101,8 +112,11 @@ class Minutes:
         seen = {e.run_id for e in self.exec_log.entries("run")}
 
         def next_run() -> int | None:
-            fresh = [e.run_id for e in self.exec_log.entries("run")
-                     if e.pid == proc.pid and e.run_id not in seen]  # fmt: skip
+            fresh = [
+                e.run_id
+                for e in self.exec_log.entries("run")
+                if e.pid == proc.pid and e.run_id not in seen
+            ]
             return fresh[0] if fresh else None
 
         wait_for(lambda: proc.poll() is not None or next_run(), "the tick to move on", 30)

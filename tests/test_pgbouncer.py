@@ -142,9 +142,13 @@ def test_every_command_works_through_pgbouncer_in_transaction_mode(pooled_databa
     lines += [{"type": "test.fail", "max_attempts": 1} for _ in range(3)]
     lines += [{"type": "test.sleep", "payload": {"seconds": 0.3}} for _ in range(2)]
     enqueued = run_cli(
-        "enqueue", "--jsonl", "-", "--database-url", url,
+        "enqueue",
+        "--jsonl",
+        "-",
+        "--database-url",
+        url,
         input="".join(json.dumps(line) + "\n" for line in lines),
-    )  # fmt: skip
+    )
     assert enqueued.exit_code == 0, enqueued.stderr
     ids = [int(i) for i in enqueued.stdout.split()]
     later = int(jobrunner(url, "enqueue", "test.ok", "--delay", "1h").stdout)
@@ -154,11 +158,19 @@ def test_every_command_works_through_pgbouncer_in_transaction_mode(pooled_databa
     exec_log = tmp_path / "executions.log"
     ticks = [
         jobrunner_process(
-            "tick", "--database-url", url, "--handlers", HANDLERS, "--concurrency", "4",
-            "--batch-size", "5", env={"JOBRUNNER_TEST_EXEC_LOG": str(exec_log)},
+            "tick",
+            "--database-url",
+            url,
+            "--handlers",
+            HANDLERS,
+            "--concurrency",
+            "4",
+            "--batch-size",
+            "5",
+            env={"JOBRUNNER_TEST_EXEC_LOG": str(exec_log)},
         )
         for _ in range(2)
-    ]  # fmt: skip
+    ]
     for tick in ticks:
         _, stderr = tick.communicate(timeout=60)
         assert tick.returncode == 0, stderr[-2000:]
@@ -189,8 +201,13 @@ def _operate_through_the_pooler(url: str, direct: str, dead: list[int], later: i
 
     status = json.loads(jobrunner(url, "status", "--json").stdout)
     assert status["runs"] == {
-        "queued": 1, "running": 0, "succeeded": 47, "failed": 0, "dead": 5, "cancelled": 1,
-    }  # fmt: skip
+        "queued": 1,
+        "running": 0,
+        "succeeded": 47,
+        "failed": 0,
+        "dead": 5,
+        "cancelled": 1,
+    }
     assert "JOB TYPE" in jobrunner(url, "status").stdout
     listed = json.loads(jobrunner(url, "list", "--status", "dead", "--json").stdout)
     assert sorted(r["id"] for r in listed) == sorted(dead[1:])

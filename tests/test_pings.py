@@ -62,9 +62,19 @@ elsewhere = pytest.fixture(_serve)  # a second server, on another port
 
 def add(db_url: str, name: str, job_type: str, *args: str) -> None:
     result = run_cli(
-        "schedule", "add", name, "--cron", "* * * * *", "--type", job_type,
-        "--catch-up", "all", "--database-url", db_url, *args,
-    )  # fmt: skip
+        "schedule",
+        "add",
+        name,
+        "--cron",
+        "* * * * *",
+        "--type",
+        job_type,
+        "--catch-up",
+        "all",
+        "--database-url",
+        db_url,
+        *args,
+    )
     assert result.exit_code == 0, result.stderr
 
 
@@ -81,8 +91,15 @@ def test_each_succeeded_run_pings_once_and_each_dead_run_pings_its_failure_url(
 ):
     add(db_url, "good", "test.ok", "--ping-url", f"{monitor.url}/good")
     add(db_url, "bad", "test.give_up", "--ping-url", f"{monitor.url}/bad")
-    add(db_url, "custom", "test.give_up", "--ping-url", f"{monitor.url}/c",
-        "--ping-failure-url", f"{monitor.url}/c?state=fail")  # fmt: skip
+    add(
+        db_url,
+        "custom",
+        "test.give_up",
+        "--ping-url",
+        f"{monitor.url}/c",
+        "--ping-failure-url",
+        f"{monitor.url}/c?state=fail",
+    )
     three_minutes_due(conn)
 
     report = tick(db_url, "test.ok", "test.give_up")
@@ -132,9 +149,18 @@ def test_an_unreachable_ping_url_changes_no_outcome_and_is_logged(db_url, conn, 
 )
 def test_a_bad_ping_url_is_one_line_exit_2(db_url, conn, url):
     result = run_cli(
-        "schedule", "add", "bad-url", "--cron", "@daily", "--type", "t", "--ping-url", url,
-        "--database-url", db_url,
-    )  # fmt: skip
+        "schedule",
+        "add",
+        "bad-url",
+        "--cron",
+        "@daily",
+        "--type",
+        "t",
+        "--ping-url",
+        url,
+        "--database-url",
+        db_url,
+    )
     assert result.exit_code == 2
     assert "invalid ping_url" in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert count(conn, "SELECT count(*) FROM job_definitions") == 0
@@ -143,9 +169,16 @@ def test_a_bad_ping_url_is_one_line_exit_2(db_url, conn, url):
 def tick_process(db_url: str) -> str:
     """A real `jobrunner tick`, one handler thread, so runs finish in claim order; its stderr."""
     tick = jobrunner_process(
-        "tick", "--database-url", db_url, "--handlers", "tests.handlers.basic",
-        "--types", "test.ok", "--concurrency", "1",
-    )  # fmt: skip
+        "tick",
+        "--database-url",
+        db_url,
+        "--handlers",
+        "tests.handlers.basic",
+        "--types",
+        "test.ok",
+        "--concurrency",
+        "1",
+    )
     _, err = tick.communicate(timeout=60)
     assert tick.returncode == 0, err
     return err

@@ -45,13 +45,22 @@ def test_six_ticks_materialize_and_run_every_occurrence_exactly_once(db_url, con
         gate.execute("LOCK TABLE job_definitions IN EXCLUSIVE MODE")
         ticks = [
             jobrunner_process(
-                "tick", "--database-url", db_url, "--handlers", "tests.handlers.basic",
-                "--tenants-sql", "SELECT id FROM tenants", "--batch-size", "3",
-                "--concurrency", "4", "--json",
+                "tick",
+                "--database-url",
+                db_url,
+                "--handlers",
+                "tests.handlers.basic",
+                "--tenants-sql",
+                "SELECT id FROM tenants",
+                "--batch-size",
+                "3",
+                "--concurrency",
+                "4",
+                "--json",
                 env={"JOBRUNNER_TEST_EXEC_LOG": str(exec_log)},
             )
             for _ in range(TICKS)
-        ]  # fmt: skip
+        ]
         _wait_for_waiters(conn, TICKS, timeout=3.0)
         gate.rollback()
 

@@ -20,9 +20,17 @@ from tests.factories import tick
 
 def add(db_url: str, name: str, job_type: str, *args: str) -> None:
     result = run_cli(
-        "schedule", "add", name, "--cron", "*/5 * * * *", "--type", job_type,
-        "--database-url", db_url, *args,
-    )  # fmt: skip
+        "schedule",
+        "add",
+        name,
+        "--cron",
+        "*/5 * * * *",
+        "--type",
+        job_type,
+        "--database-url",
+        db_url,
+        *args,
+    )
     assert result.exit_code == 0, result.stderr
 
 
@@ -154,9 +162,10 @@ def test_status_and_metrics_show_the_health_of_each_schedule(db_url, conn):
     assert 'jobrunner_schedule_stale{schedule="fine"} 0' in metrics
     assert 'jobrunner_schedule_last_success_timestamp_seconds{schedule="broken"} 0' in metrics
     [fine] = [
-        line for line in metrics.splitlines()
+        line
+        for line in metrics.splitlines()
         if line.startswith('jobrunner_schedule_last_success_timestamp_seconds{schedule="fine"}')
-    ]  # fmt: skip
+    ]
     assert float(fine.split()[-1]) > 0
 
 

@@ -48,10 +48,25 @@ def make_due(conn) -> None:
 
 def test_add_stores_the_definition_and_prints_its_next_run(db_url, conn):
     result = add(
-        db_url, "nightly-report", "--cron", "30 2 * * *", "--type", "reports.nightly",
-        "--timezone", "Europe/Amsterdam", "--payload", '{"format": "pdf"}', "--max-attempts", "5",
-        "--priority", "-1", "--catch-up", "all", "--catch-up-limit", "3",
-    )  # fmt: skip
+        db_url,
+        "nightly-report",
+        "--cron",
+        "30 2 * * *",
+        "--type",
+        "reports.nightly",
+        "--timezone",
+        "Europe/Amsterdam",
+        "--payload",
+        '{"format": "pdf"}',
+        "--max-attempts",
+        "5",
+        "--priority",
+        "-1",
+        "--catch-up",
+        "all",
+        "--catch-up-limit",
+        "3",
+    )
     next_run = result.stdout.strip().rsplit(" ", 1)[-1]
     assert result.stdout.startswith("added schedule nightly-report: next run ")
     assert ISO_WITH_OFFSET.fullmatch(next_run) and next_run[11:19] == "02:30:00"
@@ -60,8 +75,20 @@ def test_add_stores_the_definition_and_prints_its_next_run(db_url, conn):
         " catch_up_limit, enabled, materialized_through = created_at,"
         " next_fire_at > materialized_through FROM job_definitions"
     ).fetchone()
-    assert row == ("reports.nightly", {"format": "pdf"}, "30 2 * * *", "Europe/Amsterdam",
-                   "global", 5, -1, "all", 3, True, True, True)  # fmt: skip
+    assert row == (
+        "reports.nightly",
+        {"format": "pdf"},
+        "30 2 * * *",
+        "Europe/Amsterdam",
+        "global",
+        5,
+        -1,
+        "all",
+        3,
+        True,
+        True,
+        True,
+    )
 
 
 def test_add_keeps_the_users_alias_and_defaults(db_url, conn):
@@ -138,8 +165,12 @@ def test_list_shows_every_schedule_with_its_next_run(db_url):
     header = ["NAME", "SCHEDULE", "TIMEZONE", "SCOPE", "OVERLAP", "TYPE", "NEXT", "RUN"]
     assert lines[0].split() == header
     assert lines[1].split()[:1] + lines[1].split()[-5:-1] == [
-        "a-hourly", "UTC", "tenant", "allow", "t"
-    ]  # fmt: skip
+        "a-hourly",
+        "UTC",
+        "tenant",
+        "allow",
+        "t",
+    ]
     assert ISO_WITH_OFFSET.fullmatch(lines[1].split()[-1])
     assert lines[2].split() == ["b-daily", "@daily", "Asia/Tokyo", "global", "allow", "t", "paused"]
 
@@ -147,12 +178,32 @@ def test_list_shows_every_schedule_with_its_next_run(db_url):
 def test_list_json_gives_every_field(db_url):
     add(db_url, "hourly", "--cron", "@hourly", "--type", "t", "--payload", '{"a": [1]}')
     [listed] = json.loads(schedule(db_url, "list", "--json").stdout)
-    assert {k: listed[k] for k in ("name", "type", "cron", "timezone", "scope", "payload",
-                                   "catch_up", "overlap", "overlap_skips", "enabled")} == {
-        "name": "hourly", "type": "t", "cron": "@hourly", "timezone": "UTC", "scope": "global",
-        "payload": {"a": [1]}, "catch_up": "latest", "overlap": "allow", "overlap_skips": 0,
+    assert {
+        k: listed[k]
+        for k in (
+            "name",
+            "type",
+            "cron",
+            "timezone",
+            "scope",
+            "payload",
+            "catch_up",
+            "overlap",
+            "overlap_skips",
+            "enabled",
+        )
+    } == {
+        "name": "hourly",
+        "type": "t",
+        "cron": "@hourly",
+        "timezone": "UTC",
+        "scope": "global",
+        "payload": {"a": [1]},
+        "catch_up": "latest",
+        "overlap": "allow",
+        "overlap_skips": 0,
         "enabled": True,
-    }  # fmt: skip
+    }
     next_fire = datetime.fromisoformat(listed["next_fire_at"])
     assert next_fire.minute == 0 and next_fire > datetime.fromisoformat(listed["created_at"])
 
@@ -164,8 +215,16 @@ def test_list_with_no_schedules_says_so(db_url):
 
 
 def test_show_gives_next_fire_times_the_mark_and_recent_runs(db_url, conn):
-    add(db_url, "every5", "--cron", "*/5 * * * *", "--type", "test.ok",
-        "--timezone", "America/New_York")  # fmt: skip
+    add(
+        db_url,
+        "every5",
+        "--cron",
+        "*/5 * * * *",
+        "--type",
+        "test.ok",
+        "--timezone",
+        "America/New_York",
+    )
     make_due(conn)
     tick = run_cli("tick", "--database-url", db_url, "--handlers", HANDLERS)
     assert tick.exit_code == 0, tick.stderr
@@ -301,11 +360,35 @@ def test_sync_adds_the_files_definitions(db_url, conn):
         " FROM job_definitions ORDER BY name"
     ).fetchall()
     assert rows == [
-        ("nightly-report", "reports.nightly", {"format": "pdf"}, "30 2 * * *",
-         "Europe/Amsterdam", "global", None, 0, "latest", 100, True, True),
-        ("per-tenant", "tenants.refresh", {}, "@hourly", "UTC", "tenant", 3, 2, "all", 5, True,
-         True),
-    ]  # fmt: skip
+        (
+            "nightly-report",
+            "reports.nightly",
+            {"format": "pdf"},
+            "30 2 * * *",
+            "Europe/Amsterdam",
+            "global",
+            None,
+            0,
+            "latest",
+            100,
+            True,
+            True,
+        ),
+        (
+            "per-tenant",
+            "tenants.refresh",
+            {},
+            "@hourly",
+            "UTC",
+            "tenant",
+            3,
+            2,
+            "all",
+            5,
+            True,
+            True,
+        ),
+    ]
 
 
 def test_sync_sets_and_changes_the_overlap_policy(db_url, conn):
@@ -428,27 +511,50 @@ def test_an_invalid_entry_names_the_file_and_the_schedule(db_url, tmp_path):
 
 
 def test_preview_prints_fire_times_strictly_after_from_one_per_line():
-    result = run_cli("schedule", "preview", "*/15 * * * *", "--from", "2026-05-12T10:15:00Z",
-                     "--count", "3")  # fmt: skip
+    result = run_cli(
+        "schedule", "preview", "*/15 * * * *", "--from", "2026-05-12T10:15:00Z", "--count", "3"
+    )
     assert result.exit_code == 0, result.stderr
     assert result.stdout.splitlines() == [
-        "2026-05-12T10:30:00+00:00", "2026-05-12T10:45:00+00:00", "2026-05-12T11:00:00+00:00",
-    ]  # fmt: skip
+        "2026-05-12T10:30:00+00:00",
+        "2026-05-12T10:45:00+00:00",
+        "2026-05-12T11:00:00+00:00",
+    ]
 
 
 def test_preview_shows_the_repeated_hour_rule_in_local_time():
-    result = run_cli("schedule", "preview", "30 2 * * *", "--timezone", "Europe/Amsterdam",
-                     "--from", "2026-10-24T12:00", "--count", "2")  # fmt: skip
+    result = run_cli(
+        "schedule",
+        "preview",
+        "30 2 * * *",
+        "--timezone",
+        "Europe/Amsterdam",
+        "--from",
+        "2026-10-24T12:00",
+        "--count",
+        "2",
+    )
     # A bare croniter gives 02:30+02:00 and 02:30+01:00 on the 25th; once is right.
     assert result.stdout.splitlines() == ["2026-10-25T02:30:00+02:00", "2026-10-26T02:30:00+01:00"]
 
 
 def test_preview_reads_a_from_without_offset_in_the_timezone():
-    result = run_cli("schedule", "preview", "0 * * * *", "--timezone", "America/New_York",
-                     "--from", "2026-03-08T00:30", "--count", "3")  # fmt: skip
+    result = run_cli(
+        "schedule",
+        "preview",
+        "0 * * * *",
+        "--timezone",
+        "America/New_York",
+        "--from",
+        "2026-03-08T00:30",
+        "--count",
+        "3",
+    )
     assert result.stdout.splitlines() == [
-        "2026-03-08T01:00:00-05:00", "2026-03-08T03:00:00-04:00", "2026-03-08T04:00:00-04:00",
-    ]  # fmt: skip
+        "2026-03-08T01:00:00-05:00",
+        "2026-03-08T03:00:00-04:00",
+        "2026-03-08T04:00:00-04:00",
+    ]
 
 
 def test_preview_without_from_starts_now_and_needs_no_database():
@@ -499,8 +605,9 @@ def test_tick_with_a_tenant_scoped_schedule_and_no_tenant_query_exits_1_after_it
 
 
 def test_an_empty_tenant_query_is_bad_input(db_url):
-    result = run_cli("tick", "--database-url", db_url, "--handlers", HANDLERS,
-                     "--tenants-sql", " ; ")  # fmt: skip
+    result = run_cli(
+        "tick", "--database-url", db_url, "--handlers", HANDLERS, "--tenants-sql", " ; "
+    )
     assert result.exit_code == 2
     assert "empty tenant query" in result.stderr
 

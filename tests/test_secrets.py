@@ -97,8 +97,15 @@ def test_a_handler_quoting_the_url_leaks_the_password_nowhere(db_url, password):
     assert tick.returncode == 0, err
     assert "run failed" in err or "failed" in err
     outputs = [out, err]
-    for args in (["show", "1"], ["show", "1", "--json"], ["show", "2"], ["list"],
-                 ["list", "--json"], ["status"], ["status", "--json"]):  # fmt: skip
+    for args in (
+        ["show", "1"],
+        ["show", "1", "--json"],
+        ["show", "2"],
+        ["list"],
+        ["list", "--json"],
+        ["status"],
+        ["status", "--json"],
+    ):
         result = run_cli(*args, env=env)
         assert result.exit_code == 0, result.stderr
         outputs += [result.stdout, result.stderr]
@@ -145,10 +152,18 @@ def test_a_known_password_is_removed_however_it_was_written():
 
 @pytest.mark.parametrize(
     "text",
-    ["://a:" * 40000, "=a:" * 40000, "password='" * 40000, "password '" * 40000,
-     "password ''" * 40000, "=(" * 60000, "a:" * 60000,
-     " a:b" * 40000, "postgresql://" + "u:" * 60000],
-)  # fmt: skip
+    [
+        "://a:" * 40000,
+        "=a:" * 40000,
+        "password='" * 40000,
+        "password '" * 40000,
+        "password ''" * 40000,
+        "=(" * 60000,
+        "a:" * 60000,
+        " a:b" * 40000,
+        "postgresql://" + "u:" * 60000,
+    ],
+)
 def test_redaction_is_linear_in_the_text(text):
     started = time.perf_counter()
     redact(text)

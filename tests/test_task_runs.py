@@ -42,8 +42,9 @@ def test_waiting_task_types_are_found_by_one_probe_per_queue_and_type(
     conn.execute("ANALYZE job_runs")
     assert sorted(store.task_types_waiting(conn, None)) == ["shop.tasks.add", "shop.tasks.mail"]
     assert sorted(store.task_types_waiting(conn, ["emails"])) == [
-        "shop.tasks.add", "shop.tasks.mail",
-    ]  # fmt: skip
+        "shop.tasks.add",
+        "shop.tasks.mail",
+    ]
     assert store.task_types_waiting(conn, ["nowhere"]) == []
     plan = conn.execute(
         f"EXPLAIN (ANALYZE, FORMAT JSON) {TASK_TYPES_WAITING}", {"queues": None}

@@ -27,9 +27,16 @@ def evil(conn):
         [EVIL_TYPE],
     )
     dead = insert_run(
-        conn, EVIL_TYPE, tenant_id=EVIL_TENANT, status="dead", attempts=1, max_attempts=1,
-        last_error=EVIL_ERROR.replace("\x00", ""), error_type="E\x1b[0m", run_at=now("-1 hour"),
-    )  # fmt: skip
+        conn,
+        EVIL_TYPE,
+        tenant_id=EVIL_TENANT,
+        status="dead",
+        attempts=1,
+        max_attempts=1,
+        last_error=EVIL_ERROR.replace("\x00", ""),
+        error_type="E\x1b[0m",
+        run_at=now("-1 hour"),
+    )
     insert_run(conn, EVIL_TYPE, tenant_id=EVIL_TENANT, run_at=now("-1 hour"))
     conn.execute(
         "INSERT INTO job_attempts (run_id, attempt, worker, error_type, message, traceback)"
@@ -40,9 +47,15 @@ def evil(conn):
 
 @pytest.mark.parametrize(
     "args",
-    [["list"], ["show", "1"], ["status"], ["check", "--max-queue-age", "1s", "--max-dead", "0"],
-     ["schedule", "show", "nightly\x1b[8m"], ["schedule", "list"]],
-)  # fmt: skip
+    [
+        ["list"],
+        ["show", "1"],
+        ["status"],
+        ["check", "--max-queue-age", "1s", "--max-dead", "0"],
+        ["schedule", "show", "nightly\x1b[8m"],
+        ["schedule", "list"],
+    ],
+)
 def test_human_output_shows_control_characters_escaped(db_url, evil, args):
     result = run_cli(*args, "--database-url", db_url)
     assert result.exit_code in (0, 1), result.stderr

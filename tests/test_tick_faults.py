@@ -253,14 +253,19 @@ def test_what_a_lost_claim_wrote_is_told_apart_from_what_happened_to_its_runs_si
     store.runs_finalize_many(conn, decisions[:1], worker="w:1")
     # The others changed otherwise: succeeded under another tick, its lease expired and
     # rescued, cancelled; the last is still running, as if the write never happened.
-    conn.execute("UPDATE job_runs SET status = 'succeeded', finished_at = now(), finished_by ="
-                 " 'w:2', locked_by = NULL, locked_until = NULL, lease_token = NULL"
-                 " WHERE id = %s", (elsewhere.id,))  # fmt: skip
+    conn.execute(
+        "UPDATE job_runs SET status = 'succeeded', finished_at = now(), finished_by ="
+        " 'w:2', locked_by = NULL, locked_until = NULL, lease_token = NULL"
+        " WHERE id = %s",
+        (elsewhere.id,),
+    )
     store.runs_rescue_many(conn, now=db_now(conn) + timedelta(minutes=2))
     store.runs_cancel_many(conn, [cancelled.id])
-    conn.execute("UPDATE job_runs SET status = 'running', locked_until = now() + interval '1h',"
-                 " lease_token = gen_random_uuid(), finished_at = NULL WHERE id = %s",
-                 (never.id,))  # fmt: skip
+    conn.execute(
+        "UPDATE job_runs SET status = 'running', locked_until = now() + interval '1h',"
+        " lease_token = gen_random_uuid(), finished_at = NULL WHERE id = %s",
+        (never.id,),
+    )
 
     assert store.runs_list_decided(conn, decisions, worker="w:1") == {ids[0]}
 

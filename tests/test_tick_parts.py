@@ -26,9 +26,15 @@ from cronjob.tick.shutdown import Shutdown
 
 def claimed(run_id: int, job_type: str = "t") -> ClaimedRun:
     return ClaimedRun(
-        id=run_id, job_type=job_type, payload={}, tenant_id=None, scheduled_for=None,
-        attempt=1, final_attempt=False, lease_token=uuid.uuid4(),
-    )  # fmt: skip
+        id=run_id,
+        job_type=job_type,
+        payload={},
+        tenant_id=None,
+        scheduled_for=None,
+        attempt=1,
+        final_attempt=False,
+        lease_token=uuid.uuid4(),
+    )
 
 
 def spec(job_type: str = "t", func: Any = None, **options: Any) -> HandlerSpec:
@@ -80,8 +86,9 @@ def test_a_run_whose_handler_returned_is_settled_by_collecting_its_result():
 def test_a_queued_run_that_is_settled_never_starts():
     gate = threading.Event()
     ran: list[int] = []
-    pool = pool_of(spec(func=lambda ctx, payload: (gate.wait(10), ran.append(ctx.run_id))),
-                   concurrency=1)  # fmt: skip
+    pool = pool_of(
+        spec(func=lambda ctx, payload: (gate.wait(10), ran.append(ctx.run_id))), concurrency=1
+    )
     pool.add([claimed(1), claimed(2)])  # one worker: run 2 waits in the queue
     wait_until_started(pool, 1)
     [given_up] = pool.settle_all({FlightState.QUEUED})
@@ -235,8 +242,9 @@ def test_several_workers_take_one_run_at_a_time_so_a_slow_one_holds_up_no_other(
 def test_a_hand_back_reaches_the_runs_already_handed_to_a_worker_and_those_not_yet():
     gate = threading.Event()
     ran: list[int] = []
-    pool = pool_of(spec(func=lambda ctx, payload: (gate.wait(10), ran.append(ctx.run_id))),
-                   concurrency=1)  # fmt: skip
+    pool = pool_of(
+        spec(func=lambda ctx, payload: (gate.wait(10), ran.append(ctx.run_id))), concurrency=1
+    )
     pool.add([claimed(i) for i in range(1, 501)])  # far more than is handed ahead
     wait_until_started(pool, 1)
     given_up = pool.settle_all({FlightState.QUEUED})
@@ -256,8 +264,14 @@ def test_a_hand_back_reaches_the_runs_already_handed_to_a_worker_and_those_not_y
 
 def batcher(concurrency: int = 4, batch_size: int = 500, now: float = 0.0) -> Batcher:
     handlers = {"t": spec()}
-    return Batcher(handlers, leases={"t": 60.0}, concurrency=concurrency, batch_size=batch_size,
-                    worker="test:1", clock=lambda: now)  # fmt: skip
+    return Batcher(
+        handlers,
+        leases={"t": 60.0},
+        concurrency=concurrency,
+        batch_size=batch_size,
+        worker="test:1",
+        clock=lambda: now,
+    )
 
 
 def test_before_any_handler_returned_a_claim_asks_for_twice_the_concurrency():

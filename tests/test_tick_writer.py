@@ -28,9 +28,14 @@ class Connections(Database):
     """The tick's database: real connections, counted, under a name a test can find."""
 
     def __init__(
-        self, db_url: str, *, refuse: bool = False, refuse_after: int = 0, slow_until: int = 0,
+        self,
+        db_url: str,
+        *,
+        refuse: bool = False,
+        refuse_after: int = 0,
+        slow_until: int = 0,
         patience: float = 10.0,
-    ) -> None:  # fmt: skip
+    ) -> None:
         super().__init__(db_url)
         self.refuse, self.refuse_after, self.opened = refuse, refuse_after, 0
         self.slow_until, self.patience = slow_until, patience
@@ -120,8 +125,11 @@ def test_a_streaming_drain_writes_its_outcomes_on_a_second_connection(db_url, co
     # The server keeps the first kilobyte of a statement's text (track_activity_query_size).
     seen = _shape(last_query)[:900]
     assert len(seen) == 900 and _shape(RUNS_FINALIZE_MANY).startswith(seen)
-    assert counted(conn) == actual(conn) == {("writer.ok", "succeeded"): 3000,
-                                             ("writer.probe", "succeeded"): 1}  # fmt: skip
+    assert (
+        counted(conn)
+        == actual(conn)
+        == {("writer.ok", "succeeded"): 3000, ("writer.probe", "succeeded"): 1}
+    )
     assert _second_connections(db_url) == []  # closed when the drain ended
 
 

@@ -52,16 +52,34 @@ SYNC_NOOP = "sync no-op, default flags"
 ASYNC_NOOP = "async no-op, default flags"
 
 CASES: tuple[Case, ...] = (
-    Case(ASYNC_SLEEP_1, "async_sleep_1", ("--async-concurrency", "200"), SLEEP_RUNS, "async 1 s",
-         target_seconds=15.0),
+    Case(
+        ASYNC_SLEEP_1,
+        "async_sleep_1",
+        ("--async-concurrency", "200"),
+        SLEEP_RUNS,
+        "async 1 s",
+        target_seconds=15.0,
+    ),
     Case(SYNC_SLEEP_256, "sleep_0_1", ("--concurrency", "256"), SLEEP_RUNS, "256 threads"),
-    Case(SYNC_SLEEP_4, "sleep_0_1", (), DEFAULT_THREADS_RUNS, "4 threads",
-         note=f"capped at {DEFAULT_THREADS_RUNS} runs"),
-    Case(ASYNC_SLEEP_01, "async_sleep_0_1", ("--async-concurrency", "200"), SLEEP_RUNS, "async",
-         compare=(SYNC_SLEEP_256, SYNC_SLEEP_4)),
+    Case(
+        SYNC_SLEEP_4,
+        "sleep_0_1",
+        (),
+        DEFAULT_THREADS_RUNS,
+        "4 threads",
+        note=f"capped at {DEFAULT_THREADS_RUNS} runs",
+    ),
+    Case(
+        ASYNC_SLEEP_01,
+        "async_sleep_0_1",
+        ("--async-concurrency", "200"),
+        SLEEP_RUNS,
+        "async",
+        compare=(SYNC_SLEEP_256, SYNC_SLEEP_4),
+    ),
     Case(SYNC_NOOP, "noop", (), None, "sync no-op"),
     Case(ASYNC_NOOP, "async_noop", (), None, "async no-op", compare=(SYNC_NOOP,)),
-)  # fmt: skip
+)
 
 
 def jsonl(job_type: str, n: int) -> bytes:

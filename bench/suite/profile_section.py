@@ -95,8 +95,9 @@ class ProfileSection:
         s = self.system("jobrunner")
         if s is None:
             why = self.skipped.get("jobrunner", "not selected")
-            self.rows.append(Row("profile", "jobrunner", "jobrunner", "-", "us/run",
-                                 status=f"not run: {why}"))  # fmt: skip
+            self.rows.append(
+                Row("profile", "jobrunner", "jobrunner", "-", "us/run", status=f"not run: {why}")
+            )
             return
         n = self.opts.profile_n
         from bench.suite.systems.jobrunner import FLAG_SETS
@@ -108,8 +109,9 @@ class ProfileSection:
             figures.update(self._sampled(s, n, py_spy / "bin" / "py-spy"))
         except MEASUREMENT_ERRORS as exc:
             log(f"profile: FAILED\n{exc}")
-            self.rows.append(Row("profile", s.name, s.label, "-", "us/run",
-                                 status=f"failed: {first_line(exc)}"))  # fmt: skip
+            self.rows.append(
+                Row("profile", s.name, s.label, "-", "us/run", status=f"failed: {first_line(exc)}")
+            )
             return
         for what in (w for w in ORDER if w in figures):
             value = [round(figures[what], 2)]
@@ -152,8 +154,19 @@ class ProfileSection:
             with tempfile.TemporaryDirectory() as tmp:
                 out = Path(tmp) / "raw.txt"
                 cmd = self._tick(s, url)
-                spy = [str(py_spy), "record", "--format", "raw", "--gil", "--rate", str(RATE),
-                       "--nonblocking", "-o", str(out), "--"]  # fmt: skip
+                spy = [
+                    str(py_spy),
+                    "record",
+                    "--format",
+                    "raw",
+                    "--gil",
+                    "--rate",
+                    str(RATE),
+                    "--nonblocking",
+                    "-o",
+                    str(out),
+                    "--",
+                ]
                 _run([*spy, *cmd.argv], cmd, 2 * self.drain_timeout(n))
                 _require_drained(s, url)
                 return gil_per_run(out.read_text(), RATE, n)
@@ -162,8 +175,9 @@ class ProfileSection:
 
 
 def _run(argv: list[str], cmd: Command, timeout: float) -> None:
-    done = subprocess.run(argv, env=cmd.full_env(), cwd=cmd.cwd, timeout=timeout,
-                          capture_output=True, check=False)  # fmt: skip
+    done = subprocess.run(
+        argv, env=cmd.full_env(), cwd=cmd.cwd, timeout=timeout, capture_output=True, check=False
+    )
     if done.returncode != 0:
         raise RuntimeError(f"{argv[0]} exited {done.returncode}: {done.stderr.decode()[-500:]}")
 

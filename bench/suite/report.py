@@ -420,8 +420,11 @@ def profile_table(report: Report) -> tuple[Table, str]:
         if what not in rows:
             continue
         value = _median(rows[what])
-        lock_time = what not in (profile_section.WALL, profile_section.TICK_CPU,
-                                 profile_section.SERVER_CPU)  # fmt: skip
+        lock_time = what not in (
+            profile_section.WALL,
+            profile_section.TICK_CPU,
+            profile_section.SERVER_CPU,
+        )
         share = f"{value / gil:.0%}" if lock_time and gil and value is not None else "-"
         part = lock_time and what != profile_section.GIL
         body.append([f"· {what}" if part else what, _num(value, 1), share])
@@ -442,8 +445,9 @@ def _profile_legend(report: Report, rows: dict[str, Row]) -> str:
         f"--rate {profile_section.RATE}`, each sample put under what its stack shows "
         "(bench/suite/profile_section.py). py-spy slows the tick, so read those as shares."
     )
-    tick, server = (_median(rows.get(k)) for k in (profile_section.TICK_CPU,
-                                                    profile_section.SERVER_CPU))  # fmt: skip
+    tick, server = (
+        _median(rows.get(k)) for k in (profile_section.TICK_CPU, profile_section.SERVER_CPU)
+    )
     cores = int(report.machine.get("cores") or 0)
     if not (tick and server and cores):
         return legend

@@ -128,8 +128,16 @@ class SideSections:
             try:
                 cases = measure(url, list(self.opts.memory_jsonl_mb), self.opts.memory_list_runs)
             except MEASUREMENT_ERRORS as exc:
-                self.rows.append(Row("memory", "jobrunner", "jobrunner", "-", "MiB",
-                                     status=f"failed: {first_line(exc)}"))  # fmt: skip
+                self.rows.append(
+                    Row(
+                        "memory",
+                        "jobrunner",
+                        "jobrunner",
+                        "-",
+                        "MiB",
+                        status=f"failed: {first_line(exc)}",
+                    )
+                )
                 log(f"memory: FAILED\n{exc}")
                 return
             finally:

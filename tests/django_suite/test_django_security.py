@@ -109,9 +109,16 @@ def test_a_task_the_settings_schedules_name_runs_wherever_it_is_defined(project:
     from shop.models import Entry
     from shop.reports import weekly
 
-    tasks = {"default": {**settings.TASKS["default"], "OPTIONS": {"SCHEDULES": {
-        "weekly": {"task": "shop.reports.weekly", "cron": "0 3 * * mon"},
-    }}}}  # fmt: skip
+    tasks = {
+        "default": {
+            **settings.TASKS["default"],
+            "OPTIONS": {
+                "SCHEDULES": {
+                    "weekly": {"task": "shop.reports.weekly", "cron": "0 3 * * mon"},
+                }
+            },
+        }
+    }
     with override_settings(TASKS=tasks):
         result = weekly.enqueue("monday")
         tick(project)

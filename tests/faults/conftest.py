@@ -147,10 +147,16 @@ def start_tick(tmp_path: Path, exec_log: ExecLog) -> Iterator[Callable[..., Tick
     def start(url: str, *args: str, env: dict[str, str] | None = None) -> TickProcess:
         log_path = tmp_path / f"tick-{len(started)}.log"
         proc = jobrunner_process(
-            "tick", "--database-url", url, "--handlers", HANDLERS, "--json", *args,
+            "tick",
+            "--database-url",
+            url,
+            "--handlers",
+            HANDLERS,
+            "--json",
+            *args,
             env={"JOBRUNNER_TEST_EXEC_LOG": str(exec_log.path), **(env or {})},
             stderr=log_path.open("w"),
-        )  # fmt: skip
+        )
         tick = TickProcess(proc, log_path)
         started.append(tick)
         return tick
@@ -188,8 +194,17 @@ class PrivateServer:
         )
 
     def init(self) -> None:
-        self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust",
-                  "--encoding=UTF8", "--no-sync", "--no-instructions")  # fmt: skip
+        self._run(
+            "initdb",
+            "-D",
+            str(self.data),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "--encoding=UTF8",
+            "--no-sync",
+            "--no-instructions",
+        )
         self.start()
         with psycopg.connect(self.admin_url, autocommit=True) as admin:
             admin.execute("CREATE DATABASE jobrunner")
@@ -198,8 +213,19 @@ class PrivateServer:
         """Start the server, with `settings` ("name=value") beside the suite's own."""
         options = f"-c listen_addresses='' -k {self.root} -c fsync=off -c full_page_writes=off"
         options += "".join(f" -c {setting}" for setting in settings)
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "server.log"),
-                  "-o", options, "-w", "-t", "30", "start")  # fmt: skip
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.root / "server.log"),
+            "-o",
+            options,
+            "-w",
+            "-t",
+            "30",
+            "start",
+        )
 
     def stop_cleanly(self) -> None:
         self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
@@ -211,8 +237,21 @@ class PrivateServer:
 
     def clone_from(self, primary: PrivateServer, *options: str) -> None:
         """Make this server a streaming standby of `primary` (pg_basebackup -R; not started)."""
-        self._run("pg_basebackup", "-D", str(self.data), "-h", str(primary.root),
-                  "-U", "postgres", "-X", "stream", "-c", "fast", "-R", *options)  # fmt: skip
+        self._run(
+            "pg_basebackup",
+            "-D",
+            str(self.data),
+            "-h",
+            str(primary.root),
+            "-U",
+            "postgres",
+            "-X",
+            "stream",
+            "-c",
+            "fast",
+            "-R",
+            *options,
+        )
 
     def promote(self) -> None:
         self._run("pg_ctl", "-D", str(self.data), "-w", "-t", "30", "promote")

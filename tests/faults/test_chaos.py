@@ -29,8 +29,9 @@ ARGS = ("--concurrency", "4", "--batch-size", "10")
 
 
 def _enqueue_effects(conn: Any, n: int, ms: int = 20) -> None:
-    store.runs_insert_many(conn, [new_run("fault.effect", {"key": f"k{i}", "ms": ms})
-                                  for i in range(n)])  # fmt: skip
+    store.runs_insert_many(
+        conn, [new_run("fault.effect", {"key": f"k{i}", "ms": ms}) for i in range(n)]
+    )
 
 
 def _progress(exec_log: Any, share: float, total: int) -> Any:
@@ -84,8 +85,9 @@ def test_effects_commit_once_while_ticks_are_killed_and_stalled_past_their_lease
     ticks = [start_tick(db_url, *args) for _ in range(4)]
     killed: set[int] = set()
     disruptions = ["kill", "stop", "kill", "stop", "kill"]
-    for share, what in zip(sorted(rng.uniform(0.05, 0.6) for _ in disruptions), disruptions,
-                           strict=True):  # fmt: skip
+    for share, what in zip(
+        sorted(rng.uniform(0.05, 0.6) for _ in disruptions), disruptions, strict=True
+    ):
         wait_for(_progress(exec_log, share, total), "the drain to progress", timeout=60)
         alive = [t for t in ticks if t.proc.poll() is None]
         if not alive:
@@ -100,16 +102,28 @@ def test_effects_commit_once_while_ticks_are_killed_and_stalled_past_their_lease
             # Until the database says its leases ran out; the stalled tick then wakes to
             # find its runs gone.
             worker = f"%:{victim.pid}"
-            wait_for(lambda worker=worker: not count(
-                conn, "SELECT count(*) FROM job_runs WHERE status = 'running'"
-                " AND locked_by LIKE %s AND locked_until > now()", worker,
-            ), "the stalled tick's leases to expire", timeout=30)  # fmt: skip
+            wait_for(
+                lambda worker=worker: (
+                    not count(
+                        conn,
+                        "SELECT count(*) FROM job_runs WHERE status = 'running'"
+                        " AND locked_by LIKE %s AND locked_until > now()",
+                        worker,
+                    )
+                ),
+                "the stalled tick's leases to expire",
+                timeout=30,
+            )
             # A new tick rescues them first thing (all but a run whose success the stalled
             # tick was committing when it stopped: its row lock keeps that one its own).
             rescuer = start_tick(db_url, *args)
             ticks.append(rescuer)
-            wait_for(lambda rescuer=rescuer: rescuer.events("run finished")
-                     or rescuer.proc.poll() is not None, "the new tick to rescue")  # fmt: skip
+            wait_for(
+                lambda rescuer=rescuer: (
+                    rescuer.events("run finished") or rescuer.proc.poll() is not None
+                ),
+                "the new tick to rescue",
+            )
             victim.signal(signal.SIGCONT)
         ticks.append(start_tick(db_url, *args))
 
@@ -163,9 +177,14 @@ def test_operators_acting_on_runs_while_ticks_drain_them_break_nothing(
     rng = random.Random(seed)
     effect_table(db_url)
     insert_runs(
-        conn, 500, "old.report", status="succeeded", attempts=1, started_at=now("-3 days"),
+        conn,
+        500,
+        "old.report",
+        status="succeeded",
+        attempts=1,
+        started_at=now("-3 days"),
         finished_at=now("-3 days"),
-    )  # fmt: skip
+    )
     _enqueue_effects(conn, total)
     ids = [r[0] for r in conn.execute("SELECT id FROM job_runs WHERE job_type = 'fault.effect'")]
     schedules = tmp_path / "schedules.toml"
@@ -190,9 +209,11 @@ def test_operators_acting_on_runs_while_ticks_drain_them_break_nothing(
     _finish(db_url, conn)
 
     context = f"seed {seed}"
-    statuses = dict(conn.execute(
-        "SELECT status, count(*) FROM job_runs WHERE job_type = 'fault.effect' GROUP BY status"
-    ))  # fmt: skip
+    statuses = dict(
+        conn.execute(
+            "SELECT status, count(*) FROM job_runs WHERE job_type = 'fault.effect' GROUP BY status"
+        )
+    )
     assert set(statuses) <= {"succeeded", "cancelled"} and sum(statuses.values()) == total
     assert count(conn, "SELECT count(*) FROM job_runs WHERE job_type = 'old.report'") == 0
     assert count(conn, "SELECT count(*) FROM job_definitions") == 3

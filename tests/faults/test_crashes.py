@@ -88,10 +88,11 @@ def test_a_tick_frozen_past_its_lease_cannot_overwrite_the_newer_outcome(
     wait_for(lambda: exec_log.of(run_id), "the first attempt to start")
     zombie.signal(signal.SIGSTOP)
     wait_for(
-        lambda: count(conn, "SELECT count(*) FROM job_runs WHERE id = %s AND locked_until < now()",
-                      run_id),
+        lambda: count(
+            conn, "SELECT count(*) FROM job_runs WHERE id = %s AND locked_until < now()", run_id
+        ),
         "the frozen tick's lease to expire",
-    )  # fmt: skip
+    )
 
     rescuer = start_tick(db_url, "--lease", "2s")
     assert rescuer.wait() == 0
@@ -106,9 +107,7 @@ def test_a_tick_frozen_past_its_lease_cannot_overwrite_the_newer_outcome(
     assert rescuer.summary()["rescued"] == 1
     [discarded] = [e for e in zombie.events("lease lost") if e.get("run_id") == run_id]
     assert discarded["attempt"] == 1
-    assert [(e.attempt, e.pid) for e in exec_log.of(run_id)] == [
-        (1, zombie.pid), (2, rescuer.pid)
-    ]  # fmt: skip
+    assert [(e.attempt, e.pid) for e in exec_log.of(run_id)] == [(1, zombie.pid), (2, rescuer.pid)]
     history = store.run_attempts_get(conn, run_id)
     assert [(a.attempt, a.error_type) for a in history] == [(1, "lease_expired")]
 

@@ -44,8 +44,12 @@ def _finish(proc: subprocess.Popen, input: str | None = None) -> str:
 def test_a_host_clock_hours_off_the_database_changes_nothing(db_url, conn, exec_log, shift):
     """Scenario: enqueue, add a schedule and tick under faketime, 5 h ahead or behind; delays,
     leases, backoff and materialization all follow the database clock."""
-    env = {**os.environ, "JOBRUNNER_DATABASE_URL": db_url, "JOBRUNNER_HANDLERS": HANDLERS,
-           "JOBRUNNER_TEST_EXEC_LOG": str(exec_log.path)}  # fmt: skip
+    env = {
+        **os.environ,
+        "JOBRUNNER_DATABASE_URL": db_url,
+        "JOBRUNNER_HANDLERS": HANDLERS,
+        "JOBRUNNER_TEST_EXEC_LOG": str(exec_log.path),
+    }
     skewed = (FAKETIME, "-m", "-f", shift)
 
     runs = [
@@ -59,8 +63,19 @@ def test_a_host_clock_hours_off_the_database_changes_nothing(db_url, conn, exec_
     ahead = "SELECT extract(epoch FROM {} - now()) FROM job_runs WHERE id = %s"
     assert 80 < conn.execute(ahead.format("run_at"), (delayed,)).fetchone()[0] <= 90
 
-    _finish(_jobrunner("schedule", "add", "minutely", "--cron", "* * * * *", "--type",
-                       "fault.work", env=env, prefix=skewed))  # fmt: skip
+    _finish(
+        _jobrunner(
+            "schedule",
+            "add",
+            "minutely",
+            "--cron",
+            "* * * * *",
+            "--type",
+            "fault.work",
+            env=env,
+            prefix=skewed,
+        )
+    )
     definition = "SELECT extract(epoch FROM {} - now()) FROM job_definitions"
     assert -60 < conn.execute(definition.format("materialized_through")).fetchone()[0] <= 0
     assert 0 < conn.execute(definition.format("next_fire_at")).fetchone()[0] <= 60
@@ -121,15 +136,31 @@ def test_a_tick_under_crons_minimal_environment_behaves_as_from_a_shell(db_url, 
     text = "Zoë ✓ 日本"
     outcomes = []
     for env in (cron, shell):
-        run_id = int(_finish(_jobrunner(
-            "enqueue", "fault.echo", "--payload", f'{{"text": "{text}"}}',
-            "--run-at", "2020-01-05T09:00:00", env=env,
-        )))  # fmt: skip
+        run_id = int(
+            _finish(
+                _jobrunner(
+                    "enqueue",
+                    "fault.echo",
+                    "--payload",
+                    f'{{"text": "{text}"}}',
+                    "--run-at",
+                    "2020-01-05T09:00:00",
+                    env=env,
+                )
+            )
+        )
         summary = _finish(_jobrunner("tick", "--json", env=env))
         run = store.run_get(conn, run_id)
         [echoed] = [e.event for e in exec_log.of(run_id, event=None)]
-        outcomes.append((run.status, run.run_at, run.payload, bytes.fromhex(echoed).decode(),
-                         sorted(json.loads(summary).items())))  # fmt: skip
+        outcomes.append(
+            (
+                run.status,
+                run.run_at,
+                run.payload,
+                bytes.fromhex(echoed).decode(),
+                sorted(json.loads(summary).items()),
+            )
+        )
 
     cron_outcome, shell_outcome = outcomes
     assert cron_outcome[:4] == (

@@ -116,9 +116,14 @@ def _nested(depth: int) -> list:
 def test_a_poison_payload_is_refused_at_enqueue_with_exit_2(conn, db_url, what, payload):
     """Scenario: `jobrunner enqueue` is fed a poison payload; one line, exit 2, nothing written."""
     proc = jobrunner_process(
-        "enqueue", "fault.work", "--payload-file", "-", "--database-url", db_url,
+        "enqueue",
+        "fault.work",
+        "--payload-file",
+        "-",
+        "--database-url",
+        db_url,
         stdin=subprocess.PIPE,
-    )  # fmt: skip
+    )
     stdout, stderr = proc.communicate(payload, timeout=30)
 
     assert proc.returncode == 2, what

@@ -131,10 +131,14 @@ def test_heartbeats_keep_the_leases_of_runs_waiting_for_a_worker(
     [first] = wait_for(lambda: exec_log.entries(), "a handler to start")
     [waiting] = set(ids) - {first.run_id}
     wait_for(
-        lambda: count(conn, "SELECT count(*) FROM job_runs WHERE id = %s AND status = 'running'"
-                      " AND locked_until > started_at + interval '3.5 seconds'", waiting),
+        lambda: count(
+            conn,
+            "SELECT count(*) FROM job_runs WHERE id = %s AND status = 'running'"
+            " AND locked_until > started_at + interval '3.5 seconds'",
+            waiting,
+        ),
         "the waiting run's lease to be renewed",
-    )  # fmt: skip
+    )
 
     rival = start_tick(db_url, "--lease", "3s")
     assert rival.wait() == 0

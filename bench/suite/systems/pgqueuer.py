@@ -75,6 +75,12 @@ class PgQueuerSystem(System):
 
     def idle_command(self, dburl: str) -> Command | None:
         return self._cmd(
-            dburl, "pgq", "run", "pgqueuer_app:main", "--mode", "drain",
-            "--log-level", LOG_LEVEL.upper(),
-        )  # fmt: skip
+            dburl,
+            "pgq",
+            "run",
+            "pgqueuer_app:main",
+            "--mode",
+            "drain",
+            "--log-level",
+            LOG_LEVEL.upper(),
+        )
