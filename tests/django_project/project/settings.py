@@ -11,6 +11,8 @@ DEBUG = False
 USE_TZ = True
 TIME_ZONE = "UTC"
 INSTALLED_APPS = ["django.contrib.contenttypes", "cronjob.django", "shop"]
+ROOT_URLCONF = "project.urls"
+ALLOWED_HOSTS = ["127.0.0.1"]
 DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.postgresql",
