@@ -30,21 +30,21 @@ def pause_types(conn: Any, job_types: Sequence[str], *, actor: str, reason: str 
     """Stop every host claiming `job_types`; `changed` holds those that were not paused."""
     with conn.transaction():
         paused = store.job_types_pause(conn, job_types, reason=reason, actor=actor)
-        return _types_done(conn, "pause", job_types, paused, actor=actor, reason=reason)
+        return _done(conn, "pause", {"type": list(job_types)}, paused, actor=actor, reason=reason)
 
 
 def resume_types(conn: Any, job_types: Sequence[str], *, actor: str, reason: str | None) -> Done:
     """Claim `job_types` again; `changed` holds those that were paused."""
     with conn.transaction():
         resumed = store.job_types_resume(conn, job_types)
-        return _types_done(conn, "resume", job_types, resumed, actor=actor, reason=reason)
+        selection = {"type": list(job_types)}
+        return _done(conn, "resume", selection, resumed, actor=actor, reason=reason)
 
 
-def _types_done(
-    conn: Any, command: str, job_types: Sequence[str], changed: Sequence[str], **why: Any
+def _done(
+    conn: Any, command: str, selection: dict[str, Any], changed: Sequence[str], **why: Any
 ) -> Done:
-    """`changed` of `job_types`, audited as `command` in the transaction that changed them."""
-    selection = {"type": list(job_types)}
+    """`changed`, audited as `command` in the transaction that changed them."""
     audit_id = incident.record(conn, command, changed=len(changed), selection=selection, **why)
     return Done(tuple(changed), audit_id)
 
@@ -63,15 +63,8 @@ def pause_schedule(conn: Any, name: str, *, actor: str, reason: str | None) -> D
 
     with conn.transaction():
         _, changed = definitions.pause(conn, name)
-        audit_id = incident.record(
-            conn,
-            "schedule pause",
-            actor=actor,
-            reason=reason,
-            selection={"name": name},
-            changed=int(changed),
-        )
-    return Done((name,) if changed else (), audit_id)
+        names = (name,) if changed else ()
+        return _done(conn, "schedule pause", {"name": name}, names, actor=actor, reason=reason)
 
 
 def resume_schedule(
@@ -82,15 +75,9 @@ def resume_schedule(
 
     with conn.transaction():
         found, changed = definitions.resume(conn, name)
-        audit_id = incident.record(
-            conn,
-            "schedule resume",
-            actor=actor,
-            reason=reason,
-            selection={"name": name},
-            changed=int(changed),
-        )
-    return found, Done((name,) if changed else (), audit_id)
+        names = (name,) if changed else ()
+        done = _done(conn, "schedule resume", {"name": name}, names, actor=actor, reason=reason)
+    return found, done
 
 
 @dataclass(frozen=True)
