@@ -69,9 +69,10 @@ The life of one run, hop by hop:
    writer (`Writer.open`).
 2. Hand-off. `Pool.add` makes each run a `Flight`, QUEUED, with its `JobContext`,
    the handler's `ctx`. A plain handler's run waits in `Workers.pending` until
-   `Workers.dispatch` (on every `Pool.collect`) hands it to a worker thread; an
-   async one goes to the event loop (`AsyncExecutor.submit`). Either moves it to
-   STARTED through the pool (`Pool._start`).
+   `Workers.dispatch` (on every `Pool.collect`) hands it to a worker thread; the
+   claim's async runs go to the event loop together (`AsyncExecutor.submit`), each
+   a task of its own once it has a place. Either moves it to STARTED through the
+   pool (`Pool._start`).
 3. Handler. `execute` (`execute_async` on the loop) calls the handler with `ctx`
    and the payload and turns what happens into an `Outcome`. The run is then DONE
    (`Pool._done_with`); if the handler used `ctx.db` and succeeded, the thread (or
@@ -104,7 +105,8 @@ runs or more), outcomes are written on a second connection, so the finalize of
 one batch and the claim of the next run in two server backends at once; handlers
 run on worker threads, handed a few runs at a time (a single worker takes them in
 chunks) so that the main thread gets the interpreter back in time to start the
-next claim while they run; no transaction is held open across handler code except
+next claim while they run; async runs reach the event loop a claim at a time, in
+one wake-up of its thread; no transaction is held open across handler code except
 the handler's own (`ctx.db`); the values made once per run (`ClaimedRun`,
 `Decision`) are named tuples, and below the info log level a succeeded run's log
 line is never built.

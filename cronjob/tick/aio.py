@@ -5,6 +5,14 @@ their in-flight state, changed only through the pool's own methods. Up to `limit
 coroutines run at once; the others wait for a place, still QUEUED, so a tick that
 stops hands them back like runs no thread has started.
 
+Hand-off. The pool hands over a claim's async runs in one call (`submit`), which
+wakes the loop once for the lot: a wake-up is a write to the loop's socket, and one
+per run cost more than a no-op handler. On the loop, each run that gets a place
+becomes a task of its own (what a timeout cancels), and gives its place to the next
+waiting run when it ends. Only the loop thread touches the waiting runs, the tasks
+and the count of places taken; the main thread reaches them through the loop
+(`submit`, `cancel`, `stop`).
+
 A coroutine that blocks the loop (a `time.sleep`, CPU-bound work) stalls every other
 coroutine with it. The loop marks the time every `BEAT` seconds; when the mark falls
 more than `LAG_WARNING` behind, `blocking()` names the run whose handler holds the loop,
@@ -17,8 +25,8 @@ import asyncio
 import sys
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import Future
+from collections import deque
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -51,8 +59,12 @@ class AsyncExecutor:
         self._worker = worker
         self._now = now
         self._loop = asyncio.new_event_loop()
-        self._places = asyncio.Semaphore(limit)
-        self._futures: dict[int, Future[None]] = {}
+        self._limit = limit
+        self._taken = 0  # places taken by running tasks
+        self._waiting: deque[Any] = deque()  # handed over, QUEUED, waiting for a place
+        # By the flight's identity: a run given up can be claimed again, under the
+        # same id, in the same tick.
+        self._tasks: dict[int, asyncio.Task[None]] = {}
         self.beat = time.monotonic()
         self._thread = threading.Thread(
             target=self._serve,
@@ -61,17 +73,13 @@ class AsyncExecutor:
         )
         self._thread.start()
 
-    def submit(self, flight: Any) -> None:
-        future = asyncio.run_coroutine_threadsafe(self._execute(flight), self._loop)
-        run_id = flight.run.id
-        self._futures[run_id] = future
-        future.add_done_callback(lambda _f: self._futures.pop(run_id, None))
+    def submit(self, flights: Sequence[Any]) -> None:
+        """Hand runs to the loop, in one wake-up for the lot."""
+        self._loop.call_soon_threadsafe(self._admit, flights)
 
     def cancel(self, flight: Any) -> None:
         """Cancel the flight's task: its handler sees CancelledError at its next await."""
-        future = self._futures.get(flight.run.id)
-        if future is not None:
-            future.cancel()
+        self._loop.call_soon_threadsafe(self._cancel, flight)
 
     def blocking(self, now: float) -> tuple[Any, float] | None:
         """The flight whose handler holds the loop, and for how long, past LAG_WARNING."""
@@ -97,13 +105,38 @@ class AsyncExecutor:
         self.beat = time.monotonic()
         self._loop.call_later(BEAT, self._mark)
 
+    # -- the loop thread's side ------------------------------------------------
+
+    def _admit(self, flights: Sequence[Any]) -> None:
+        self._waiting.extend(flights)
+        self._fill()
+
+    def _fill(self) -> None:
+        """Give places to waiting runs, first come first served."""
+        waiting, tasks = self._waiting, self._tasks
+        while waiting and self._taken < self._limit:
+            flight = waiting.popleft()
+            self._taken += 1
+            tasks[id(flight)] = self._loop.create_task(self._execute(flight))
+
+    def _cancel(self, flight: Any) -> None:
+        task = self._tasks.get(id(flight))
+        if task is not None:
+            task.cancel()
+
     async def _execute(self, flight: Any) -> None:
-        async with self._places:
+        try:
+            # STARTED only once its task runs: a run the main thread can time out
+            # (and so cancel) is one whose task is inside this `try`.
             if not self._start(flight):
                 return  # handed back or lost before it got a place
             started = flight.started
             outcome = await execute_async(flight.spec, flight.run, flight.ctx)
             await self._finish(flight, outcome, time.monotonic() - started)
+        finally:
+            del self._tasks[id(flight)]
+            self._taken -= 1
+            self._fill()
 
     async def _finish(self, flight: Any, outcome: Outcome, duration: float) -> None:
         """What a worker thread does after `execute`, on the loop: commit, close, deliver."""

@@ -100,7 +100,7 @@ class Pool:
         Returns the flights given up because their run was claimed again: this tick
         stalled past the lease, another rescued the run, and this one claimed it anew.
         """
-        displaced, pending = [], self._threads.pending
+        displaced, pending, handed = [], self._threads.pending, []
         for run in runs:
             earlier = self.flights.get(run.id)
             if earlier is not None and self.settle(earlier, await_return=True):
@@ -109,10 +109,12 @@ class Pool:
             if run.job_type in self._async_types:
                 ctx = AsyncJobContext(run, self._database)
                 flight = self.flights[run.id] = Flight(run, spec, ctx)
-                self._executor().submit(flight)
+                handed.append(flight)
             else:
                 flight = self.flights[run.id] = Flight(run, spec, JobContext(run, self._database))
                 pending.append(flight)
+        if handed:
+            self._executor().submit(handed)  # the claim's async runs, in one hand-off
         self._threads.ensure(len(self.flights))
         return displaced
 
