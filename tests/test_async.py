@@ -79,6 +79,16 @@ def test_an_async_handler_past_its_timeout_is_cancelled_and_the_attempt_is_a_tim
     wait_for(lambda: run_id in aio.seen.get("cancelled", []), "the task to see CancelledError", 5)
 
 
+def test_an_async_run_cancelled_at_its_timeout_gives_its_place_to_the_next(db_url, conn):
+    ids = [enqueue(conn, "aio.slow") for _ in range(3)]
+
+    report = tick(db_url, "aio.slow", async_concurrency=1)
+
+    assert report.failed == 3
+    assert {run_row(conn, i).error_type for i in ids} == {"timeout"}
+    wait_for(lambda: sorted(aio.seen.get("cancelled", [])) == ids, "each task to be cancelled", 5)
+
+
 def test_an_async_handler_awaiting_ctx_cancelled_learns_its_run_was_cancelled(db_url, conn):
     run_id = enqueue(conn, "aio.waits_for_cancel")
     done: list[Any] = []
@@ -203,3 +213,27 @@ def test_sigterm_hands_back_running_coroutines_past_the_grace_attempt_not_counte
         run = run_row(conn, run_id)
         assert (run.status, run.attempts, run.locked_by) == ("queued", 0, None)
     assert count(conn, "SELECT count(*) FROM job_attempts") == 0
+
+
+def test_sigterm_hands_back_async_runs_waiting_for_a_place_and_they_never_start(
+    db_url, conn, tmp_path
+):
+    import json
+    import signal
+
+    exec_log = tmp_path / "executions.log"
+    first, *waiting = [enqueue(conn, "aio.sleeps", {"seconds": 1}) for _ in range(3)]
+    tick_process = _start(db_url, exec_log, "--grace", "10s", "--async-concurrency", "1")
+    wait_for(lambda: exec_log.exists() and exec_log.read_text().strip(), "the first to start")
+
+    tick_process.send_signal(signal.SIGTERM)
+    out, err = tick_process.communicate(timeout=30)
+
+    assert tick_process.returncode == 0, err[-2000:]
+    assert sorted(json.loads(out)["handed_back_ids"]) == waiting
+    assert run_row(conn, first).status == "succeeded"  # it returned within the grace period
+    assert [(run_row(conn, i).status, run_row(conn, i).attempts) for i in waiting] == [
+        ("queued", 0)
+    ] * 2
+    started = [line for line in exec_log.read_text().splitlines() if "returned" not in line]
+    assert len(started) == 1  # its place, freed, went to no run handed back
