@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from cronjob import tracecontext
 from cronjob.run_options import NewRun, checked_run, unknown
 
 if TYPE_CHECKING:
@@ -20,11 +21,13 @@ if TYPE_CHECKING:
 def new_run(job_type: str, payload: Any = None, **options: Unpack[RunOptions]) -> NewRun:
     """Check one run's type, payload and options; raises BadInput naming the first problem.
 
-    Options given as None are left unset.
+    Options given as None are left unset. The run carries the active OpenTelemetry trace
+    context, if any (unless `traceparent` is given).
     """
     if bad := unknown(options):
         raise TypeError(f"new_run() got an unexpected keyword argument {bad[0]!r}")
-    return checked_run(job_type, payload, options)
+    # The active trace, if the application traces: the run's spans continue it.
+    return checked_run(job_type, payload, {**tracecontext.current(), **options})
 
 
 def enqueue(conn: Any, job_type: str, payload: Any = None, **options: Unpack[RunOptions]) -> int:

@@ -42,6 +42,10 @@ class ClaimedRun(NamedTuple):
     final_attempt: bool  # this attempt used up the budget: an error makes the run dead
     lease_token: UUID
     definition_id: int | None = None  # the schedule that made it, if any (for its pings)
+    # The enqueuer's W3C trace context (migration 0018), continued by the attempt's span.
+    traceparent: str | None = None
+    tracestate: str | None = None
+    result_id: UUID | None = None  # a Django task run's result id, for its signals
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,26 @@ def _tenant_id(value: Any, what: str) -> str:
     return check_text(value, what=what)
 
 
+def _traceparent(value: Any, what: str) -> str:
+    from cronjob.tracecontext import valid_traceparent
+
+    text = check_text(value, what=what, max_length=55)
+    if not valid_traceparent(text):
+        raise BadInput(
+            f"invalid {what} {excerpt(text)}: expected W3C 00-<trace id>-<span id>-<flags>"
+        )
+    return text
+
+
+def _tracestate(value: Any, what: str) -> str:
+    from cronjob.tracecontext import MAX_TRACESTATE
+
+    text = check_text(value, what=what, max_length=MAX_TRACESTATE)
+    if not (text.isascii() and text.isprintable()):
+        raise BadInput(f"invalid {what} {excerpt(text)}: expected printable ASCII")
+    return text
+
+
 def _result_id(value: Any, what: str) -> uuid.UUID:
     if isinstance(value, uuid.UUID):
         return value
@@ -191,6 +211,29 @@ class RunOptions(TypedDict, total=False):
             what="result id",
             sql_type="uuid",
             column="result_id",
+            optional=True,
+        ),
+    ]
+    # The W3C trace context of the enqueuer (migration 0018), continued by the tick's span
+    # for each attempt: taken from the active OpenTelemetry context by enqueue() and the
+    # Django backend, from TRACEPARENT and TRACESTATE by `jobrunner enqueue`.
+    traceparent: Annotated[
+        str,
+        Option(
+            check=_traceparent,
+            what="traceparent",
+            sql_type="text",
+            column="traceparent",
+            optional=True,
+        ),
+    ]
+    tracestate: Annotated[
+        str,
+        Option(
+            check=_tracestate,
+            what="tracestate",
+            sql_type="text",
+            column="tracestate",
             optional=True,
         ),
     ]

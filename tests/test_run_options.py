@@ -14,6 +14,7 @@ from cronjob.errors import BadInput
 from cronjob.run_options import RUN_OPTIONS
 from tests.conftest import run_cli
 
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 # A value of each option, as Python gives it, as a command line or a JSON line writes it,
 # and as its column holds it.
 SAMPLES: dict[str, tuple[Any, str, Any]] = {
@@ -32,6 +33,8 @@ SAMPLES: dict[str, tuple[Any, str, Any]] = {
         "5b0ec9e4-54b1-4c3e-9a57-6c1b2f2a8d10",
         uuid.UUID("5b0ec9e4-54b1-4c3e-9a57-6c1b2f2a8d10"),
     ),
+    "traceparent": (TRACEPARENT, TRACEPARENT, TRACEPARENT),
+    "tracestate": ("vendor=abc,other=1", "vendor=abc,other=1", "vendor=abc,other=1"),
 }
 STORED = sorted(name for name, option in RUN_OPTIONS.items() if option.column)
 
@@ -72,7 +75,9 @@ def test_an_option_given_in_a_jsonl_line_is_stored_in_its_column(db_url, conn, n
 def test_the_command_line_and_jsonl_take_every_option_but_the_frameworks_own():
     help_text = run_cli("enqueue", "--help").stdout
     for name, option in RUN_OPTIONS.items():
-        if name in ("queue", "result_id"):  # a Django task's, set by the backend alone
+        # A Django task's, set by the backend alone; the trace context, taken from the
+        # caller's OpenTelemetry context or the TRACEPARENT and TRACESTATE variables.
+        if name in ("queue", "result_id", "traceparent", "tracestate"):
             assert option.flag is None and option.key is None
             continue
         assert option.flag in help_text

@@ -101,7 +101,8 @@ def enqueue(
     if not job_type:
         raise BadInput("missing TYPE: the job type to enqueue (or use --jsonl)")
     text = _payload_text(payload, payload_file)
-    run = _new_run(job_type, None if text is None else parse_payload(text), options, FLAGS)
+    payload_value = None if text is None else parse_payload(text)
+    run = _new_run(job_type, payload_value, {**_trace_context(), **options}, FLAGS)
     conn = open_connection(database_url)
     with conn:
         [run_id] = insert_runs(conn, [run])
@@ -198,6 +199,7 @@ def _jsonl_chunks(stream: IO[bytes]) -> Iterator[list[Any]]:
     """Checked runs, a chunk at a time: at most JSONL_CHUNK runs or JSONL_CHUNK_BYTES of JSON."""
     chunk: list[Any] = []
     size = 0
+    trace = _trace_context()
     for where, line in _jsonl_lines(stream):
         fields = decode_json(line, source=where)
         if not isinstance(fields, dict):
@@ -209,6 +211,7 @@ def _jsonl_chunks(stream: IO[bytes]) -> Iterator[list[Any]]:
         if "type" not in fields:
             raise BadInput(f'{where}: missing "type"')
         options = {JSONL_OPTIONS[k]: value for k, value in fields.items() if k in JSONL_OPTIONS}
+        options.update(trace)
         run = _new_run(fields["type"], fields.get("payload"), options, {}, where)
         chunk.append(run)
         size += len(run.payload_json)
@@ -217,6 +220,14 @@ def _jsonl_chunks(stream: IO[bytes]) -> Iterator[list[Any]]:
             chunk, size = [], 0
     if chunk:
         yield chunk
+
+
+def _trace_context() -> dict[str, str]:
+    """The caller's trace, from the environment-variable carrier OpenTelemetry defines for
+    processes (TRACEPARENT, TRACESTATE): the runs' spans continue it."""
+    from cronjob.tracecontext import from_environment
+
+    return from_environment()
 
 
 def _jsonl_lines(stream: IO[bytes]) -> Iterator[tuple[str, str]]:

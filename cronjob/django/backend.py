@@ -140,6 +140,7 @@ def _new_run(task: Task, args: Any, kwargs: Any) -> Any:
     from django.utils import timezone
     from django.utils.json import normalize_json
 
+    from cronjob import tracecontext
     from cronjob.run_options import RUN_OPTIONS, checked_run
 
     run_after = task.run_after
@@ -150,6 +151,7 @@ def _new_run(task: Task, args: Any, kwargs: Any) -> Any:
     except TypeError as exc:
         raise TypeError(f"{task.name}: arguments must be JSON: {exc}") from None
     options = {name: getattr(task, name, None) for name in RUN_OPTIONS}
+    options.update(tracecontext.current())
     options.update(
         run_at=run_after,
         # Django runs larger priorities first; jobrunner claims smaller numbers first.

@@ -212,9 +212,11 @@ def _claimed_runs(rows: list[Sequence[Any]], token: UUID) -> list[ClaimedRun]:
     # the columns are ClaimedRun's fields in order, bar the lease token, the claim's own.
     decode = _decode_payload
     try:
+        # id, job type, payload, tenant, due, attempt, final, schedule, traceparent,
+        # tracestate, result id: unpacked by name, as a starred tail costs a list a run
         return [
-            ClaimedRun(id_, type_, decode(payload), tenant, due, attempt, final, token, schedule)
-            for id_, type_, payload, tenant, due, attempt, final, schedule in rows
+            ClaimedRun(id_, jt, decode(pl), te, due, n, fin, token, sch, tp, ts, res)
+            for id_, jt, pl, te, due, n, fin, sch, tp, ts, res in rows
         ]
     except (RecursionError, ValueError):
         # A payload written by someone else's SQL may be valid JSON that Python cannot
@@ -222,10 +224,7 @@ def _claimed_runs(rows: list[Sequence[Any]], token: UUID) -> list[ClaimedRun]:
         # own run only, never the runs claimed beside it.
         readable = _payload_or_unreadable
         return [
-            ClaimedRun(
-                run_id, job_type, readable(payload), tenant, due, attempt, final, token, schedule
-            )
-            for run_id, job_type, payload, tenant, due, attempt, final, schedule in rows
+            ClaimedRun(run[0], run[1], readable(run[2]), *run[3:7], token, *run[7:]) for run in rows
         ]
 
 
