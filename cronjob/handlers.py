@@ -62,6 +62,8 @@ class HandlerSpec:
     backoff: Backoff = Backoff()
     lease: float = DEFAULT_LEASE
     timeout: float | None = None
+    # What the handler logs while it runs is kept with its attempt (cronjob.runlog).
+    capture_logs: bool = True
 
     @property
     def is_async(self) -> bool:
@@ -79,13 +81,18 @@ def handler(
     backoff: Backoff | tuple[Any, Any] | str | float | None = None,
     lease: str | float = DEFAULT_LEASE,
     timeout: str | float | None = None,
+    capture_logs: bool = True,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register `func(ctx, payload)` as the handler for `job_type`."""
     if not isinstance(job_type, str) or not job_type.strip():
         raise ValueError("job type must be a non-empty string")
     try:
         options = handler_options(
-            max_attempts=max_attempts, backoff=backoff, lease=lease, timeout=timeout
+            max_attempts=max_attempts,
+            backoff=backoff,
+            lease=lease,
+            timeout=timeout,
+            capture_logs=capture_logs,
         )
     except BadInput as exc:
         raise BadInput(f"handler {job_type[:200]!r}: {exc}") from None
@@ -103,6 +110,7 @@ def handler_options(
     backoff: Any = None,
     lease: Any = None,
     timeout: Any = None,
+    capture_logs: Any = None,
 ) -> dict[str, Any]:
     """A handler's options, checked as every door checks them (`@handler`, a Django task's
     own options), by HandlerSpec's field names; those given as None are left out, so
@@ -118,6 +126,10 @@ def handler_options(
             raise BadInput(f"invalid lease {excerpt(lease)}: must be at least 1s")
     if timeout is not None:
         options["timeout"] = parse_duration(timeout, what="timeout")
+    if capture_logs is not None:
+        if not isinstance(capture_logs, bool):
+            raise BadInput(f"invalid capture_logs {excerpt(capture_logs)}: expected True or False")
+        options["capture_logs"] = capture_logs
     return options
 
 

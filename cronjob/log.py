@@ -106,6 +106,8 @@ def configure(level: str | None = None, *, json: bool | None = None) -> None:
     global _configured, _json_lines, _min_level
     import structlog
 
+    from cronjob.runlog import capture_structlog_event
+
     if level is not None:
         _min_level = _level_number(level)
     if json is None:
@@ -117,6 +119,7 @@ def configure(level: str | None = None, *, json: bool | None = None) -> None:
             _add_level,
             _add_utc_timestamp,
             structlog.processors.format_exc_info,
+            capture_structlog_event,  # a handler's events, into its run log too
             _render_json,
         ]
     else:
@@ -124,6 +127,7 @@ def configure(level: str | None = None, *, json: bool | None = None) -> None:
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="%H:%M:%S", utc=False),
             structlog.processors.format_exc_info,
+            capture_structlog_event,
             _printable_values,
             structlog.dev.ConsoleRenderer(colors=True),
         ]

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 if TYPE_CHECKING:
     from uuid import UUID
 
+    from cronjob.runlog import RunLog
+
 
 class Status(enum.StrEnum):
     QUEUED = "queued"
@@ -87,6 +89,18 @@ class Attempt:
     finished_at: datetime
 
 
+@dataclass(frozen=True)
+class AttemptLog:
+    """What a handler logged in one attempt (cronjob.runlog), as `show` prints it."""
+
+    attempt: int
+    worker: str | None
+    outcome: str  # the status the attempt's finalize wrote
+    events: list[dict[str, Any]]  # oldest first
+    trimmed: int  # older events dropped by the cap
+    created_at: datetime
+
+
 class UnreadablePayload:
     """Stands for a claimed run's payload that Python cannot decode; the run goes dead."""
 
@@ -121,6 +135,7 @@ class Decision(NamedTuple):
     retry_delay: float | None = None
     error: Errored | None = None
     duration: float = 0.0
+    logs: RunLog | None = None  # what the handler logged, written with the outcome
 
 
 # -- operations: what status, metrics, check and prune read and report --

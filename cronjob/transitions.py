@@ -44,9 +44,13 @@ Each finalize is built by the constructor named for the status it writes.
 from __future__ import annotations
 
 import random
+from typing import TYPE_CHECKING
 
 from cronjob.handlers import Backoff
 from cronjob.models import ClaimedRun, Decision, Errored, Outcome, Status, Succeeded
+
+if TYPE_CHECKING:
+    from cronjob.runlog import RunLog
 
 
 def backoff_delay(attempt: int, backoff: Backoff, rng: random.Random | None = None) -> float:
@@ -58,31 +62,46 @@ def backoff_delay(attempt: int, backoff: Backoff, rng: random.Random | None = No
 _SUCCEEDED = Status.SUCCEEDED
 
 
-def succeeded(run: ClaimedRun, duration: float = 0.0) -> Decision:
+def succeeded(run: ClaimedRun, duration: float = 0.0, logs: RunLog | None = None) -> Decision:
     # Once per run on the tick's hot path: by position, as keywords cost a NamedTuple more.
-    return Decision(run, _SUCCEEDED, None, None, duration)
+    return Decision(run, _SUCCEEDED, None, None, duration, logs)
 
 
-def failed(run: ClaimedRun, error: Errored, delay: float, duration: float = 0.0) -> Decision:
+def failed(
+    run: ClaimedRun,
+    error: Errored,
+    delay: float,
+    duration: float = 0.0,
+    logs: RunLog | None = None,
+) -> Decision:
     """Failed, to be retried `delay` seconds from now."""
-    return Decision(run, Status.FAILED, retry_delay=delay, error=error, duration=duration)
+    return Decision(run, Status.FAILED, delay, error, duration, logs)
 
 
-def dead(run: ClaimedRun, error: Errored, duration: float = 0.0) -> Decision:
+def dead(
+    run: ClaimedRun, error: Errored, duration: float = 0.0, logs: RunLog | None = None
+) -> Decision:
     """Failed for good: never retried unless an operator asks."""
-    return Decision(run, Status.DEAD, error=error, duration=duration)
+    return Decision(run, Status.DEAD, None, error, duration, logs)
 
 
-def decide(run: ClaimedRun, outcome: Outcome, backoff: Backoff, duration: float = 0.0) -> Decision:
+def decide(
+    run: ClaimedRun,
+    outcome: Outcome,
+    backoff: Backoff,
+    duration: float = 0.0,
+    logs: RunLog | None = None,
+) -> Decision:
+    """The decision an attempt's outcome makes; `logs`, what the handler logged, goes with it."""
     match outcome:
         case Succeeded():
-            return succeeded(run, duration)
+            return succeeded(run, duration, logs)
         case Errored(permanent=True):
-            return dead(run, outcome, duration)
+            return dead(run, outcome, duration, logs)
         case Errored() if run.final_attempt:
-            return dead(run, outcome, duration)
+            return dead(run, outcome, duration, logs)
         case Errored(retry_delay=float() as delay):
-            return failed(run, outcome, delay, duration)
+            return failed(run, outcome, delay, duration, logs)
         case Errored():
-            return failed(run, outcome, backoff_delay(run.attempt, backoff), duration)
+            return failed(run, outcome, backoff_delay(run.attempt, backoff), duration, logs)
     raise TypeError(f"unknown outcome {outcome!r}")

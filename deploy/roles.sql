@@ -22,7 +22,8 @@
 --                     after the tick, the metrics textfile, pings; and reads what a tick
 --                     reads. Reads and writes job_runs, job_attempts, job_effects,
 --                     job_run_tally, job_schedule_skips; reads and updates job_definitions;
---                     reads job_type_pauses, job_schedule_health. Nothing of the audit trail.
+--                     reads job_type_pauses, job_schedule_health; writes job_run_logs.
+--                     Nothing of the audit trail.
 -- jobrunner_enqueuer  apps: enqueue() and enqueue_async(), `jobrunner enqueue` (--jsonl too),
 --                     Django's Task.enqueue(). Inserts into job_runs the columns an enqueue
 --                     sets, and reads back id, job_type, tenant_id, idempotency_key and
@@ -152,7 +153,8 @@ SELECT format('ALTER TABLE %I.%I OWNER TO jobrunner_owner', n.nspname, c.relname
    AND c.relkind IN ('r', 'p')
    AND c.relname IN ('jobrunner_migrations', 'job_definitions', 'job_runs', 'job_attempts',
                      'job_effects', 'job_type_pauses', 'job_audit', 'job_audit_batches',
-                     'job_run_tally', 'job_schedule_skips', 'job_schedule_health')
+                     'job_run_tally', 'job_schedule_skips', 'job_schedule_health',
+                     'job_run_logs')
    AND c.relowner <> 'jobrunner_owner'::regrole
  ORDER BY c.relname
 \gexec
@@ -232,7 +234,12 @@ INSERT INTO jobrunner_grants VALUES
     ('job_schedule_skips', 'jobrunner_reader', 'SELECT', NULL),
 
     ('job_schedule_health', 'jobrunner_worker', 'SELECT', NULL),
-    ('job_schedule_health', 'jobrunner_reader', 'SELECT', NULL);
+    ('job_schedule_health', 'jobrunner_reader', 'SELECT', NULL),
+
+    -- A finalize writes each attempt's run log; pruning a run deletes its logs through the
+    -- foreign key's cascade, which acts as the table's owner.
+    ('job_run_logs', 'jobrunner_worker', 'INSERT', NULL),
+    ('job_run_logs', 'jobrunner_reader', 'SELECT', NULL);
 
 -- A table of jobrunner_owner's that this version does not know (a later release's, before
 -- its own roles.sql runs) gets what default privileges give.

@@ -236,7 +236,7 @@ def test_show_explains_a_dead_run_in_plain_text(db_url, conn):
     run_id = enqueue(conn, "test.give_up")
     tick(db_url, "test.give_up")
     text = cli(db_url, "show", str(run_id)).stdout
-    assert "dead" in text and "failed attempts:" in text
+    assert "dead" in text and "\nattempts:\n" in text
     assert "#1" in text and "Fail: permanently broken" in text
 
 

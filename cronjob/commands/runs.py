@@ -391,10 +391,10 @@ def list_runs(
 @database_url_option
 @json_option
 def show(run_id: str, database_url: str | None, as_json: bool) -> None:
-    """Show one run and its attempt history."""
+    """Show one run, its attempt history and what its handler logged in each attempt."""
     from cronjob.errors import RunNotFound
     from cronjob.inputs import parse_run_id
-    from cronjob.store import run_attempts_get, run_get
+    from cronjob.store import run_attempts_get, run_get, run_logs_get
 
     number = parse_run_id(run_id)
     conn = open_connection(database_url)
@@ -403,10 +403,13 @@ def show(run_id: str, database_url: str | None, as_json: bool) -> None:
         if run is None:
             raise RunNotFound(f"run {number} not found")
         attempts = run_attempts_get(conn, number)
+        logs = run_logs_get(conn, number)
     if as_json:
-        click.echo(json.dumps(
-            {**_run_dict(run), "attempt_history": [_attempt_dict(a) for a in attempts]}, indent=2
-        ))  # fmt: skip
+        click.echo(json.dumps({
+            **_run_dict(run),
+            "attempt_history": [_attempt_dict(a) for a in attempts],
+            "attempt_logs": [_attempt_dict(log) for log in logs],
+        }, indent=2))  # fmt: skip
         return
     fields = _run_dict(run)
     width = max(len(k) for k in fields)
@@ -414,15 +417,66 @@ def show(run_id: str, database_url: str | None, as_json: bool) -> None:
         if key == "payload":
             value = json.dumps(value)
         click.echo(f"{key:<{width}}  {'' if value is None else printable(str(value))}")
+    if attempts or logs:
+        click.echo("\nattempts:")
+        for attempt, log in _attempts_with_logs(attempts, logs):
+            if attempt is not None:
+                click.echo(printable(f"  #{attempt.attempt}  {when(attempt.finished_at)}  "
+                                     f"{attempt.error_type}: {attempt.message or ''}  "
+                                     f"(worker {attempt.worker or '?'})"))  # fmt: skip
+            elif log is not None:
+                click.echo(printable(f"  #{log.attempt}  {when(log.created_at)}  {log.outcome}  "
+                                     f"(worker {log.worker or '?'})"))  # fmt: skip
+            if log is not None:
+                _echo_events(log)
     if attempts:
-        click.echo("\nfailed attempts:")
-        for a in attempts:
-            click.echo(printable(f"  #{a.attempt}  {when(a.finished_at)}  {a.error_type}: "
-                                 f"{a.message or ''}  (worker {a.worker or '?'})"))  # fmt: skip
         last = attempts[-1]
         if last.traceback:
             click.echo(f"\nlast traceback (attempt {last.attempt}):")
             click.echo(_indented(printable(last.traceback.rstrip(), keep_newlines=True)))
+
+
+def _attempts_with_logs(attempts: list[Any], logs: list[Any]) -> list[tuple[Any, Any]]:
+    """Each failed attempt with its run log, and each other attempt's run log, in order.
+
+    A failed attempt and its log are written by one statement, at one time: that, and the
+    attempt number, pairs them (numbers repeat once a retry gives a dead run a fresh budget).
+    """
+    by_attempt = {(log.attempt, log.created_at): log for log in logs}
+    paired = [(a, by_attempt.pop((a.attempt, a.finished_at), None)) for a in attempts]
+    rest = [(None, log) for log in by_attempt.values()]
+    return sorted(paired + rest, key=_moment)
+
+
+def _moment(pair: tuple[Any, Any]) -> Any:
+    attempt, log = pair
+    return attempt.finished_at if attempt is not None else log.created_at
+
+
+def _echo_events(log: Any) -> None:
+    """A run log's events, one a line, deeper than the attempt's own line."""
+    if log.trimmed:
+        click.echo(f"{TEXT_INDENT}({log.trimmed} earlier events not kept)")
+    for event in log.events:
+        if not isinstance(event, dict):
+            continue
+        event = dict(event)
+        moment = str(event.pop("timestamp", "") or "")
+        level = str(event.pop("level", "") or "")
+        message = str(event.pop("event", "") or "")
+        exception = event.pop("exception", None)
+        extra = "  ".join(f"{key}={_shown(value)}" for key, value in event.items())
+        line = f"{moment[11:23] or '?':<12}  {level:<7}  {message}" + (
+            f"  {extra}" if extra else ""
+        )
+        click.echo(TEXT_INDENT + printable(line.rstrip()))
+        if exception:
+            text = printable(str(exception).rstrip(), keep_newlines=True)
+            click.echo(_indented(_indented(text)))
+
+
+def _shown(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
 def _indented(text: str) -> str:

@@ -22,7 +22,8 @@ class JobrunnerTask(Task):
     `max_attempts`, `backoff` (a duration, or a (base, cap) pair), `lease` and `timeout`
     default to jobrunner's; `atomic=True` runs the task inside a transaction on Django's
     connection in which the run's success is recorded too: its ORM writes and
-    "succeeded" commit together or not at all.
+    "succeeded" commit together or not at all; `capture_logs=False` keeps what the task
+    logs out of its run's record (cronjob.runlog).
     """
 
     max_attempts: int | None = None
@@ -30,6 +31,7 @@ class JobrunnerTask(Task):
     lease: Any = None
     timeout: Any = None
     atomic: bool = False
+    capture_logs: bool | None = None
 
 
 def task(
@@ -44,6 +46,7 @@ def task(
     lease: Any = None,
     timeout: Any = None,
     atomic: bool = False,
+    capture_logs: bool | None = None,
 ) -> Any:
     """Django's `@task`, with jobrunner's per-task options (see JobrunnerTask).
 
@@ -55,7 +58,7 @@ def task(
         return JobrunnerTask(
             func=func, priority=priority, queue_name=queue_name, backend=backend,
             takes_context=takes_context, run_after=None, max_attempts=max_attempts, backoff=backoff,
-            lease=lease, timeout=timeout, atomic=atomic,
+            lease=lease, timeout=timeout, atomic=atomic, capture_logs=capture_logs,
         )  # fmt: skip
 
     return wrapper(function) if function is not None else wrapper
@@ -70,4 +73,5 @@ def task_options(task: Any) -> dict[str, Any]:
         backoff=getattr(task, "backoff", None),
         lease=getattr(task, "lease", None),
         timeout=getattr(task, "timeout", None),
+        capture_logs=getattr(task, "capture_logs", None),
     )

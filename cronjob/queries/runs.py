@@ -199,7 +199,7 @@ FROM claimed ORDER BY priority, run_at, id
 # cancelled, re-claimed) can never overwrite a newer outcome. Failed attempts are
 # recorded in the same statement. `id = ANY(ids)` (here and in the statements
 # below) keeps the lookup on the primary key however many rows the table holds.
-RUNS_FINALIZE_MANY = f"""
+_RUNS_FINALIZE_MANY = f"""
 WITH o AS (
     SELECT * FROM unnest(
         %(ids)b::bigint[], %(tokens)b::uuid[], %(statuses)b::text[], %(delays)b::float8[],
@@ -228,9 +228,26 @@ history AS (
                               started_at, finished_at)
     SELECT id, attempts, %(worker)s, error_type, message, traceback, started_at, {_STATEMENT_NOW}
     FROM done WHERE status IN ('failed', 'dead')
-)
+){{logged}}
 SELECT id FROM done
 """
+RUNS_FINALIZE_MANY = _RUNS_FINALIZE_MANY.format(logged="")
+
+# As RUNS_FINALIZE_MANY, and what the handlers of some of the runs logged (cronjob.runlog),
+# kept with the attempt whatever its outcome: for the runs whose write went through, as
+# the arrays of those runs alone carry it. A batch in which no handler logged anything
+# sends the statement above.
+RUNS_FINALIZE_MANY_LOGGED = _RUNS_FINALIZE_MANY.format(
+    logged=f""",
+logged AS (
+    INSERT INTO job_run_logs (run_id, attempt, worker, outcome, events, trimmed, created_at)
+    SELECT done.id, done.attempts, %(worker)s, done.status, l.events::jsonb, l.trimmed,
+           {_STATEMENT_NOW}
+    FROM done
+    JOIN unnest(%(log_ids)b::bigint[], %(log_events)b::text[], %(log_trimmed)b::int[])
+        AS l(id, events, trimmed) ON l.id = done.id
+)"""
+)
 
 # Renew every lease this tick holds in one statement; runs missing from the
 # result were cancelled or re-claimed, and their handlers must be told.
@@ -323,6 +340,12 @@ RUNS_LIST_IDS_BY_DEFINITION = (
 RUN_ATTEMPTS_GET = """
 SELECT attempt, worker, error_type, message, traceback, started_at, finished_at
 FROM job_attempts WHERE run_id = %(id)s ORDER BY attempt, id
+"""
+
+# What a run's handlers logged, attempt by attempt (migration 0019).
+RUN_LOGS_GET = """
+SELECT attempt, worker, outcome, events::text AS events, trimmed, created_at
+FROM job_run_logs WHERE run_id = %(id)s ORDER BY id
 """
 
 # An operator's retry and cancel of the runs named by id: `_RETRY_SET` and `_CANCEL_SET`,

@@ -17,7 +17,15 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg.rows import class_row, dict_row, kwargs_row
 
-from cronjob.models import Attempt, ClaimedRun, Decision, Run, Status, UnreadablePayload
+from cronjob.models import (
+    Attempt,
+    AttemptLog,
+    ClaimedRun,
+    Decision,
+    Run,
+    Status,
+    UnreadablePayload,
+)
 from cronjob.queries import runs as queries
 from cronjob.run_options import ALWAYS_SENT, RUN_OPTIONS, NewRun
 from cronjob.store.preflight import advisory_lock
@@ -187,7 +195,7 @@ def runs_finalize_many(
     """Apply decisions; returns the ids whose lease was still held (the others are lost)."""
     if not decisions:
         return set()
-    rows = conn.execute(queries.RUNS_FINALIZE_MANY, _finalize_params(decisions, worker, now))
+    rows = conn.execute(*_finalizing(decisions, worker, now))
     return {row[0] for row in rows.fetchall()}
 
 
@@ -196,8 +204,7 @@ async def runs_finalize_many_async(
 ) -> set[int]:
     if not decisions:
         return set()
-    params = _finalize_params(decisions, worker, now)
-    rows = await (await conn.execute(queries.RUNS_FINALIZE_MANY, params)).fetchall()
+    rows = await (await conn.execute(*_finalizing(decisions, worker, now))).fetchall()
     return {row[0] for row in rows}
 
 
@@ -261,14 +268,26 @@ def runs_finalize_and_claim_many(
     _require_autocommit(conn)
     claim_params = _claim_params(job_types, leases, max_attempts, limit, worker, now, token)
     with conn.pipeline(), conn.transaction():
-        finalized = conn.execute(
-            queries.RUNS_FINALIZE_MANY, _finalize_params(decisions, worker, now)
-        )
+        finalized = conn.execute(*_finalizing(decisions, worker, now))
         conn.execute(queries.RUNS_CLAIM_MANY_PLAN)
         claiming = conn.execute(queries.RUNS_CLAIM_MANY, claim_params)
     return {row[0] for row in finalized.fetchall()}, _claimed_runs(
         claiming.fetchall(), claim_params["token"]
     )
+
+
+def _finalizing(
+    decisions: Sequence[Decision], worker: str, now: datetime | None
+) -> tuple[str, dict[str, Any]]:
+    """The finalize of `decisions`, and its parameters; with what their handlers logged."""
+    params = _finalize_params(decisions, worker, now)
+    logged = [d for d in decisions if d.logs is not None]
+    if not logged:
+        return queries.RUNS_FINALIZE_MANY, params
+    params["log_ids"] = [d.run.id for d in logged]
+    params["log_events"] = [d.logs.json() for d in logged]  # type: ignore[union-attr]
+    params["log_trimmed"] = [d.logs.trimmed for d in logged]  # type: ignore[union-attr]
+    return queries.RUNS_FINALIZE_MANY_LOGGED, params
 
 
 def _finalize_params(
@@ -369,6 +388,14 @@ def runs_list_ids_by_definition(conn: Any, definition_ids: Sequence[int]) -> lis
 def run_attempts_get(conn: Any, run_id: int) -> list[Attempt]:
     cursor = conn.cursor(row_factory=_ATTEMPT)
     return cursor.execute(queries.RUN_ATTEMPTS_GET, {"id": run_id}).fetchall()
+
+
+def run_logs_get(conn: Any, run_id: int) -> list[AttemptLog]:
+    """What the run's handlers logged, an attempt a row, oldest first."""
+    rows = conn.cursor(row_factory=dict_row).execute(queries.RUN_LOGS_GET, {"id": run_id})
+    return [
+        AttemptLog(**{**row, "events": _decode_payload(row["events"])}) for row in rows.fetchall()
+    ]
 
 
 def runs_list(

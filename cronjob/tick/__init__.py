@@ -29,6 +29,7 @@ The parts, one role each:
 | `writer`     | `Writer`           | a streaming drain's second connection, for its finalizes    |
 | `tally`      | `Tally`            | the report, and the log lines of what happened to runs      |
 | `pings`      | `Pinger`           | a committed outcome's check-in ping, sent on its own thread |
+| `observers`  | `Observers`        | what watches attempts and statements: run logs, spans, ...  |
 
 Who owns what:
 - Only the drain loops over the tick's work. Every other part does one thing when
@@ -52,6 +53,14 @@ Who owns what:
 - The drain writes no log line of its own: the tally tells what happened to runs;
   a part logs only what it alone sees (a reconnect, a skipped heartbeat, a second
   connection refused, a failed ping).
+- What watches the tick (its run logs, tracing, Django's signals, error reports) is
+  one set of hooks, `Observers`, built once the tick found work and held by the parts
+  that call it: `execute` calls `Observers.started` and `Observers.returned` on the
+  thread (or in the task) that runs the handler, around the call; the tally calls
+  `Observers.finished` on the main thread once an outcome is written (or lost, or
+  handed back); the connection keepers hand each statement to `Observers.statement`
+  on the thread that runs it; `Steps.running` closes them at the end. With nothing
+  watching there are no observers, and none of these calls is made.
 - Parts never call back into each other: the loop passes values between them (a
   claim's runs from the keeper to the pool, the pool's results to the batcher as
   decisions and to the tally as counts). The one hook is `Pool.wake`, given to the
@@ -74,14 +83,17 @@ The life of one run, hop by hop:
    a task of its own once it has a place. Either moves it to STARTED through the
    pool (`Pool._start`).
 3. Handler. `execute` (`execute_async` on the loop) calls the handler with `ctx`
-   and the payload and turns what happens into an `Outcome`. The run is then DONE
+   and the payload and turns what happens into an `Outcome`, telling the observers
+   just before (`Observers.started`: the attempt's span and run log become current)
+   and just after (`Observers.returned`). The run is then DONE
    (`Pool._done_with`); if the handler used `ctx.db` and succeeded, the thread (or
    the loop) that ran it records the success in that transaction and commits it
-   (`commit_success`, fenced by the lease token). `ctx` is closed, and the `Result`
-   goes back to the pool.
+   (`commit_success`, fenced by the lease token, with what it logged). `ctx` is
+   closed, and the `Result` goes back to the pool.
 4. Decision. `Pool.collect` gives the main thread the results, their runs now
    SETTLED, and `Drain._record` turns each outcome into a `Decision`
-   (`transitions.decide`: succeeded, failed with a retry due later, or dead)
+   (`transitions.decide`: succeeded, failed with a retry due later, or dead, and
+   what the handler logged, `Flight.logs`)
    for the batcher's buffer (`Batcher.decided`); a success already committed in
    `ctx.db` is only counted (`Tally.committed_by_handler`). A run is settled by the
    main thread instead when it overruns its timeout (`Pool.overdue`, decided as
@@ -92,11 +104,14 @@ The life of one run, hop by hop:
    for the keeper (`Drain._finalize`, once `Batcher.finalize_due`) or, once the
    drain streams, for the writer (`Writer.begin`). Every such write is fenced
    (`queries._lease_fence`): it changes the run's row only while the run is still
-   running under its lease token, and returns the ids it changed.
+   running under its lease token, and returns the ids it changed; what handlers
+   logged is written by the same statement (`queries.runs.RUNS_FINALIZE_MANY_LOGGED`).
 6. Tally. `Tally.finalized` counts the outcome into the `TickReport` (a run whose
    write changed nothing is lost), writes its "run finished" line (a batch's lines
    in one write), and, when its schedule checks in, hands it to the `Pinger`
-   (`Pinger.committed`), which pings from a thread of its own.
+   (`Pinger.committed`), which pings from a thread of its own. The observers are told
+   (`Observers.finished`): the attempt's span ends, Django's task_finished is handed
+   to the thread that sends it.
 
 What keeps it fast: the main thread owns the connection and does all the
 bookkeeping; the claim's round trip runs on its own short-lived thread while the
@@ -120,6 +135,7 @@ period enforced.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -155,6 +171,10 @@ class TickOptions:
     # The tick is the process's main work (the command line): SIGTERM and SIGINT
     # stop it, and what is loaded stays out of the cyclic collector while it drains.
     owns_process: bool = True
+    # Makes the observers that watch this tick's attempts besides its run logs (tracing,
+    # Sentry, Django's signals: cronjob.observe), given its handlers; called only once
+    # the tick found work (tick/observers.py).
+    observers: Callable[[dict[str, HandlerSpec]], Sequence[Any]] | None = None
 
 
 def run_tick(

@@ -28,11 +28,14 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cronjob.models import Outcome, Succeeded
 from cronjob.tick.execute import commit_success_async, errored, execute_async
 from cronjob.tick.flight import Result
+
+if TYPE_CHECKING:
+    from cronjob.tick.observers import Observers
 
 BEAT = 0.25
 LAG_WARNING = 1.0  # seconds the loop may fall behind before the run holding it is named
@@ -50,7 +53,9 @@ class AsyncExecutor:
         deliver: Callable[[Any], None],
         worker: str,
         now: datetime | None,
+        observers: Observers | None = None,
     ) -> None:
+        self._observers = observers  # told around each handler, in its task
         # The pool's own state changes (QUEUED → STARTED, STARTED → DONE) and its
         # results queue: the executor runs handlers, the pool keeps their state.
         self._start = start
@@ -131,7 +136,7 @@ class AsyncExecutor:
             if not self._start(flight):
                 return  # handed back or lost before it got a place
             started = flight.started
-            outcome = await execute_async(flight.spec, flight.run, flight.ctx)
+            outcome = await execute_async(flight, self._observers)
             await self._finish(flight, outcome, time.monotonic() - started)
         finally:
             del self._tasks[id(flight)]
@@ -144,7 +149,7 @@ class AsyncExecutor:
         try:
             if self._done_with(flight) and ctx.used_db and isinstance(outcome, Succeeded):
                 commit = commit_success_async(
-                    flight.run, ctx, duration, worker=self._worker, now=self._now
+                    flight.run, ctx, duration, worker=self._worker, now=self._now, logs=flight.logs
                 )
                 try:
                     result.kept, result.finalized = await commit, True

@@ -35,10 +35,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from cronjob.db import READ_ONLY_SQL_TRANSACTION, Database, database_errors, describe
 from cronjob.errors import DatabaseError, DatabaseInterrupted, JobrunnerError
+
+if TYPE_CHECKING:
+    from cronjob.tick.observers import Observers
 
 T = TypeVar("T")
 
@@ -95,11 +98,15 @@ class _Pending:
 class ConnectionKeeper:
     """Owns the tick's connection: runs its statements one at a time and reconnects."""
 
-    def __init__(self, conn: Any, database: Database, log: Any) -> None:
+    def __init__(
+        self, conn: Any, database: Database, log: Any, observers: Observers | None = None
+    ) -> None:
         self.conn = conn
         self._database = database
         self._log = log
         self._pending: _Pending | None = None
+        # Each statement is handed to them as it starts (a span around it, tick/observers.py).
+        self.observers = observers
 
     @property
     def busy(self) -> bool:
@@ -117,6 +124,8 @@ class ConnectionKeeper:
         """`op(connection)` now; errors of the types in `passing` reach the caller as they are."""
         if self._pending is not None:
             raise RuntimeError(f"{what}: the result of the {self._pending.what} was not taken")
+        if self.observers is not None:
+            op = self.observers.statement(what, op)
         return self._guarded(what, op, passing)
 
     def begin(self, what: str, op: Callable[[Any], Any], *, then: Callable[[], None]) -> None:
@@ -125,6 +134,8 @@ class ConnectionKeeper:
             raise RuntimeError(f"{what}: the {self._pending.what} is still under way")
         pending = self._pending = _Pending(what)
         conn = self.conn
+        if self.observers is not None:
+            op = self.observers.statement(what, op)
 
         def background() -> None:
             try:

@@ -182,7 +182,13 @@ class Drain:
                 self.tally.committed_by_handler(flight.run, result.duration, result.kept)
             else:
                 decisions.append(
-                    decide(flight.run, result.outcome, flight.spec.backoff, result.duration)
+                    decide(
+                        flight.run,
+                        result.outcome,
+                        flight.spec.backoff,
+                        result.duration,
+                        flight.logs,
+                    )
                 )
         self.batcher.returned(len(results))
         self.batcher.decided(*decisions)
@@ -192,7 +198,11 @@ class Drain:
             timeout = flight.spec.timeout
             assert timeout is not None and flight.started is not None
             outcome, ran = timed_out(timeout), now - flight.started
-            self.batcher.decided(transitions.decide(flight.run, outcome, flight.spec.backoff, ran))
+            # What it logged so far goes with the timeout; what it logs later, nowhere.
+            decision = transitions.decide(
+                flight.run, outcome, flight.spec.backoff, ran, flight.logs
+            )
+            self.batcher.decided(decision)
             self.tally.timed_out(flight.run, timeout)
 
     def _write(self) -> None:

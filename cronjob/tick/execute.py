@@ -9,48 +9,74 @@ from __future__ import annotations
 
 import traceback
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from cronjob import store, transitions
 from cronjob.context import AsyncJobContext, JobContext
-from cronjob.handlers import Fail, HandlerSpec, Retry
+from cronjob.handlers import Fail, Retry
 from cronjob.models import ClaimedRun, Errored, Outcome, Succeeded, UnreadablePayload
 from cronjob.text import one_line, redact
+
+if TYPE_CHECKING:
+    from cronjob.runlog import RunLog
+    from cronjob.tick.flight import Flight
+    from cronjob.tick.observers import Observers
 
 TRACEBACK_LIMIT = 8000
 
 
-def execute(spec: HandlerSpec, run: ClaimedRun, ctx: JobContext) -> Outcome:
-    """Call the handler and turn whatever happens into an Outcome. Never raises."""
+def execute(flight: Flight, observers: Observers | None = None) -> Outcome:
+    """Call the flight's handler and turn whatever happens into an Outcome. Never raises.
+
+    `observers` are told just before the call and just after (tick/observers.py), on
+    this thread.
+    """
+    spec, run, ctx = flight.spec, flight.run, flight.ctx
+    if observers is not None:
+        observers.started(flight)
+    raised = None
     if type(run.payload) is UnreadablePayload:
-        return _unreadable(run.payload)
-    try:
-        returned = spec.func(ctx, run.payload)
-        if hasattr(returned, "__await__"):
-            close = getattr(returned, "close", None)
-            if close is not None:
-                close()  # no "never awaited" warning: the error below says it all
-            raise TypeError(
-                f"the handler for {spec.job_type!r} returned an awaitable though it is not "
-                "an `async def` function: declare it with `async def`"
-            )
-    except BaseException as exc:  # even SystemExit: a handler's failure is recorded, never raised
-        return outcome_of(exc)
-    return Succeeded()
+        outcome: Outcome = _unreadable(run.payload)
+    else:
+        try:
+            returned = spec.func(ctx, run.payload)
+            if hasattr(returned, "__await__"):
+                close = getattr(returned, "close", None)
+                if close is not None:
+                    close()  # no "never awaited" warning: the error below says it all
+                raise TypeError(
+                    f"the handler for {spec.job_type!r} returned an awaitable though it is "
+                    "not an `async def` function: declare it with `async def`"
+                )
+            outcome = Succeeded()
+        except BaseException as exc:  # even SystemExit: recorded, never raised
+            outcome, raised = outcome_of(exc), exc
+    if observers is not None:
+        observers.returned(flight, outcome, raised)
+    return outcome
 
 
-async def execute_async(spec: HandlerSpec, run: ClaimedRun, ctx: JobContext) -> Outcome:
+async def execute_async(flight: Flight, observers: Observers | None = None) -> Outcome:
     """Await an `async def` handler on the tick's event loop, as `execute` calls a plain one.
 
     A task cancelled for its timeout sees CancelledError; if the handler lets it out,
     it ends here like any other exception (the timeout is recorded by the tick).
     """
+    spec, run = flight.spec, flight.run
+    if observers is not None:
+        observers.started(flight)
+    raised = None
     if type(run.payload) is UnreadablePayload:
-        return _unreadable(run.payload)
-    try:
-        await spec.func(ctx, run.payload)
-    except BaseException as exc:
-        return outcome_of(exc)
-    return Succeeded()
+        outcome: Outcome = _unreadable(run.payload)
+    else:
+        try:
+            await spec.func(flight.ctx, run.payload)
+            outcome = Succeeded()
+        except BaseException as exc:
+            outcome, raised = outcome_of(exc), exc
+    if observers is not None:
+        observers.returned(flight, outcome, raised)
+    return outcome
 
 
 def outcome_of(exc: BaseException) -> Errored:
@@ -74,7 +100,13 @@ def _unreadable(payload: UnreadablePayload) -> Errored:
 
 
 def commit_success(
-    run: ClaimedRun, ctx: JobContext, duration: float, *, worker: str, now: datetime | None
+    run: ClaimedRun,
+    ctx: JobContext,
+    duration: float,
+    *,
+    worker: str,
+    now: datetime | None,
+    logs: RunLog | None = None,
 ) -> bool:
     """Record success in the handler's own transaction and commit it; False if the lease was lost.
 
@@ -86,7 +118,7 @@ def commit_success(
     """
     conn = ctx.handler_transaction()
     kept = store.runs_finalize_many(
-        conn, [transitions.succeeded(run, duration)], worker=worker, now=now
+        conn, [transitions.succeeded(run, duration, logs)], worker=worker, now=now
     )
     if kept:
         conn.commit()
@@ -94,12 +126,18 @@ def commit_success(
 
 
 async def commit_success_async(
-    run: ClaimedRun, ctx: AsyncJobContext, duration: float, *, worker: str, now: datetime | None
+    run: ClaimedRun,
+    ctx: AsyncJobContext,
+    duration: float,
+    *,
+    worker: str,
+    now: datetime | None,
+    logs: RunLog | None = None,
 ) -> bool:
     """As `commit_success`, in an async handler's own transaction (`await ctx.db`)."""
     conn = await ctx.handler_transaction_async()
     kept = await store.runs_finalize_many_async(
-        conn, [transitions.succeeded(run, duration)], worker=worker, now=now
+        conn, [transitions.succeeded(run, duration, logs)], worker=worker, now=now
     )
     if kept:
         await conn.commit()

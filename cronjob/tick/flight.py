@@ -11,10 +11,14 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from cronjob.context import JobContext
 from cronjob.handlers import HandlerSpec
 from cronjob.models import ClaimedRun, Outcome
+
+if TYPE_CHECKING:
+    from cronjob.runlog import RunLog
 
 
 class FlightState(enum.Enum):
@@ -40,6 +44,10 @@ class Flight:
     state: FlightState = FlightState.QUEUED
     started: float | None = None
     slot: Slot | None = None
+    # What its handler logged (cronjob.runlog), kept by the run-log observer
+    # (tick/observers.py) while the handler runs, and written with the outcome.
+    logs: RunLog | None = None
+    capture: Any = None  # the run log's context token while the handler runs
 
 
 @dataclass(slots=True)

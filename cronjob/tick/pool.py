@@ -52,6 +52,7 @@ from cronjob.tick.workers import Workers
 if TYPE_CHECKING:
     from cronjob.db import Database
     from cronjob.tick.aio import AsyncExecutor
+    from cronjob.tick.observers import Observers
 
 
 class Pool:
@@ -66,8 +67,10 @@ class Pool:
         worker: str,
         now: datetime | None = None,
         async_concurrency: int = DEFAULT_ASYNC_CONCURRENCY,
+        observers: Observers | None = None,
     ) -> None:
         self.handlers = handlers
+        self._observers = observers
         self.async_concurrency = async_concurrency
         self._async: AsyncExecutor | None = None  # started with the first async handler's run
         self.flights: dict[int, Flight] = {}  # every run not SETTLED, by id
@@ -88,6 +91,7 @@ class Pool:
             deliver=self._done.put,
             worker=worker,
             now=now,
+            observers=observers,
         )
         self._dispatch = self._threads.dispatch  # bound once: `collect` calls it every pass
         self._async_types = {t for t, s in handlers.items() if s.is_async}  # asked once per type
@@ -224,6 +228,7 @@ class Pool:
                 deliver=self._done.put,
                 worker=self._worker,
                 now=self._now,
+                observers=self._observers,
             )
         return self._async
 

@@ -17,6 +17,7 @@ from cronjob import store
 from cronjob.db import Database
 from cronjob.handlers import HandlerSpec
 from cronjob.report import TickReport
+from cronjob.tick import observers
 from cronjob.tick.batcher import Batcher
 from cronjob.tick.connection import ConnectionKeeper, ReconnectFailed, StatementFailed
 from cronjob.tick.drain import Drain
@@ -30,6 +31,10 @@ if TYPE_CHECKING:
     from cronjob.tick import TickOptions
 
 Step = Callable[[Any, TickReport, "TickOptions"], None]
+# How long observers may take to send what they hold at the end of a tick (spans to a
+# collector, error reports): bounded, so a collector that is down never holds up the exit.
+CLOSE_WAIT = 5.0
+URGENT_CLOSE_WAIT = 0.5
 
 
 def worker_name() -> str:
@@ -57,8 +62,10 @@ class Steps:
         self.worker = worker_name()
         self.log = log if log is not None else get_logger(worker=self.worker)
         self.shutdown = Shutdown(options.grace)
-        self.connection = ConnectionKeeper(conn, database, self.log)
-        self.tally = Tally(report, self.log)
+        # What watches the attempts and statements of this tick; None when nothing does.
+        self.observers = observers.build(handlers, options.observers, self.log)
+        self.connection = ConnectionKeeper(conn, database, self.log, self.observers)
+        self.tally = Tally(report, self.log, self.observers)
         self.database = database
 
     @contextlib.contextmanager
@@ -66,7 +73,14 @@ class Steps:
         """Signals request a stop while the tick runs; the report says what stopped it."""
         try:
             with self.shutdown.signals_handled(self.options.owns_process):
-                yield
+                try:
+                    yield
+                finally:
+                    if self.observers is not None:
+                        # What they hold goes out now (spans, reports), a signal or not:
+                        # briefly when a second signal asked to stop at once.
+                        wait = URGENT_CLOSE_WAIT if self.shutdown.urgent else CLOSE_WAIT
+                        self.observers.close(wait)
         finally:
             self.tally.report.stopped_by = self.shutdown.reason
 
@@ -138,11 +152,12 @@ class Steps:
                 worker=self.worker,
                 now=options.now,
                 async_concurrency=options.async_concurrency,
+                observers=self.observers,
             ),
             leases=leases,
             shutdown=self.shutdown,
             tally=self.tally,
-            writer=Writer(self.database, self.log),
+            writer=Writer(self.database, self.log, self.observers),
         ).run(deadline)
 
 

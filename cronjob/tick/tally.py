@@ -28,6 +28,7 @@ from cronjob.tick.connection import Failure, StatementFailed
 
 if TYPE_CHECKING:
     from cronjob.tick.flight import Flight
+    from cronjob.tick.observers import Observers
     from cronjob.tick.pings import Pinger
 
 Line = tuple[str, str, dict[str, Any]]  # level, event, fields
@@ -36,9 +37,11 @@ Line = tuple[str, str, dict[str, Any]]  # level, event, fields
 class Tally:
     """Counts outcomes into the tick's report and writes the per-run log lines."""
 
-    def __init__(self, report: TickReport, log: Any) -> None:
+    def __init__(self, report: TickReport, log: Any, observers: Observers | None = None) -> None:
         self.report = report
         self.log = log
+        # Told each attempt's outcome once it is written (tick/observers.py), if any watches.
+        self._observers = observers if observers is not None and observers.finishing else None
         # Told each outcome once it is committed, when some schedule checks in (pings.py).
         self.pinger: Pinger | None = None
         self._blocker: int | None = None  # the run last named for blocking the event loop
@@ -48,7 +51,7 @@ class Tally:
     def finalized(self, decisions: Sequence[Decision], kept: set[int]) -> None:
         """Decisions were written; the runs not in `kept` had lost their lease."""
         lines: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        pinger = self.pinger
+        pinger, observers = self.pinger, self._observers
         # Below info a succeeded run writes no line: it is only counted, its line never built.
         quiet, succeeded = not writes("info"), 0
         for decision in decisions:
@@ -62,6 +65,9 @@ class Tally:
                 lines.setdefault((level, event), []).append(fields)
             if pinger is not None and status is not None:
                 pinger.committed(decision.run, status)
+            if observers is not None:
+                outcome = status.value if status is not None else "lost"
+                observers.finished(decision.run, outcome, decision.error)
         self.report.succeeded += succeeded
         for (level, event), records in lines.items():
             log_many(self.log, level, event, records)
@@ -71,9 +77,13 @@ class Tally:
         self._write(self._count(Status.SUCCEEDED if kept else None, run, duration))
         if kept and self.pinger is not None:
             self.pinger.committed(run, Status.SUCCEEDED)
+        if self._observers is not None:
+            self._observers.finished(run, "succeeded" if kept else "lost")
 
     def lost(self, run: ClaimedRun, ran: float, because: str) -> None:
         self._write(self._count(None, run, ran, because=because))
+        if self._observers is not None:
+            self._observers.finished(run, "lost")
 
     def lease_lost(self, run: ClaimedRun, ran: float) -> None:
         """A lease did not renew: the run was given up, its handler told to stop."""
@@ -100,6 +110,8 @@ class Tally:
         for run in runs:
             if run.id not in held:
                 self.lost(run, 0.0, because="lease lost before hand-back")
+            elif self._observers is not None:
+                self._observers.finished(run, "handed back")
         self._handed_back(
             sorted(held),
             "handed back unfinished runs: due again, attempt not counted",

@@ -24,10 +24,14 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from cronjob.models import Succeeded
 from cronjob.tick.execute import commit_success, errored, execute
 from cronjob.tick.flight import Flight, FlightState, Result, Slot
+
+if TYPE_CHECKING:
+    from cronjob.tick.observers import Observers
 
 CHUNK = 32  # runs per hand-off to a single thread
 HANDED_AHEAD = 64  # runs handed to the threads beyond those they are running
@@ -45,8 +49,10 @@ class Workers:
         deliver: Callable[[Result], None],
         worker: str,
         now: datetime | None,
+        observers: Observers | None = None,
     ) -> None:
         self.concurrency = concurrency
+        self._observers = observers  # told around each handler, on its thread
         self.pending: deque[Flight] = deque()  # QUEUED, not yet handed to a thread
         # The pool's own state changes and its results queue: the threads run
         # handlers, the pool keeps their state.
@@ -110,7 +116,7 @@ class Workers:
     def _run(self, flight: Flight) -> None:
         started = flight.started
         assert started is not None
-        outcome = execute(flight.spec, flight.run, flight.ctx)
+        outcome = execute(flight, self._observers)
         result = Result(flight, outcome, time.monotonic() - started)
         try:
             if self._done_with(flight) and flight.ctx.used_db:
@@ -132,7 +138,9 @@ def _finish_in_handler_transaction(result: Result, *, worker: str, now: datetime
         return  # closing the connection rolls the handler's writes back
     flight = result.flight
     try:
-        kept = commit_success(flight.run, flight.ctx, result.duration, worker=worker, now=now)
+        kept = commit_success(
+            flight.run, flight.ctx, result.duration, worker=worker, now=now, logs=flight.logs
+        )
         result.kept, result.finalized = kept, True
     except Exception as exc:
         # Recorded as a failed attempt by the main thread, fenced like any

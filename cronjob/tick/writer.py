@@ -21,12 +21,15 @@ import contextlib
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cronjob.db import Database, describe
 from cronjob.errors import JobrunnerError
 from cronjob.models import Decision
 from cronjob.tick.connection import ConnectionKeeper, ReconnectFailed, StatementFailed
+
+if TYPE_CHECKING:
+    from cronjob.tick.observers import Observers
 
 STREAMING_CLAIM = 100  # runs in a full claim from which a tick writes on a second connection
 
@@ -34,9 +37,10 @@ STREAMING_CLAIM = 100  # runs in a full claim from which a tick writes on a seco
 class Writer:
     """The second connection of a streaming drain, and the decisions of the write under way."""
 
-    def __init__(self, database: Database, log: Any) -> None:
+    def __init__(self, database: Database, log: Any, observers: Observers | None = None) -> None:
         self._database = database
         self._log = log
+        self._observers = observers
         self._keeper: ConnectionKeeper | None = None
         self._opening: _Opening | None = None
         self._refused = False
@@ -65,7 +69,9 @@ class Writer:
             self._opening = _Opening(self._open_keeper)
 
     def _open_keeper(self) -> ConnectionKeeper:
-        return ConnectionKeeper(self._database.connect(), self._database, self._log)
+        return ConnectionKeeper(
+            self._database.connect(), self._database, self._log, self._observers
+        )
 
     def _take_opened(self) -> None:
         opening, self._opening = self._opening, None

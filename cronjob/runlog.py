@@ -1,0 +1,149 @@
+"""What a handler logged while it ran, kept with its attempt: the run log.
+
+While a handler runs with capture on (the default; `@handler(..., capture_logs=False)`
+switches it off for a type), its thread (or, for an `async def` handler, its task) has a
+`RunLog` as the current one: every event logged through jobrunner's logging (`ctx.log`,
+and any structlog logger it configured) and every standard `logging` record created
+there is added to it, besides going where it always goes. The tick writes the lot with
+the attempt's outcome, in the same statement (table job_run_logs, migration 0019).
+
+Capped per attempt: the newest `MAX_EVENTS` events and at most `MAX_BYTES` of their JSON
+are kept, and `trimmed` counts the older ones dropped; an event whose JSON alone is over
+`MAX_EVENT_BYTES` keeps its level, time and the start of its message. Every event is
+redacted (`text.redact`) as it is added, as every stored text is.
+
+A leaf of the logging layer: it imports nothing of the tick.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import traceback
+from collections import deque
+from datetime import UTC, datetime
+from typing import Any
+
+from cronjob.text import redact
+
+MAX_EVENTS = 100
+MAX_BYTES = 32_768
+MAX_EVENT_BYTES = 4_096
+MESSAGE_CLIP = 1_000  # characters of an oversized event's message kept
+
+# Bound by ctx.log to every event of a run: the attempt is known, so not stored again.
+RUN_FIELDS = frozenset({"run_id", "job_type", "attempt", "tenant_id"})
+
+_current: contextvars.ContextVar[RunLog | None] = contextvars.ContextVar(
+    "jobrunner_run_log", default=None
+)
+_ENCODE = json.JSONEncoder(default=repr, ensure_ascii=False).encode
+
+
+class RunLog:
+    """The events of one attempt, encoded as JSON objects, newest last."""
+
+    __slots__ = ("events", "size", "trimmed")
+
+    def __init__(self) -> None:
+        # Made for every attempt that captures: nothing more is allocated until an event
+        # comes, and most handlers log nothing.
+        self.events: deque[str] | None = None
+        self.size = 0
+        self.trimmed = 0
+
+    def __bool__(self) -> bool:
+        return self.events is not None
+
+    def add(self, event: dict[str, Any]) -> None:
+        text = redact(_ENCODE(event))
+        if len(text) > MAX_EVENT_BYTES:
+            text = redact(_ENCODE(_clipped(event, len(text))))
+        if self.events is None:
+            self.events = deque()
+        self.events.append(text)
+        self.size += len(text) + 1
+        while len(self.events) > MAX_EVENTS or self.size > MAX_BYTES:
+            self.size -= len(self.events.popleft()) + 1
+            self.trimmed += 1
+
+    def json(self) -> str:
+        """The events as one JSON array, oldest first."""
+        return "[" + ",".join(list(self.events or ())) + "]"
+
+
+def _clipped(event: dict[str, Any], size: int) -> dict[str, Any]:
+    message = str(event.get("event", ""))
+    return {
+        "timestamp": event.get("timestamp"),
+        "level": event.get("level"),
+        "event": message[:MESSAGE_CLIP],
+        "clipped_bytes": size,
+    }
+
+
+def capture(log: RunLog) -> contextvars.Token[RunLog | None]:
+    """Make `log` the current thread's (or task's) run log until `release`."""
+    return _current.set(log)
+
+
+def release(token: contextvars.Token[RunLog | None]) -> None:
+    _current.reset(token)
+
+
+def utc_timestamp() -> str:
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
+
+
+def capture_structlog_event(_logger: Any, method: str, event_dict: dict[str, Any]) -> Any:
+    """A structlog processor: the event, as rendered so far, into the current run log."""
+    log = _current.get()
+    if log is not None:
+        event = {key: value for key, value in event_dict.items() if key not in RUN_FIELDS}
+        event["level"] = event.get("level") or method
+        if "timestamp" not in event or not str(event["timestamp"]).endswith("Z"):
+            event["timestamp"] = utc_timestamp()  # the console's is a local clock time
+        log.add(event)
+    return event_dict
+
+
+_factory_installed: Any = None  # the record factory this module installed, if any
+
+
+def capture_logging_records() -> None:
+    """Standard `logging` records created while a run log is current go into it too.
+
+    Through the record factory, not a handler: where records end up (a handler of the
+    app's, Python's last-resort output to stderr) stays as it was.
+    """
+    global _factory_installed
+    if _factory_installed is not None and logging.getLogRecordFactory() is _factory_installed:
+        return
+    previous = logging.getLogRecordFactory()
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = previous(*args, **kwargs)
+        log = _current.get()
+        if log is not None:
+            log.add(_record_event(record))
+        return record
+
+    logging.setLogRecordFactory(factory)
+    _factory_installed = factory
+
+
+def _record_event(record: logging.LogRecord) -> dict[str, Any]:
+    try:
+        message = record.getMessage()
+    except Exception:  # a bad format string must not lose the record
+        message = str(record.msg)
+    event: dict[str, Any] = {
+        "timestamp": datetime.fromtimestamp(record.created, UTC).isoformat().replace("+00:00", "Z"),
+        "level": record.levelname.lower(),
+        "event": message,
+        "logger": record.name,
+    }
+    if record.exc_info and record.exc_info[0] is not None:
+        event["exception"] = "".join(traceback.format_exception(*record.exc_info))
+    return event

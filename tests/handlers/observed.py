@@ -1,0 +1,31 @@
+"""Handlers that log, trace and fail, for the tests of what a tick records around an attempt:
+run logs, spans, error reports."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from cronjob import handler
+
+
+@handler("test.chatty", max_attempts=3)
+def chatty(ctx: Any, payload: Any) -> None:
+    """Logs three events an attempt (one naming a database with its password), and fails
+    on its first attempt."""
+    ctx.log.info("charging card", amount=payload.get("amount", 10))
+    ctx.log.warning("connecting", url="postgresql://shop:hunter2-secret@db.internal/shop")
+    logging.getLogger("shop.payments").warning("slow answer from %s", "the bank")
+    if ctx.attempt == 1:
+        raise RuntimeError("card declined")
+
+
+@handler("test.quiet_chatty", capture_logs=False)
+def quiet_chatty(ctx: Any, payload: Any) -> None:
+    ctx.log.info("not kept")
+
+
+@handler("test.log_flood")
+def log_flood(ctx: Any, payload: Any) -> None:
+    for i in range(payload.get("events", 250)):
+        ctx.log.info("line", n=i)
