@@ -67,6 +67,26 @@ def _resolve(future: Any) -> None:
         future.set_result(True)
 
 
+class _NoSpan:
+    """`ctx.span` when the tick does not trace: every method a span has does nothing."""
+
+    def is_recording(self) -> bool:
+        return False
+
+    def __getattr__(self, name: str) -> Any:
+        return _nothing
+
+    def __bool__(self) -> bool:
+        return False
+
+
+def _nothing(*_args: Any, **_kwargs: Any) -> None:
+    return None
+
+
+NO_SPAN = _NoSpan()
+
+
 class JobContext:
     """Everything a handler may need about the run it is executing.
 
@@ -91,6 +111,14 @@ class JobContext:
         self._db: Any = None
         self._side: Any = None
         self._log: Any = None
+        # The attempt's OpenTelemetry span when the tick traces (set by cronjob.tracing);
+        # otherwise a stand-in whose methods do nothing, so handlers may use it always.
+        self.span: Any = NO_SPAN
+
+    @property
+    def run(self) -> ClaimedRun:
+        """The run as this attempt claimed it (for integrations: its result id, its trace)."""
+        return self._run
 
     @property
     def database(self) -> Database:

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import click
 
@@ -158,6 +160,7 @@ def tick(
         concurrency=concurrency, async_concurrency=async_concurrency, batch_size=batch_size,
         max_runtime=max_runtime, grace=grace, lease=lease, tenants_sql=settings.tenants_sql,
         prune_older_than=prune_older_than, metrics_path=metrics_path,
+        observers=_observers(django),
     )  # fmt: skip
     database, conn = open_database(settings)
     try:
@@ -183,3 +186,15 @@ def tick(
         from cronjob.materialize import describe_problems
 
         raise ScheduleProblems(describe_problems(report.problems))
+
+
+def _observers(django: bool) -> Callable[[dict[str, Any]], Sequence[Any]]:
+    """What watches the tick's attempts as configured (cronjob.observe), made once it has
+    found work: an idle tick imports none of it."""
+
+    def make(handlers: dict[str, Any]) -> Sequence[Any]:
+        from cronjob.observe import observers
+
+        return observers(handlers, django=django)
+
+    return make

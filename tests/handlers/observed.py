@@ -29,3 +29,26 @@ def quiet_chatty(ctx: Any, payload: Any) -> None:
 def log_flood(ctx: Any, payload: Any) -> None:
     for i in range(payload.get("events", 250)):
         ctx.log.info("line", n=i)
+
+
+@handler("test.traced")
+def traced(ctx: Any, payload: Any) -> None:
+    """Marks its attempt's span, and traces a step of its own inside it."""
+    from opentelemetry import trace
+
+    ctx.span.set_attribute("shop.order", payload.get("order", 0))
+    ctx.span.set_attribute("shop.current_is_ctx_span", trace.get_current_span() is ctx.span)
+    with trace.get_tracer("shop").start_as_current_span("charge card"):
+        pass
+
+
+@handler("test.traced_failure", max_attempts=1)
+def traced_failure(ctx: Any, payload: Any) -> None:
+    raise ValueError("the bank said no")
+
+
+@handler("test.slow", lease="30s")
+def slow(ctx: Any, payload: Any) -> None:
+    """Runs until told to stop, or for `seconds`."""
+    ctx.log.info("started")
+    ctx.cancelled.wait(float(payload.get("seconds", 30)))

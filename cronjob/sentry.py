@@ -1,0 +1,62 @@
+"""Error reports to Sentry (extra `sentry`): one report per failed attempt.
+
+A tick reports when Sentry is configured: `SENTRY_DSN` is set (the tick then initializes
+the SDK from the environment, `SENTRY_ENVIRONMENT` and `SENTRY_RELEASE` included, with
+none of its automatic integrations), or a handler module initialized the SDK itself.
+What a handler raises is reported once, from the thread (or task) that ran it, with the
+run's fields as tags and context; a `Retry` is no error and is not reported. Reports are
+sent by the SDK's own thread and flushed before the tick exits, within the tick's bound.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from cronjob.handlers import Retry
+from cronjob.models import Outcome
+from cronjob.tick.flight import Flight
+from cronjob.tick.observers import Observer
+
+
+def configured() -> bool:
+    """Whether Sentry is set up or asked for; the SDK is not imported to tell."""
+    if os.environ.get("SENTRY_DSN", "").strip():
+        return True
+    sdk = sys.modules.get("sentry_sdk")
+    return sdk is not None and sdk.get_client().is_active()
+
+
+class Reports(Observer):
+    """Reports each handler's exception to Sentry, with the run it happened in."""
+
+    def __init__(self) -> None:
+        import sentry_sdk
+
+        if not sentry_sdk.get_client().is_active():
+            sentry_sdk.init(default_integrations=False, auto_enabling_integrations=False)
+        self._sdk = sentry_sdk
+
+    def returned(self, flight: Flight, outcome: Outcome, raised: BaseException | None) -> None:
+        if raised is None or isinstance(raised, Retry):
+            return
+        run = flight.run
+        fields = {
+            "run_id": run.id,
+            "job_type": run.job_type,
+            "attempt": run.attempt,
+            "final_attempt": run.final_attempt,
+            "tenant_id": run.tenant_id,
+            "scheduled_for": run.scheduled_for.isoformat() if run.scheduled_for else None,
+        }
+        with self._sdk.new_scope() as scope:
+            scope.set_tag("jobrunner.job_type", run.job_type)
+            scope.set_tag("jobrunner.run_id", str(run.id))
+            scope.set_tag("jobrunner.attempt", str(run.attempt))
+            if run.tenant_id is not None:
+                scope.set_tag("jobrunner.tenant_id", run.tenant_id)
+            scope.set_context("jobrunner run", fields)
+            scope.capture_exception(raised)
+
+    def close(self, timeout: float) -> None:
+        self._sdk.flush(timeout=timeout)
