@@ -28,7 +28,15 @@ class Retry(Exception):
 
 
 class Fail(Exception):
-    """Raise from a handler to give up at once: the run goes straight to `dead`."""
+    """Raise from a handler to give up at once: the run goes straight to `dead`.
+
+    `error`: the exception that makes retrying pointless, recorded as the attempt's
+    error (its class, message and traceback) in place of Fail's own.
+    """
+
+    def __init__(self, *args: Any, error: BaseException | None = None) -> None:
+        super().__init__(*args)
+        self.error = error
 
 
 @dataclass(frozen=True)
@@ -190,9 +198,12 @@ def _exception_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {one_line(str(exc)) or '(no message)'}"
 
 
-def require_types(types: list[str] | None) -> dict[str, HandlerSpec]:
-    """The handlers this tick may claim for, optionally narrowed by `--types`."""
-    available = registry()
+def require_types(
+    types: list[str] | None, tasks: dict[str, HandlerSpec] | None = None
+) -> dict[str, HandlerSpec]:
+    """The handlers this tick may claim for, optionally narrowed by `--types`: the
+    registered ones, and `tasks` (a Django tick's, chosen for it alone)."""
+    available = {**registry(), **(tasks or {})}
     if not types:
         return dict(available)
     missing = [t for t in types if t not in available]

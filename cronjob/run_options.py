@@ -214,6 +214,18 @@ class RunOptions(TypedDict, total=False):
             optional=True,
         ),
     ]
+    # A Django task's run_after (migration 0020), for TaskResult.task: run_at moves on with
+    # retries, this stays. The backend sets it, no other door does.
+    run_after: Annotated[
+        datetime | str,
+        Option(
+            check=_run_at,
+            what="run_after",
+            sql_type="timestamptz",
+            column="run_after",
+            optional=True,
+        ),
+    ]
     # The W3C trace context of the enqueuer (migration 0018), continued by the tick's span
     # for each attempt: taken from the active OpenTelemetry context by enqueue() and the
     # Django backend, from TRACEPARENT and TRACESTATE by `jobrunner enqueue`.

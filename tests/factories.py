@@ -87,13 +87,15 @@ def tick(
     **options: Any,
 ) -> TickReport:
     """One tick in this process for the registered handlers of `types` (none: it claims
-    nothing), with TickOptions by name (`now=` pins its clock); returns its report.
+    nothing) and those given as `handlers=` (by job type), with TickOptions by name
+    (`now=` pins its clock); returns its report.
 
     It runs on `conn` when given (the caller's, left open), else on a connection of its
     own; `database` opens every other connection (by default `db_url`'s), for a test that
     counts or refuses them. The test process keeps its signals.
     """
     handlers = {job_type: registry()[job_type] for job_type in types}
+    handlers.update(options.pop("handlers", None) or {})
     tick_options = TickOptions(**{"owns_process": False, **options})
     own = conn is None
     conn = connect(db_url) if own else conn

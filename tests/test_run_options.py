@@ -33,6 +33,11 @@ SAMPLES: dict[str, tuple[Any, str, Any]] = {
         "5b0ec9e4-54b1-4c3e-9a57-6c1b2f2a8d10",
         uuid.UUID("5b0ec9e4-54b1-4c3e-9a57-6c1b2f2a8d10"),
     ),
+    "run_after": (
+        datetime(2031, 2, 3, 4, 5, tzinfo=UTC),
+        "2031-02-03T04:05:00+00:00",
+        datetime(2031, 2, 3, 4, 5, tzinfo=UTC),
+    ),
     "traceparent": (TRACEPARENT, TRACEPARENT, TRACEPARENT),
     "tracestate": ("vendor=abc,other=1", "vendor=abc,other=1", "vendor=abc,other=1"),
 }
@@ -77,7 +82,7 @@ def test_the_command_line_and_jsonl_take_every_option_but_the_frameworks_own():
     for name, option in RUN_OPTIONS.items():
         # A Django task's, set by the backend alone; the trace context, taken from the
         # caller's OpenTelemetry context or the TRACEPARENT and TRACESTATE variables.
-        if name in ("queue", "result_id", "traceparent", "tracestate"):
+        if name in ("queue", "result_id", "run_after", "traceparent", "tracestate"):
             assert option.flag is None and option.key is None
             continue
         assert option.flag in help_text

@@ -165,10 +165,10 @@ def tick(
     database, conn = open_database(settings)
     try:
         if specs is None:
-            from cronjob.django.runner import register_tasks
+            from cronjob.django.runner import task_handlers
 
-            register_tasks(conn, comma_list(queues) or None)
-            specs = require_types(comma_list(types) or None)
+            tasks = task_handlers(conn, comma_list(queues) or None)
+            specs = require_types(comma_list(types) or None, tasks)
         report = run_tick(conn, specs, database=database, options=options)
     except (ConnectionLost, DatabaseRefused) as exc:
         log.get_logger().warning("tick stopped", **exc.report.summary())

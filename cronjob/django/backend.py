@@ -154,6 +154,7 @@ def _new_run(task: Task, args: Any, kwargs: Any) -> Any:
     options.update(tracecontext.current())
     options.update(
         run_at=run_after,
+        run_after=run_after,
         # Django runs larger priorities first; jobrunner claims smaller numbers first.
         priority=-task.priority,
         queue=task.queue_name,

@@ -59,11 +59,14 @@ def task_result(row: dict[str, Any], backend_alias: str, task: Task | None = Non
         task = task_of(row["job_type"])
     # Django runs larger priorities first; jobrunner claims smaller numbers first.
     priority = max(-100, min(100, -row["priority"]))
-    if priority != task.priority or (row["queue"] and row["queue"] != task.queue_name):
-        # A queue since dropped from QUEUES, or a priority set by hand beyond Django's
-        # range, still reads: the task as declared stands in.
+    run_after = _time(row.get("run_after"))
+    queue = row["queue"] or task.queue_name
+    if (priority, queue, run_after) != (task.priority, task.queue_name, task.run_after):
+        # The task as it was enqueued (`task.using(...)`). A queue since dropped from
+        # QUEUES, or a priority set by hand beyond Django's range, still reads: the task
+        # as declared stands in.
         with contextlib.suppress(InvalidTask):
-            task = task.using(priority=priority, queue_name=row["queue"] or task.queue_name)
+            task = task.using(priority=priority, queue_name=queue, run_after=run_after)
     starts = [_time(a["started_at"]) for a in attempts if a.get("started_at")]
     started = _time(row["started_at"])
     result = TaskResult(
@@ -78,7 +81,7 @@ def task_result(row: dict[str, Any], backend_alias: str, task: Task | None = Non
         args=args if isinstance(args, list) else [],
         kwargs=kwargs if isinstance(kwargs, dict) else {},
         backend=backend_alias,
-        errors=[_error(a) for a in attempts],
+        errors=[task_error(a) for a in attempts],
         worker_ids=_workers(row, attempts),
     )
     if row["return_value"] is not None:
@@ -96,7 +99,9 @@ def _workers(row: dict[str, Any], attempts: list[dict[str, Any]]) -> list[str]:
     return workers
 
 
-def _error(attempt: dict[str, Any]) -> TaskError:
+def task_error(attempt: dict[str, Any]) -> TaskError:
+    """An attempt's error as Django's TaskError: the class path it can import, and the
+    traceback (or, without one, the message)."""
     name = attempt.get("error_type") or "Exception"
     if "." in name:
         path = name

@@ -18,13 +18,15 @@ from cronjob.django.connection import ServerBinding, backend_options, database_a
 from cronjob.handlers import Fail, HandlerSpec, is_coroutine_function, registry
 
 
-def register_tasks(conn: Any, queues: Sequence[str] | None) -> list[str]:
-    """Make handlers of the Django tasks this tick may claim; returns the job types added.
+def task_handlers(conn: Any, queues: Sequence[str] | None) -> dict[str, HandlerSpec]:
+    """Handlers of the Django tasks this tick may claim, by job type.
 
     Those with runs waiting (in `queues`, if given), and those that schedules run: the
     settings' and, when they name a task, those added by `schedule add` or a file. A
     waiting run's or a settings schedule's job type that names no task of this backend is
-    logged once, and its runs wait. Nothing a row holds stops the tick.
+    logged once, and its runs wait. Nothing a row holds stops the tick. A plain handler
+    registered under a task's path wins. They are this tick's alone: none goes into the
+    registry, so the next tick in the process (a second `call_command`) selects its own.
     """
     from cronjob import log, store
     from cronjob.django.discovery import IMPORT_ERRORS, known_tasks, settings_task_paths
@@ -36,25 +38,23 @@ def register_tasks(conn: Any, queues: Sequence[str] | None) -> list[str]:
     candidates = dict.fromkeys([*waiting, *settings, *sorted(others)])
     wanted = [job_type for job_type in candidates if job_type not in registry()]
     if not wanted:
-        return []
+        return {}
     known = known_tasks()
     logger = log.get_logger()
     for module, why in known.problems.items():
         logger.warning("tasks module not imported", module=module, reason=why)
-    added = []
+    handlers = {}
     for job_type in wanted:
         try:
             task = _task(job_type, known.tasks, from_settings=job_type in settings)
             if job_type not in waiting and queues is not None and task.queue_name not in queues:
                 continue
-            registry()[job_type] = task_handler(task)
+            handlers[job_type] = task_handler(task)
         except IMPORT_ERRORS as exc:
             if job_type in waiting or job_type in settings:
                 reason = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
                 logger.warning("task not run", job_type=job_type[:200], reason=reason[:500])
-            continue
-        added.append(job_type)
-    return added
+    return handlers
 
 
 def _task(job_type: str, tasks: dict[str, Any], *, from_settings: bool) -> Any:
@@ -69,15 +69,23 @@ def _task(job_type: str, tasks: dict[str, Any], *, from_settings: bool) -> Any:
 
 
 def task_handler(task: Any) -> HandlerSpec:
-    """A handler running `task` with the run's args and kwargs, storing what it returns."""
+    """A handler running `task` with the run's args and kwargs, storing what it returns.
+
+    Each attempt sends Django's task_started before the task runs (cronjob.django.signals;
+    task_finished follows once its outcome is written).
+    """
     from cronjob.django.tasks import task_options
 
     options = task_options(task)
     if is_coroutine_function(task.func):
 
         async def run_async(ctx: Any, payload: Any) -> None:
+            from cronjob.django import signals
+
             args, kwargs = _arguments(payload)
-            value = await task.func(*await _context_async(task, ctx), *args, **kwargs)
+            context = await _context_async(task, ctx)
+            await signals.started_async(task, ctx, _running_result(context))
+            value = await task.func(*context, *args, **kwargs)
             await _store_return_value_async(task, ctx, value)
 
         func: Callable[..., Any] = run_async
@@ -85,8 +93,7 @@ def task_handler(task: Any) -> HandlerSpec:
 
         def run(ctx: JobContext, payload: Any) -> None:
             if getattr(task, "atomic", False):
-                join_django_transaction(ctx)  # ends with the transaction
-                _run(task, ctx, payload)
+                _run(task, ctx, payload, atomic=True)  # ends with the transaction
                 return
             _fresh_connections()
             try:
@@ -95,6 +102,7 @@ def task_handler(task: Any) -> HandlerSpec:
                 _end_of_task()
 
         func = run
+    func.django_task = task  # type: ignore[attr-defined]  # for its signals (TaskSignals)
     # The task's options bear HandlerSpec's field names; unset ones keep its defaults.
     return HandlerSpec(task.module_path, func, **options)
 
@@ -123,10 +131,22 @@ def _end_of_task() -> None:
     close_old_connections()
 
 
-def _run(task: Any, ctx: JobContext, payload: Any) -> None:
+def _run(task: Any, ctx: JobContext, payload: Any, *, atomic: bool = False) -> None:
+    from cronjob.django import signals
+
     args, kwargs = _arguments(payload)
-    value = task.func(*_context(task, ctx), *args, **kwargs)
+    context = _context(task, ctx)
+    # Before an atomic task's transaction opens: receivers' queries are not the task's.
+    signals.started(task, ctx, _running_result(context))
+    if atomic:
+        join_django_transaction(ctx)
+    value = task.func(*context, *args, **kwargs)
     _store_return_value(task, ctx, value)
+
+
+def _running_result(context: tuple[Any, ...]) -> Any:
+    """A takes_context task's TaskResult, read for its context: its task_started's too."""
+    return context[0].task_result if context else None
 
 
 def _arguments(payload: Any) -> tuple[list[Any], dict[str, Any]]:
@@ -167,39 +187,51 @@ async def _context_async(task: Any, ctx: Any) -> tuple[Any, ...]:
     return (TaskContext(task_result=task_result(row, task.backend, task=task)),)
 
 
-def _return_json(task: Any, value: Any) -> str | None:
+def _return_json(task: Any, value: Any) -> tuple[Any, str | None]:
+    """What the task returned, as Django's JSON values and as the text stored.
+
+    A value that cannot be stored fails the run at once (the same value comes back on
+    every retry), with the error that says why: TypeError for a value JSON cannot hold,
+    ValueError for one too large or too deep.
+    """
     from django.utils.json import normalize_json
 
     from cronjob.errors import BadInput
     from cronjob.inputs import encode_payload
 
     if value is None:
-        return None
+        return None, None
     try:
-        return encode_payload(normalize_json(value), source=f"return value of {task.name}")
-    except (BadInput, TypeError, ValueError) as exc:
-        # The same value comes back on every retry: give up at once, saying why.
-        raise Fail(str(exc)) from None
+        normal = normalize_json(value)
+        return normal, encode_payload(normal, source=f"return value of {task.name}")
+    except (TypeError, ValueError) as exc:
+        raise Fail(error=exc) from None
+    except BadInput as exc:
+        raise Fail(error=ValueError(str(exc))) from None
 
 
 def _store_return_value(task: Any, ctx: JobContext, value: Any) -> None:
     from cronjob import store
+    from cronjob.django import signals
 
-    text = _return_json(task, value)
+    normal, text = _return_json(task, value)
     if text is not None and not store.task_return_value_set(
         ctx.db, ctx.run_id, ctx.lease_token, text
     ):
         raise LeaseLost(f"run {ctx.run_id} no longer holds its lease")
+    signals.returned(ctx, normal)
 
 
 async def _store_return_value_async(task: Any, ctx: Any, value: Any) -> None:
     from cronjob import store
+    from cronjob.django import signals
 
-    text = _return_json(task, value)
+    normal, text = _return_json(task, value)
     if text is not None and not await store.task_return_value_set_async(
         await ctx.db, ctx.run_id, ctx.lease_token, text
     ):
         raise LeaseLost(f"run {ctx.run_id} no longer holds its lease")
+    signals.returned(ctx, normal)
 
 
 class DjangoTransaction(ServerBinding):

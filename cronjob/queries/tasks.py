@@ -44,7 +44,7 @@ TASK_ENQUEUED_AT_GET = "SELECT created_at FROM job_runs WHERE id = %(id)s"
 # given (unguessable, and the only way a caller names a result).
 _TASK_RESULT = """
 SELECT r.id, r.result_id, r.job_type, r.payload::text AS payload, r.status, r.priority,
-       r.queue, r.run_at, r.created_at, r.started_at, r.finished_at, r.locked_by,
+       r.queue, r.run_at, r.run_after, r.created_at, r.started_at, r.finished_at, r.locked_by,
        r.finished_by, r.return_value::text AS return_value,
        coalesce(a.attempts, '[]') AS attempts
 FROM job_runs r

@@ -7,6 +7,7 @@ the handler used `ctx.db`, its success is recorded inside that transaction by
 
 from __future__ import annotations
 
+import dataclasses
 import traceback
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -84,6 +85,8 @@ def outcome_of(exc: BaseException) -> Errored:
     if isinstance(exc, Retry):
         return Errored("Retry", _storable(_message(exc)), None, retry_delay=exc.delay)
     if isinstance(exc, Fail):
+        if exc.error is not None:
+            return dataclasses.replace(errored(exc.error), permanent=True)
         message = _storable(_message(exc) or "failed permanently")
         return Errored("Fail", message, _trimmed_traceback(exc), permanent=True)
     return errored(exc)

@@ -25,14 +25,18 @@ HOUR = timedelta(hours=1)
 def tick(db_url: str, *, now: datetime | None = None, queues: list[str] | None = None) -> Any:
     """One tick in this process, as `manage.py jobrunner tick` runs it, at `now`."""
     from cronjob.db import connect
-    from cronjob.django.runner import register_tasks
+    from cronjob.django.runner import task_handlers
     from cronjob.handlers import registry
+    from cronjob.observe import observers
     from tests import factories
 
     conn = connect(db_url)
     try:
-        register_tasks(conn, queues)
-        return factories.tick(db_url, *registry(), conn=conn, now=now, concurrency=1)
+        tasks = task_handlers(conn, queues)
+        return factories.tick(
+            db_url, *registry(), handlers=tasks, conn=conn, now=now, concurrency=1,
+            observers=lambda handlers: observers(handlers, django=True),
+        )  # fmt: skip
     finally:
         conn.close()
 
@@ -611,7 +615,7 @@ def test_a_settings_schedule_naming_a_missing_task_does_not_stop_the_tick(
     from django.test import override_settings
     from shop.tasks import add
 
-    from cronjob.django.runner import register_tasks
+    from cronjob.django.runner import task_handlers
 
     tasks = {
         "default": {
@@ -621,6 +625,6 @@ def test_a_settings_schedule_naming_a_missing_task_does_not_stop_the_tick(
     }
     result = add.enqueue(1, 2)
     with override_settings(TASKS=tasks), psycopg.connect(project, autocommit=True) as conn:
-        assert register_tasks(conn, None) == ["shop.tasks.add"]  # the missing one is logged
+        assert list(task_handlers(conn, None)) == ["shop.tasks.add"]  # the missing one is logged
     tick(project)
     assert add.get_result(result.id).return_value == 3

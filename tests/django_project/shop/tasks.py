@@ -115,3 +115,25 @@ def place_order_with_a_failing_hook(ref):
 
     Order.objects.create(ref=ref)
     transaction.on_commit(lambda: 1 / 0)
+
+
+@task(queue_name="reports")
+def weekly_report(week):
+    return f"report {week}"
+
+
+@task()
+def unstorable():
+    from datetime import date
+
+    return {"on": date(2026, 1, 5)}  # JSON holds no date
+
+
+@jobrunner_task(max_attempts=1)
+def give_up(message):
+    raise ValueError(message)
+
+
+@jobrunner_task(max_attempts=1, timeout="1s")
+def too_slow():
+    time.sleep(3)
