@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from cronjob import handler
+from cronjob import Retry, handler
 
 
 @handler("test.chatty", max_attempts=3)
@@ -52,3 +52,8 @@ def slow(ctx: Any, payload: Any) -> None:
     """Runs until told to stop, or for `seconds`."""
     ctx.log.info("started")
     ctx.cancelled.wait(float(payload.get("seconds", 30)))
+
+
+@handler("test.retry_soon")
+def retry_soon(ctx: Any, payload: Any) -> None:
+    raise Retry(delay="1m")
