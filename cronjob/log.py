@@ -81,6 +81,20 @@ def _render_json(_logger: Any, _method: str, event_dict: dict[str, Any]) -> str:
     return _JSON_ENCODER.encode(event_dict)
 
 
+def _render_json_line(_logger: Any, _method: str, event_dict: dict[str, Any]) -> str:
+    """`_render_json` for structlog: the line goes into the current run log too, if any."""
+    line = _JSON_ENCODER.encode(event_dict)
+    _capture_json_line(line)
+    return line
+
+
+def _no_run_log(_line: str) -> None:
+    return None
+
+
+_capture_json_line = _no_run_log  # cronjob.runlog's, once configure() ran
+
+
 def _printable_values(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
     """On a terminal, a job type or error message written by anyone must not drive it:
     control characters in values are shown escaped (a traceback keeps its lines)."""
@@ -106,8 +120,10 @@ def configure(level: str | None = None, *, json: bool | None = None) -> None:
     global _configured, _json_lines, _min_level
     import structlog
 
-    from cronjob.runlog import capture_structlog_event
+    from cronjob import runlog
 
+    global _capture_json_line
+    _capture_json_line = runlog.capture_json_line
     if level is not None:
         _min_level = _level_number(level)
     if json is None:
@@ -119,15 +135,14 @@ def configure(level: str | None = None, *, json: bool | None = None) -> None:
             _add_level,
             _add_utc_timestamp,
             structlog.processors.format_exc_info,
-            capture_structlog_event,  # a handler's events, into its run log too
-            _render_json,
+            _render_json_line,  # a handler's events go into its run log too
         ]
     else:
         processors = [
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="%H:%M:%S", utc=False),
             structlog.processors.format_exc_info,
-            capture_structlog_event,
+            runlog.capture_structlog_event,
             _printable_values,
             structlog.dev.ConsoleRenderer(colors=True),
         ]

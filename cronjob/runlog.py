@@ -3,8 +3,9 @@
 While a handler runs with capture on (the default; `@handler(..., capture_logs=False)`
 switches it off for a type), its thread (or, for an `async def` handler, its task) has a
 `RunLog` as the current one: every event logged through jobrunner's logging (`ctx.log`,
-and any structlog logger it configured) and every standard `logging` record created
-there is added to it, besides going where it always goes. The tick writes the lot with
+and any structlog logger it configured), as the JSON line the tick writes for it on
+stderr, and every standard `logging` record created there, are added to it, besides
+going where they always go. The tick writes the lot with
 the attempt's outcome, in the same statement (table job_run_logs, migration 0019).
 
 Capped per attempt: the newest `MAX_EVENTS` events and at most `MAX_BYTES` of their JSON
@@ -32,7 +33,7 @@ MAX_BYTES = 32_768
 MAX_EVENT_BYTES = 4_096
 MESSAGE_CLIP = 1_000  # characters of an oversized event's message kept
 
-# Bound by ctx.log to every event of a run: the attempt is known, so not stored again.
+# Bound by ctx.log to every event of a run: kept as written, left out where `show` prints.
 RUN_FIELDS = frozenset({"run_id", "job_type", "attempt", "tenant_id"})
 
 _current: contextvars.ContextVar[RunLog | None] = contextvars.ContextVar(
@@ -57,9 +58,13 @@ class RunLog:
         return self.events is not None
 
     def add(self, event: dict[str, Any]) -> None:
-        text = redact(_ENCODE(event))
+        self.add_json(_ENCODE(event))
+
+    def add_json(self, text: str) -> None:
+        """An event already encoded as a JSON object (the line the tick wrote for it)."""
+        text = redact(text)
         if len(text) > MAX_EVENT_BYTES:
-            text = redact(_ENCODE(_clipped(event, len(text))))
+            text = redact(_ENCODE(_clipped(json.loads(text), len(text))))
         if self.events is None:
             self.events = deque()
         self.events.append(text)
@@ -96,14 +101,25 @@ def utc_timestamp() -> str:
     return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
-def capture_structlog_event(_logger: Any, method: str, event_dict: dict[str, Any]) -> Any:
-    """A structlog processor: the event, as rendered so far, into the current run log."""
+def capture_json_line(text: str) -> None:
+    """The JSON line of an event, as the tick writes it on stderr, into the current run log.
+
+    Where events are JSON lines, the line is made once for both: `cronjob.log` hands it
+    here before writing it.
+    """
     log = _current.get()
     if log is not None:
-        event = {key: value for key, value in event_dict.items() if key not in RUN_FIELDS}
+        log.add_json(text)
+
+
+def capture_structlog_event(_logger: Any, method: str, event_dict: dict[str, Any]) -> Any:
+    """A structlog processor, where events are not JSON lines (a terminal's console): the
+    event, as a JSON line would carry it, into the current run log."""
+    log = _current.get()
+    if log is not None:
+        event = dict(event_dict)
         event["level"] = event.get("level") or method
-        if "timestamp" not in event or not str(event["timestamp"]).endswith("Z"):
-            event["timestamp"] = utc_timestamp()  # the console's is a local clock time
+        event["timestamp"] = utc_timestamp()  # the console's is a local clock time
         log.add(event)
     return event_dict
 

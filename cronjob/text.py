@@ -15,6 +15,9 @@ import re
 # as written, percent-decoded, quoted and escaped. Replaced literally wherever text
 # leaves the program or enters the database (`redact`).
 _KNOWN_PASSWORDS: set[str] = set()
+# The same, longest first, as `redact` replaces them: sorted once per new password, not per
+# text (a tick redacts a line per event, and each event a run log keeps).
+_LONGEST_FIRST: tuple[str, ...] = ()
 # Shorter than this, a literal replacement would blot out ordinary words; the
 # patterns below still catch such a password in a URL or a key=value string.
 _MIN_LITERAL = 4
@@ -28,6 +31,7 @@ _PASSWORD_PARAM = r"(?i)(password\s*=\s*)(?:'(?:[^'\\]|\\.)*'?|\S+)"
 # SQL's own spelling, in a statement someone's session ran (`ALTER ROLE app PASSWORD '...'`,
 # as `status` may show it): a string literal, its quotes doubled inside.
 _PASSWORD_LITERAL = r"(?i)(\bpassword\s+)'(?:[^']|'')*'?"
+_PASSWORD_WORD = re.compile("password", re.IGNORECASE)
 
 
 def remember_password(dsn: str) -> None:
@@ -45,6 +49,8 @@ def remember_password(dsn: str) -> None:
             for spelling in (form, *as_json, repr(form)[1:-1]):
                 if len(spelling) >= _MIN_LITERAL:
                     _KNOWN_PASSWORDS.add(spelling)
+    global _LONGEST_FIRST
+    _LONGEST_FIRST = tuple(sorted(_KNOWN_PASSWORDS, key=len, reverse=True))
 
 
 def _passwords_in(dsn: str) -> list[str]:
@@ -108,7 +114,7 @@ def _pieces_of_a_password_with_an_at(rest: str) -> list[str]:
 def redact(text: str) -> str:
     """`text` without passwords: the ones jobrunner knows, and any in a URL or a
     key=value connection string. Linear in the length of `text`."""
-    for password in sorted(_KNOWN_PASSWORDS, key=len, reverse=True):
+    for password in _LONGEST_FIRST:
         if password in text:
             text = text.replace(password, "***")
     # Each pattern needs an @ or the word password: most text (every log line of a
@@ -116,7 +122,7 @@ def redact(text: str) -> str:
     if "@" in text:
         text = re.sub(_PASSWORD_IN_URL, r"\1***@", text)
         text = re.sub(_PASSWORD_BARE, r"\1***@", text)
-    if re.search("(?i)password", text):
+    if _PASSWORD_WORD.search(text):
         text = re.sub(_PASSWORD_PARAM, r"\1***", text)
         text = re.sub(_PASSWORD_LITERAL, r"\1'***'", text)
     return text

@@ -454,7 +454,10 @@ def _moment(pair: tuple[Any, Any]) -> Any:
 
 
 def _echo_events(log: Any) -> None:
-    """A run log's events, one a line, deeper than the attempt's own line."""
+    """A run log's events, one a line, deeper than the attempt's own line; the run's own
+    fields, which `ctx.log` binds to each of them, are the attempt's line already."""
+    from cronjob.runlog import RUN_FIELDS
+
     if log.trimmed:
         click.echo(f"{TEXT_INDENT}({log.trimmed} earlier events not kept)")
     for event in log.events:
@@ -465,7 +468,8 @@ def _echo_events(log: Any) -> None:
         level = str(event.pop("level", "") or "")
         message = str(event.pop("event", "") or "")
         exception = event.pop("exception", None)
-        extra = "  ".join(f"{key}={_shown(value)}" for key, value in event.items())
+        shown = [(key, value) for key, value in event.items() if key not in RUN_FIELDS]
+        extra = "  ".join(f"{key}={_shown(value)}" for key, value in shown)
         line = f"{moment[11:23] or '?':<12}  {level:<7}  {message}" + (
             f"  {extra}" if extra else ""
         )
