@@ -24,7 +24,8 @@ def configured() -> bool:
     if os.environ.get("SENTRY_DSN", "").strip():
         return True
     sdk = sys.modules.get("sentry_sdk")
-    return sdk is not None and sdk.get_client().is_active()
+    client = getattr(sdk, "get_client", None)  # sentry-sdk 2 and later
+    return client is not None and client().is_active()
 
 
 class Reports(Observer):

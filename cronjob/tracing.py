@@ -147,7 +147,9 @@ class Tracing(Observer):
             self._end(span, "unrecorded", None, ended)
         self._attempts.clear()
         self._tick.end()
-        self._provider.force_flush(int(timeout * 1000))
+        flush = getattr(self._provider, "force_flush", None)  # the API's own provider has none
+        if flush is not None:
+            flush(int(timeout * 1000))
         if self._owned:
             self._provider.shutdown()
 

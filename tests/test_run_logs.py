@@ -110,6 +110,14 @@ def test_an_attempt_keeps_its_newest_hundred_events_and_counts_the_rest(db_url, 
     assert "    (150 earlier events not kept)" in text
 
 
+def test_a_handler_given_up_at_its_timeout_keeps_what_it_logged_until_then(db_url, conn):
+    run_id = insert_run(conn, "test.logs_then_hangs")
+    tick(db_url)
+    shown = json.loads(run_cli("show", str(run_id), "--database-url", db_url, "--json").stdout)
+    [log] = shown["attempt_logs"]
+    assert (log["outcome"], [e["event"] for e in log["events"]]) == ("dead", ["about to hang"])
+
+
 def test_prune_removes_a_runs_logs_with_it(db_url, conn):
     insert_run(conn, "test.log_flood", payload={"events": 3})
     tick(db_url)

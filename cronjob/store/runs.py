@@ -281,7 +281,7 @@ def _finalizing(
 ) -> tuple[str, dict[str, Any]]:
     """The finalize of `decisions`, and its parameters; with what their handlers logged."""
     params = _finalize_params(decisions, worker, now)
-    logged = [d for d in decisions if d.logs is not None]
+    logged = [d for d in decisions if d.logs]  # a handler given up at its timeout may have none
     if not logged:
         return queries.RUNS_FINALIZE_MANY, params
     params["log_ids"] = [d.run.id for d in logged]

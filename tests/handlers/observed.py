@@ -57,3 +57,10 @@ def slow(ctx: Any, payload: Any) -> None:
 @handler("test.retry_soon")
 def retry_soon(ctx: Any, payload: Any) -> None:
     raise Retry(delay="1m")
+
+
+@handler("test.logs_then_hangs", timeout="1s", max_attempts=1)
+def logs_then_hangs(ctx: Any, payload: Any) -> None:
+    ctx.log.info("about to hang")
+    ctx.cancelled.wait(5)
+    ctx.log.info("too late to be kept")
