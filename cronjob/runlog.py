@@ -24,7 +24,7 @@ import logging
 import traceback
 from collections import deque
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from cronjob.text import redact
 
@@ -36,7 +36,15 @@ MESSAGE_CLIP = 1_000  # characters of an oversized event's message kept
 # Bound by ctx.log to every event of a run: kept as written, left out where `show` prints.
 RUN_FIELDS = frozenset({"run_id", "job_type", "attempt", "tenant_id"})
 
-_current: contextvars.ContextVar[RunLog | None] = contextvars.ContextVar(
+
+class Holder(Protocol):
+    """What a run log is kept on while its handler runs (the tick's Flight): made on the
+    first event, so an attempt that logs nothing allocates nothing."""
+
+    logs: RunLog | None
+
+
+_current: contextvars.ContextVar[Holder | None] = contextvars.ContextVar(
     "jobrunner_run_log", default=None
 )
 _ENCODE = json.JSONEncoder(default=repr, ensure_ascii=False).encode
@@ -48,8 +56,6 @@ class RunLog:
     __slots__ = ("events", "size", "trimmed")
 
     def __init__(self) -> None:
-        # Made for every attempt that captures: nothing more is allocated until an event
-        # comes, and most handlers log nothing.
         self.events: deque[str] | None = None
         self.size = 0
         self.trimmed = 0
@@ -88,13 +94,23 @@ def _clipped(event: dict[str, Any], size: int) -> dict[str, Any]:
     }
 
 
-def capture(log: RunLog) -> contextvars.Token[RunLog | None]:
-    """Make `log` the current thread's (or task's) run log until `release`."""
-    return _current.set(log)
+def capture(holder: Holder) -> contextvars.Token[Holder | None]:
+    """Keep what this thread (or task) logs in `holder.logs` until `release`."""
+    return _current.set(holder)
 
 
-def release(token: contextvars.Token[RunLog | None]) -> None:
+def release(token: contextvars.Token[Holder | None]) -> None:
     _current.reset(token)
+
+
+def _current_log() -> RunLog | None:
+    holder = _current.get()
+    if holder is None:
+        return None
+    log = holder.logs
+    if log is None:
+        log = holder.logs = RunLog()
+    return log
 
 
 def utc_timestamp() -> str:
@@ -107,7 +123,7 @@ def capture_json_line(text: str) -> None:
     Where events are JSON lines, the line is made once for both: `cronjob.log` hands it
     here before writing it.
     """
-    log = _current.get()
+    log = _current_log()
     if log is not None:
         log.add_json(text)
 
@@ -115,7 +131,7 @@ def capture_json_line(text: str) -> None:
 def capture_structlog_event(_logger: Any, method: str, event_dict: dict[str, Any]) -> Any:
     """A structlog processor, where events are not JSON lines (a terminal's console): the
     event, as a JSON line would carry it, into the current run log."""
-    log = _current.get()
+    log = _current_log()
     if log is not None:
         event = dict(event_dict)
         event["level"] = event.get("level") or method
@@ -140,7 +156,7 @@ def capture_logging_records() -> None:
 
     def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
         record = previous(*args, **kwargs)
-        log = _current.get()
+        log = _current_log()
         if log is not None:
             log.add(_record_event(record))
         return record

@@ -153,16 +153,13 @@ class RunLogs(Observer):
 
     def started(self, flight: Flight) -> None:
         if flight.spec.capture_logs:
-            log = flight.logs = runlog.RunLog()
-            flight.capture = runlog.capture(log)
+            flight.capture = runlog.capture(flight)  # a log is made on the first event
 
     def returned(self, flight: Flight, outcome: Outcome, raised: BaseException | None) -> None:
         token = flight.capture
         if token is not None:
             flight.capture = None
             runlog.release(token)
-            if not flight.logs:
-                flight.logs = None
 
 
 def build(
