@@ -53,12 +53,13 @@ _ENCODE = json.JSONEncoder(default=repr, ensure_ascii=False).encode
 class RunLog:
     """The events of one attempt, encoded as JSON objects, newest last."""
 
-    __slots__ = ("events", "size", "trimmed")
+    __slots__ = ("closed", "events", "size", "trimmed")
 
     def __init__(self) -> None:
         self.events: deque[str] | None = None
         self.size = 0
         self.trimmed = 0
+        self.closed = False
 
     def __bool__(self) -> bool:
         return self.events is not None
@@ -68,6 +69,8 @@ class RunLog:
 
     def add_json(self, text: str) -> None:
         """An event already encoded as a JSON object (the line the tick wrote for it)."""
+        if self.closed:
+            return
         text = redact(text)
         if len(text) > MAX_EVENT_BYTES:
             text = redact(_ENCODE(_clipped(json.loads(text), len(text))))
@@ -78,6 +81,10 @@ class RunLog:
         while len(self.events) > MAX_EVENTS or self.size > MAX_BYTES:
             self.size -= len(self.events.popleft()) + 1
             self.trimmed += 1
+
+    def close(self) -> None:
+        """The attempt was given up: what its handler logs from now on is not kept."""
+        self.closed = True
 
     def json(self) -> str:
         """The events as one JSON array, oldest first."""

@@ -233,6 +233,8 @@ class Pool:
         return self._async
 
     def _release(self, flight: Flight) -> None:
+        if flight.logs is not None:
+            flight.logs.close()  # before its handler is told: what it logs after is not kept
         flight.ctx.cancelled.set()
         self._forget(flight)
 
