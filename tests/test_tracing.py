@@ -201,6 +201,13 @@ def test_with_the_extra_absent_an_idle_tick_imports_nothing_of_opentelemetry(db_
     assert _modules_after(WITHOUT_THE_EXTRA, env) == []
 
 
+def test_an_idle_tick_imports_nothing_of_opentelemetry_even_when_it_would_trace(db_url, collector):
+    code = WITHOUT_THE_EXTRA.replace("sys.meta_path.insert(0, Absent())", "")
+    env = {**collector.environment(), "JOBRUNNER_DATABASE_URL": db_url}
+    assert _modules_after(code, env) == []
+    assert collector.spans == []  # nothing to trace
+
+
 def test_with_the_extra_absent_a_traced_tick_runs_and_says_what_is_missing(db_url, conn, collector):
     insert_run(conn, "test.chatty")
     env = {**collector.environment(), "JOBRUNNER_DATABASE_URL": db_url}
