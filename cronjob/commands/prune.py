@@ -71,7 +71,7 @@ def prune(
     as_json: bool,
     **options: Any,
 ) -> None:
-    """Delete finished runs (and their attempt history and ledger keys) in small batches.
+    """Delete finished runs (and their history, run logs and ledger keys) in small batches.
 
     \b
     jobrunner prune --older-than 30d

@@ -83,6 +83,9 @@ def enqueue(
     \b
     jobrunner enqueue send_email --payload '{"to": "a@example.com"}' --delay 5m
     jobrunner enqueue --jsonl runs.jsonl
+
+    Each run records the caller's trace from TRACEPARENT and TRACESTATE, if set
+    (OpenTelemetry's carrier for processes), so that its attempts are traced in it.
     """
     from cronjob.api import insert_runs
 
@@ -391,7 +394,11 @@ def list_runs(
 @database_url_option
 @json_option
 def show(run_id: str, database_url: str | None, as_json: bool) -> None:
-    """Show one run, its attempt history and what its handler logged in each attempt."""
+    """Show one run, its attempt history and what its handler logged in each attempt.
+
+    Each attempt's kept log lines are printed under it (--json: `attempt_logs`, each
+    with its `events`), redacted, the newest 100 at most.
+    """
     from cronjob.errors import RunNotFound
     from cronjob.inputs import parse_run_id
     from cronjob.store import run_attempts_get, run_get, run_logs_get

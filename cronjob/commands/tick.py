@@ -137,6 +137,11 @@ def tick(
     summary. Safe to run on many hosts at once, and to overlap with itself.
     SIGTERM or SIGINT: claim nothing more, let running handlers finish within
     --grace, hand back the rest (due again, attempt not counted), exit 0.
+
+    What each handler logs is kept with its attempt (`jobrunner show ID`). With the
+    `otel` extra and OTEL_* settings (OTEL_EXPORTER_OTLP_ENDPOINT, ...) the tick
+    exports a span per attempt, in the enqueuer's trace; with the `sentry` extra and
+    SENTRY_DSN it reports handlers' exceptions. Both are flushed before it exits.
     """
     from cronjob import log
     from cronjob.commands import django_setup, load_handlers, open_database
