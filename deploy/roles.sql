@@ -188,7 +188,7 @@ INSERT INTO jobrunner_grants VALUES
     -- back to learn the id of the run that holds a key (and Django its enqueue time).
     ('job_runs', 'jobrunner_enqueuer', 'INSERT',
      '{id, job_type, payload, run_at, idempotency_key, max_attempts, priority, tenant_id,'
-     ' queue, result_id, created_at, updated_at}'),
+     ' queue, result_id, run_after, traceparent, tracestate, created_at, updated_at}'),
     ('job_runs', 'jobrunner_enqueuer', 'SELECT',
      '{id, job_type, tenant_id, idempotency_key, created_at}'),
     ('job_runs', 'jobrunner_reader', 'SELECT', NULL),

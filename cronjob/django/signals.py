@@ -161,7 +161,7 @@ class TaskSignals(Observer):
     def __init__(self) -> None:
         from cronjob.log import capture_library_logs
 
-        capture_library_logs("django.tasks")  # Django's own receivers' lines, as JSON
+        capture_library_logs(("django.tasks",))  # Django's own receivers' lines, as JSON
         self._queue: queue.SimpleQueue[tuple[TaskAttempt, str, Errored | None] | None]
         self._queue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
