@@ -21,9 +21,9 @@
 -- jobrunner_worker    tick: claim, finalize, heartbeat, hand back, rescue, materialize, prune
 --                     after the tick, the metrics textfile, pings; and reads what a tick
 --                     reads. Reads and writes job_runs, job_attempts, job_effects,
---                     job_run_tally, job_schedule_skips; reads and updates job_definitions;
---                     reads job_type_pauses, job_schedule_health; writes job_run_logs.
---                     Nothing of the audit trail.
+--                     job_run_tally, job_schedule_skips, job_run_logs; reads and updates
+--                     job_definitions; reads job_type_pauses, job_schedule_health. Nothing
+--                     of the audit trail.
 -- jobrunner_enqueuer  apps: enqueue() and enqueue_async(), `jobrunner enqueue` (--jsonl too),
 --                     Django's Task.enqueue(). Inserts into job_runs the columns an enqueue
 --                     sets, and reads back id, job_type, tenant_id, idempotency_key and
@@ -236,9 +236,10 @@ INSERT INTO jobrunner_grants VALUES
     ('job_schedule_health', 'jobrunner_worker', 'SELECT', NULL),
     ('job_schedule_health', 'jobrunner_reader', 'SELECT', NULL),
 
-    -- A finalize writes each attempt's run log; pruning a run deletes its logs through the
-    -- foreign key's cascade, which acts as the table's owner.
-    ('job_run_logs', 'jobrunner_worker', 'INSERT', NULL),
+    -- A finalize writes each attempt's run log, and the worker reads what a tick reads and
+    -- show; pruning a run deletes its logs through the foreign key's cascade, which acts as
+    -- the table's owner.
+    ('job_run_logs', 'jobrunner_worker', 'SELECT, INSERT', NULL),
     ('job_run_logs', 'jobrunner_reader', 'SELECT', NULL);
 
 -- A table of jobrunner_owner's that this version does not know (a later release's, before

@@ -276,6 +276,28 @@ def test_the_worker_writes_no_schedule_pause_or_audit_entry(world: World) -> Non
     assert refused(url, "SELECT * FROM job_audit")
 
 
+def test_a_workers_tick_keeps_run_logs_that_a_reader_shows_and_an_operator_prunes(
+    world: World,
+) -> None:
+    with psycopg.connect(world.db.admin, autocommit=True) as conn:
+        run_id = str(insert_run(conn, "test.chatty", max_attempts=1))
+    logs = "SELECT count(*) FROM job_run_logs WHERE run_id = %s"
+
+    ticked = as_role(
+        world, WORKER, "tick", "--handlers", "tests.handlers.observed", "--types", "test.chatty"
+    )
+    assert ticked.exit_code == 0, ticked.stderr
+    with psycopg.connect(world.db.admin) as conn:
+        assert conn.execute(logs, (run_id,)).fetchone()[0] == 1
+    shown = as_role(world, READER, "show", run_id)
+    assert shown.exit_code == 0, shown.stderr
+    assert "charging card" in shown.stdout
+    pruned = as_role(world, OPERATOR, "prune", run_id)
+    assert pruned.exit_code == 0, pruned.stderr
+    with psycopg.connect(world.db.admin) as conn:
+        assert conn.execute(logs, (run_id,)).fetchone()[0] == 0
+
+
 def test_the_operator_reads_no_payload_or_result_and_sets_no_lease(world: World) -> None:
     url = world.logins[OPERATOR]
     run_id = world.run()
