@@ -52,8 +52,9 @@ def indexes(url: str) -> dict[str, bool]:
 
 
 def recorded(url: str) -> list[int]:
+    """[0017] once it is recorded (the migrations after it follow it), else []."""
     with psycopg.connect(url) as conn:
-        query = "SELECT version FROM jobrunner_migrations WHERE version >= %s ORDER BY 1"
+        query = "SELECT version FROM jobrunner_migrations WHERE version = %s"
         return [row[0] for row in conn.execute(query, [ALONE])]
 
 
