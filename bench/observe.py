@@ -114,8 +114,14 @@ def drain(
             (["enqueue", "--jsonl", "-"], f'{{"type":"{job_type}"}}\n'.encode() * n),
         ):
             argv, env = jobrunner(python, url, *args)
-            subprocess.run(argv, env=env, input=stdin, check=True, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)  # fmt: skip
+            subprocess.run(
+                argv,
+                env=env,
+                input=stdin,
+                check=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("VACUUM ANALYZE")
         cluster.checkpoint()
@@ -127,8 +133,14 @@ def drain(
         tick = ["tick", "--handlers", "bench.observe_handlers", "--max-runtime", "600s"]
         argv, env = jobrunner(python, url, *tick, "--log-level", "warning", env=env)
         before, started = os.times(), time.monotonic()
-        subprocess.run(argv, env=env, check=True, timeout=900, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)  # fmt: skip
+        subprocess.run(
+            argv,
+            env=env,
+            check=True,
+            timeout=900,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         elapsed, after = time.monotonic() - started, os.times()
         cpu = (after.children_user + after.children_system) - (
             before.children_user + before.children_system

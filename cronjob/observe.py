@@ -28,8 +28,12 @@ def observers(handlers: dict[str, HandlerSpec], *, django: bool = False) -> list
 
     found: list[Observer] = []
     if tracing.configured():
-        _add(found, "otel", "tracing is configured (OTEL_*)",
-             lambda: tracing.Tracing(worker=worker_name()))  # fmt: skip
+        _add(
+            found,
+            "otel",
+            "tracing is configured (OTEL_*)",
+            lambda: tracing.Tracing(worker=worker_name()),
+        )
     if sentry.configured():
         _add(found, "sentry", "Sentry is configured", sentry.Reports)
     if django:

@@ -38,8 +38,8 @@ def current() -> dict[str, str]:
     context = get_current_span().get_span_context()
     if not context.is_valid:
         return {}
-    found = {"traceparent": f"00-{context.trace_id:032x}-{context.span_id:016x}-"
-             f"{context.trace_flags:02x}"}  # fmt: skip
+    ids = f"{context.trace_id:032x}-{context.span_id:016x}"
+    found = {"traceparent": f"00-{ids}-{context.trace_flags:02x}"}
     state = context.trace_state.to_header() if context.trace_state else ""
     if state and len(state) <= MAX_TRACESTATE:
         found["tracestate"] = state

@@ -45,12 +45,20 @@ def attempt_span(collector: Collector, job_type: str) -> Span:
 
 
 def test_a_web_requests_trace_contains_the_ticks_span_for_the_run_it_enqueued(db_url, collector):
-    env = {**os.environ, **collector.environment(), "OTEL_SERVICE_NAME": "shop-web",
-           "PYTHONPATH": str(ROOT)}  # fmt: skip
+    env = {
+        **os.environ,
+        **collector.environment(),
+        "OTEL_SERVICE_NAME": "shop-web",
+        "PYTHONPATH": str(ROOT),
+    }
     web = subprocess.run(
         [sys.executable, "-m", "tests.otel_web_app", db_url],
-        env=env, cwd=ROOT, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert web.returncode == 0, web.stderr
     answer = json.loads(web.stdout)
 
@@ -172,9 +180,13 @@ def test_a_sigtermed_tick_still_exports_its_spans(db_url, conn, collector):
 
 def _modules_after(code: str, env: dict[str, str]) -> list[str]:
     done = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
         env={**os.environ, **env, "PYTHONPATH": str(ROOT)},
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.splitlines()[-1])
 
@@ -212,9 +224,13 @@ def test_with_the_extra_absent_a_traced_tick_runs_and_says_what_is_missing(db_ur
     insert_run(conn, "test.chatty")
     env = {**collector.environment(), "JOBRUNNER_DATABASE_URL": db_url}
     done = subprocess.run(
-        [sys.executable, "-c", WITHOUT_THE_EXTRA], cwd=ROOT, capture_output=True, text=True,
-        timeout=60, env={**os.environ, **env, "PYTHONPATH": str(ROOT)},
-    )  # fmt: skip
+        [sys.executable, "-c", WITHOUT_THE_EXTRA],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **env, "PYTHONPATH": str(ROOT)},
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[-1]) == []
     [warning] = [json.loads(line) for line in done.stderr.splitlines() if "otel extra" in line]

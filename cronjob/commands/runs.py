@@ -412,11 +412,16 @@ def show(run_id: str, database_url: str | None, as_json: bool) -> None:
         attempts = run_attempts_get(conn, number)
         logs = run_logs_get(conn, number)
     if as_json:
-        click.echo(json.dumps({
-            **_run_dict(run),
-            "attempt_history": [_attempt_dict(a) for a in attempts],
-            "attempt_logs": [_attempt_dict(log) for log in logs],
-        }, indent=2))  # fmt: skip
+        click.echo(
+            json.dumps(
+                {
+                    **_run_dict(run),
+                    "attempt_history": [_attempt_dict(a) for a in attempts],
+                    "attempt_logs": [_attempt_dict(log) for log in logs],
+                },
+                indent=2,
+            )
+        )
         return
     fields = _run_dict(run)
     width = max(len(k) for k in fields)
@@ -428,12 +433,20 @@ def show(run_id: str, database_url: str | None, as_json: bool) -> None:
         click.echo("\nattempts:")
         for attempt, log in _attempts_with_logs(attempts, logs):
             if attempt is not None:
-                click.echo(printable(f"  #{attempt.attempt}  {when(attempt.finished_at)}  "
-                                     f"{attempt.error_type}: {attempt.message or ''}  "
-                                     f"(worker {attempt.worker or '?'})"))  # fmt: skip
+                click.echo(
+                    printable(
+                        f"  #{attempt.attempt}  {when(attempt.finished_at)}  "
+                        f"{attempt.error_type}: {attempt.message or ''}  "
+                        f"(worker {attempt.worker or '?'})"
+                    )
+                )
             elif log is not None:
-                click.echo(printable(f"  #{log.attempt}  {when(log.created_at)}  {log.outcome}  "
-                                     f"(worker {log.worker or '?'})"))  # fmt: skip
+                click.echo(
+                    printable(
+                        f"  #{log.attempt}  {when(log.created_at)}  {log.outcome}  "
+                        f"(worker {log.worker or '?'})"
+                    )
+                )
             if log is not None:
                 _echo_events(log)
     if attempts:

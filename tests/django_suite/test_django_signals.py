@@ -115,12 +115,14 @@ def test_djangos_task_log_lines_are_json_on_the_ticks_stderr(project):
     lines = [json.loads(line) for line in done.stderr.splitlines()]  # every line is JSON
     tasks = [line for line in lines if line.get("logger") == "django.tasks"]
     states = sorted((line["event"].split()[1], line["event"].split()[-1]) for line in tasks)
-    assert states == sorted([
-        (f"id={ok.id}", "state=RUNNING"),
-        (f"id={ok.id}", "state=SUCCESSFUL"),
-        (f"id={failed.id}", "state=RUNNING"),
-        (f"id={failed.id}", "state=FAILED"),
-    ])  # fmt: skip
+    assert states == sorted(
+        [
+            (f"id={ok.id}", "state=RUNNING"),
+            (f"id={ok.id}", "state=SUCCESSFUL"),
+            (f"id={failed.id}", "state=RUNNING"),
+            (f"id={failed.id}", "state=FAILED"),
+        ]
+    )
     levels = {line["event"].split()[-1]: line["level"] for line in tasks}
     assert levels == {"state=RUNNING": "info", "state=SUCCESSFUL": "info", "state=FAILED": "error"}
 

@@ -34,9 +34,14 @@ def tick(db_url: str, *, now: datetime | None = None, queues: list[str] | None =
     try:
         tasks = task_handlers(conn, queues)
         return factories.tick(
-            db_url, *registry(), handlers=tasks, conn=conn, now=now, concurrency=1,
+            db_url,
+            *registry(),
+            handlers=tasks,
+            conn=conn,
+            now=now,
+            concurrency=1,
             observers=lambda handlers: observers(handlers, django=True),
-        )  # fmt: skip
+        )
     finally:
         conn.close()
 
