@@ -5,9 +5,9 @@
 Each case is one `jobrunner tick` draining N runs of one handler
 (bench/observe_handlers.py) on a fresh database of one throwaway cluster, loaded, then
 `VACUUM ANALYZE`d and checkpointed, at `--log-level warning`; the cases take turns, one
-drain each per round, so load from elsewhere hits them alike. Per case: the median
-jobs/s and the median CPU the tick process spent per run (all its threads); a ratio is
-of the medians, this case's cost over its baseline's.
+drain each per round, each round starting with the next case, so load from elsewhere hits
+them alike. Per case: the median jobs/s and the median CPU the tick process spent per run
+(all its threads); a ratio is of the medians, this case's cost over its baseline's.
 
 | case            | tick                                                   | baseline        |
 |-----------------|--------------------------------------------------------|-----------------|
@@ -20,7 +20,8 @@ of the medians, this case's cost over its baseline's.
 | logs not kept   | the same, `capture_logs=False`                         |                 |
 
 Targets: otel off within 2% of no otel extra; traced under 15% more; logs kept under 10%
-more. The venv without the extra is made once under bench/.envs/observe-no-otel.
+more. The venv without the extra is made once under bench/.envs/observe-no-otel. The
+table, every drain's figures and the machine's load go to bench/OBSERVE-RESULTS.md.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from bench.suite.pgcluster import throwaway_cluster
 ROOT = Path(__file__).resolve().parent.parent
 NO_OTEL = ROOT / "bench" / ".envs" / "observe-no-otel"
 MAIN = "from cronjob.cli import main; main()"
+RESULTS = ROOT / "bench" / "OBSERVE-RESULTS.md"
 
 # name: (job type, whether its python is the venv without the extra, traced, baseline)
 CASES: dict[str, tuple[str, bool, bool, str | None]] = {
@@ -172,25 +174,57 @@ def main() -> None:
     pythons = {True: no_otel_python(), False: sys.executable}
     rates: dict[str, list[float]] = {c: [] for c in cases}
     cpus: dict[str, list[float]] = {c: [] for c in cases}
+    load_before = os.getloadavg()
     with throwaway_cluster() as cluster, collector() as endpoint:
         for i in range(args.reps):
-            for case in cases:
+            # Each round starts with another case, so that none always drains first.
+            for case in cases[i % len(cases) :] + cases[: i % len(cases)]:
                 rate, cpu = drain(cluster, case, pythons[CASES[case][1]], endpoint, args.n, i)
                 rates[case].append(rate)
                 cpus[case].append(cpu)
                 print(f"{case:>15} rep {i}: {rate:8.0f} jobs/s {cpu:6.1f} us CPU/run", flush=True)
-    print(f"\n{'case':>15}  {'jobs/s':>8}  {'CPU/run':>8}  {'cost':>7}  {'CPU':>7}  target")
+    table = report(cases, rates, cpus)
+    print("\n" + table)
+    loads = f"{load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after"
+    RESULTS.write_text(
+        f"# What watching a tick costs (bench/observe.py)\n\n"
+        f"`python bench/observe.py --n {args.n} --reps {args.reps}`, "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs, "
+        f"1-minute load average {loads}. Medians of {args.reps} drains of {args.n:,} runs "
+        f"per case; cost is the baseline's jobs/s over this case's, less 1 (more is slower); "
+        f"CPU is this case's CPU per run over the baseline's, less 1.\n\n{table}\n\n"
+        f"Every drain, in the order run (jobs/s, CPU microseconds per run):\n\n"
+        + "\n".join(
+            f"- {case}: "
+            + ", ".join(f"{r:,.0f}/{c:.1f}" for r, c in zip(rates[case], cpus[case], strict=True))
+            for case in cases
+        )
+        + "\n"
+    )
+    print(f"written to {RESULTS.relative_to(ROOT)}")
+
+
+def report(cases: list[str], rates: dict[str, list[float]], cpus: dict[str, list[float]]) -> str:
+    """The table of medians, each case against its baseline and its target."""
+    lines = [
+        "| case | jobs/s | CPU/run | vs | cost | CPU | target | on jobs/s | on CPU |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for case in cases:
         rate, cpu = statistics.median(rates[case]), statistics.median(cpus[case])
+        line = f"| {case} | {rate:,.0f} | {cpu:.1f} us |"
         baseline = CASES[case][3]
-        line = f"{case:>15}  {rate:8.0f}  {cpu:6.1f}us"
         if baseline in rates:
             cost = statistics.median(rates[baseline]) / rate - 1
             cpu_cost = cpu / statistics.median(cpus[baseline]) - 1
             limit = TARGETS[case]
-            verdict = "met" if cost < limit else "missed"
-            line += f"  {cost:+7.1%}  {cpu_cost:+7.1%}  under {limit:.0%} vs {baseline}: {verdict}"
-        print(line)
+            verdicts = ["met" if c < limit else "missed" for c in (cost, cpu_cost)]
+            line += f" {baseline} | {cost:+.1%} | {cpu_cost:+.1%} | under {limit:.0%} |"
+            line += f" {verdicts[0]} | {verdicts[1]} |"
+        else:
+            line += " | | | | | |"
+        lines.append(line)
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
