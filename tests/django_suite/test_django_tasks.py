@@ -125,10 +125,13 @@ def test_a_failing_tasks_errors_come_from_its_attempts(project: str) -> None:
     from shop.tasks import explode
 
     result = explode.enqueue("boom")
-    tick(project)
+    # At a fixed now: its retry, due up to a second later (backoff with full jitter), waits
+    # for the next tick however long this one takes to end.
+    now = db_now(project)
+    tick(project, now=now)
     result.refresh()
     assert result.status == TaskResultStatus.READY  # waiting for its retry
-    tick(project, now=db_now(project) + HOUR)
+    tick(project, now=now + HOUR)
     result.refresh()
     assert result.status == TaskResultStatus.FAILED
     assert [e.exception_class_path for e in result.errors] == ["builtins.ValueError"] * 2
