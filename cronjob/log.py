@@ -32,9 +32,16 @@ def _flat_record_encoder() -> Any:
         return _JSON_ENCODER.encode
     enc = _JSON_ENCODER
     encoder = make(
-        None, enc.default, json.encoder.encode_basestring, enc.indent, enc.key_separator,
-        enc.item_separator, enc.sort_keys, enc.skipkeys, enc.allow_nan,
-    )  # fmt: skip
+        None,
+        enc.default,
+        json.encoder.encode_basestring,
+        enc.indent,
+        enc.key_separator,
+        enc.item_separator,
+        enc.sort_keys,
+        enc.skipkeys,
+        enc.allow_nan,
+    )
     return lambda record: "".join(encoder(record, 0))
 
 

@@ -51,9 +51,14 @@ def mixed(db_url: str, conn: psycopg.Connection[Any]) -> dict[str, Any]:
     # A worker that claimed an hour ago with a 30 s lease, then vanished.
     ids["stuck"] = enqueue(conn, "test.sleep", run_at=now - timedelta(hours=1))
     store.runs_claim_many(
-        conn, job_types=["test.sleep"], leases=[30], max_attempts=[3], limit=1,
-        worker="gone:1", now=now - timedelta(hours=1),
-    )  # fmt: skip
+        conn,
+        job_types=["test.sleep"],
+        leases=[30],
+        max_attempts=[3],
+        limit=1,
+        worker="gone:1",
+        now=now - timedelta(hours=1),
+    )
     ids["due"] = enqueue(conn, "test.ok", run_at=now - timedelta(minutes=3))
     ids["orphan"] = enqueue(conn, "orphan.type", run_at=now - timedelta(minutes=30))
     ids["later"] = enqueue(conn, "test.ok", delay="1h")
@@ -112,9 +117,14 @@ def test_status_names_job_types_that_no_worker_claims(db_url, conn, mixed):
     for _ in range(2):
         enqueue(conn, "busy.type", run_at=now - timedelta(minutes=30))
     claimed = store.runs_claim_many(
-        conn, job_types=["busy.type"], leases=[600], max_attempts=[1], limit=1,
-        worker="w:1", now=now - timedelta(minutes=1),
-    )  # fmt: skip
+        conn,
+        job_types=["busy.type"],
+        leases=[600],
+        max_attempts=[1],
+        limit=1,
+        worker="w:1",
+        now=now - timedelta(minutes=1),
+    )
     assert len(claimed) == 1
 
     status = cli_json(db_url, "status")
@@ -140,13 +150,29 @@ def test_status_lists_the_next_fire_time_of_each_definition(db_url, conn):
 
     status = cli_json(db_url, "status")
     assert status["schedules"] == [
-        {"name": "nightly-report", "job_type": "report.build", "schedule": "0 3 * * *",
-         "timezone": "Europe/Paris", "enabled": True, "next_fire_at": nightly_at.isoformat(),
-         "last_success_at": None, "last_failure_at": None, "stale": False},
-        {"name": "old-cleanup", "job_type": "cleanup", "schedule": "@hourly",
-         "timezone": "UTC", "enabled": False, "next_fire_at": None,
-         "last_success_at": None, "last_failure_at": None, "stale": False},
-    ]  # fmt: skip
+        {
+            "name": "nightly-report",
+            "job_type": "report.build",
+            "schedule": "0 3 * * *",
+            "timezone": "Europe/Paris",
+            "enabled": True,
+            "next_fire_at": nightly_at.isoformat(),
+            "last_success_at": None,
+            "last_failure_at": None,
+            "stale": False,
+        },
+        {
+            "name": "old-cleanup",
+            "job_type": "cleanup",
+            "schedule": "@hourly",
+            "timezone": "UTC",
+            "enabled": False,
+            "next_fire_at": None,
+            "last_success_at": None,
+            "last_failure_at": None,
+            "stale": False,
+        },
+    ]
 
     text = cli(db_url, "status").stdout
     [nightly_line] = [line for line in text.splitlines() if line.startswith("nightly-report")]
@@ -166,11 +192,14 @@ def test_status_without_a_terminal_is_a_plain_table(db_url, conn, mixed):
     assert header.split()[2:8] == ["QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "DEAD", "CANCELLED"]
     [ok_row] = [line.split() for line in lines if line.startswith("test.ok ")]
     counts = sql_counts(conn)
-    assert [int(n) for n in ok_row[1:7]] == [counts.get(("test.ok", s), 0) for s in
-                                             ("queued", "running", "succeeded", "failed", "dead",
-                                              "cancelled")]  # fmt: skip
-    assert any(line.startswith("stuck runs:") and "1 running with an expired lease" in line
-               for line in lines)  # fmt: skip
+    assert [int(n) for n in ok_row[1:7]] == [
+        counts.get(("test.ok", s), 0)
+        for s in ("queued", "running", "succeeded", "failed", "dead", "cancelled")
+    ]
+    assert any(
+        line.startswith("stuck runs:") and "1 running with an expired lease" in line
+        for line in lines
+    )
     assert any(line.startswith("unclaimed types:") and "orphan.type" in line for line in lines)
 
 
@@ -370,9 +399,16 @@ def test_tick_writes_the_metrics_textfile_after_its_work(db_url, conn, tmp_path)
     path = tmp_path / "jobrunner.prom"
     enqueue(conn, "test.ok")
     result = run_cli(
-        "tick", "--database-url", db_url, "--handlers", "tests.handlers.basic",
-        "--types", "test.ok", "--metrics-textfile", str(path),
-    )  # fmt: skip
+        "tick",
+        "--database-url",
+        db_url,
+        "--handlers",
+        "tests.handlers.basic",
+        "--types",
+        "test.ok",
+        "--metrics-textfile",
+        str(path),
+    )
     assert result.exit_code == 0, result.stderr
     runs = samples(families(path.read_text())["jobrunner_runs"])
     assert runs[(("job_type", "test.ok"), ("status", "succeeded"))] == 1
@@ -387,8 +423,10 @@ def test_check_passes_when_no_threshold_is_breached(db_url, conn):
     result = cli(db_url, "check", "--max-queue-age", "10m", "--max-stuck", "0", "--max-dead", "0")
     assert result.exit_code == 0, result.stdout + result.stderr
     assert [line.split()[:2] for line in result.stdout.splitlines()] == [
-        ["OK", "max-queue-age=10m:"], ["OK", "max-stuck=0:"], ["OK", "max-dead=0:"],
-    ]  # fmt: skip
+        ["OK", "max-queue-age=10m:"],
+        ["OK", "max-stuck=0:"],
+        ["OK", "max-dead=0:"],
+    ]
     quiet = cli(db_url, "check", "--max-dead", "0", "--quiet")
     assert (quiet.exit_code, quiet.stdout) == (0, "")
 
@@ -408,9 +446,14 @@ def test_check_breaches_max_stuck_when_leases_expired(db_url, conn):
     five_minutes_ago = db_now(conn) - timedelta(minutes=5)
     enqueue(conn, "test.sleep", run_at=five_minutes_ago)
     store.runs_claim_many(
-        conn, job_types=["test.sleep"], leases=[30], max_attempts=[3], limit=1,
-        worker="gone:1", now=five_minutes_ago,
-    )  # fmt: skip
+        conn,
+        job_types=["test.sleep"],
+        leases=[30],
+        max_attempts=[3],
+        limit=1,
+        worker="gone:1",
+        now=five_minutes_ago,
+    )
     result = cli(db_url, "check", "--max-stuck", "0")
     assert result.exit_code == 1
     assert result.stdout == (
@@ -433,9 +476,10 @@ def test_check_names_every_breached_threshold(db_url, conn, mixed):
     result = cli(db_url, "check", "--max-queue-age", "1m", "--max-stuck", "0", "--max-dead", "0")
     assert result.exit_code == 1
     assert [line.split()[:2] for line in result.stdout.splitlines()] == [
-        ["BREACHED", "max-queue-age=1m:"], ["BREACHED", "max-stuck=0:"],
+        ["BREACHED", "max-queue-age=1m:"],
+        ["BREACHED", "max-stuck=0:"],
         ["BREACHED", "max-dead=0:"],
-    ]  # fmt: skip
+    ]
     report = json.loads(
         cli(db_url, "check", "--max-dead", "0", "--max-stuck", "5", "--json").stdout
     )
@@ -473,8 +517,10 @@ def aged(db_url: str, conn: psycopg.Connection[Any], mixed: dict[str, Any]) -> d
     )
     old = [*mixed["succeeded"], mixed["dead"], mixed["cancelled"]]
     age_finished(conn, old, 40)
-    conn.execute("UPDATE job_runs SET run_at = now() - interval '40 days', "
-                 "created_at = now() - interval '40 days' WHERE finished_at IS NULL")  # fmt: skip
+    conn.execute(
+        "UPDATE job_runs SET run_at = now() - interval '40 days', "
+        "created_at = now() - interval '40 days' WHERE finished_at IS NULL"
+    )
     assert store.run_get(conn, live).status == "running"
     return {**mixed, "old": old, "recent": recent, "live": live}
 
@@ -485,8 +531,9 @@ def remaining(conn: psycopg.Connection[Any]) -> set[int]:
 
 def test_prune_deletes_exactly_the_old_finished_runs(db_url, conn, aged):
     before = remaining(conn)
-    attempts_of_dead = count(conn, "SELECT count(*) FROM job_attempts WHERE run_id = %s",
-                             aged["dead"])  # fmt: skip
+    attempts_of_dead = count(
+        conn, "SELECT count(*) FROM job_attempts WHERE run_id = %s", aged["dead"]
+    )
     assert attempts_of_dead == 1
 
     report = cli_json(db_url, "prune", "--older-than", "30d")
@@ -574,9 +621,17 @@ def test_prune_never_deletes_unfinished_runs_whatever_it_is_asked(conn, aged):
 def test_tick_prunes_old_finished_runs_when_asked(db_url, conn, aged):
     before = remaining(conn)
     result = run_cli(
-        "tick", "--database-url", db_url, "--handlers", "tests.handlers.basic",
-        "--types", "test.fail", "--prune-older-than", "30d", "--json",
-    )  # fmt: skip
+        "tick",
+        "--database-url",
+        db_url,
+        "--handlers",
+        "tests.handlers.basic",
+        "--types",
+        "test.fail",
+        "--prune-older-than",
+        "30d",
+        "--json",
+    )
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["pruned"] == 4
     assert remaining(conn) == before - set(aged["old"])
@@ -585,9 +640,15 @@ def test_tick_prunes_old_finished_runs_when_asked(db_url, conn, aged):
 def test_tick_does_not_prune_unless_asked(db_url, conn, aged):
     before = remaining(conn)
     result = run_cli(
-        "tick", "--database-url", db_url, "--handlers", "tests.handlers.basic",
-        "--types", "test.fail", "--json",
-    )  # fmt: skip
+        "tick",
+        "--database-url",
+        db_url,
+        "--handlers",
+        "tests.handlers.basic",
+        "--types",
+        "test.fail",
+        "--json",
+    )
     assert result.exit_code == 0, result.stderr
     assert "pruned" not in json.loads(result.stdout)
     assert remaining(conn) == before

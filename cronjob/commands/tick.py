@@ -162,11 +162,17 @@ def tick(
     # Checked before connecting; a Django tick first learns which tasks have runs waiting.
     specs = None if django else require_types(comma_list(types) or None)
     options = TickOptions(
-        concurrency=concurrency, async_concurrency=async_concurrency, batch_size=batch_size,
-        max_runtime=max_runtime, grace=grace, lease=lease, tenants_sql=settings.tenants_sql,
-        prune_older_than=prune_older_than, metrics_path=metrics_path,
+        concurrency=concurrency,
+        async_concurrency=async_concurrency,
+        batch_size=batch_size,
+        max_runtime=max_runtime,
+        grace=grace,
+        lease=lease,
+        tenants_sql=settings.tenants_sql,
+        prune_older_than=prune_older_than,
+        metrics_path=metrics_path,
         observers=_observers(django),
-    )  # fmt: skip
+    )
     database, conn = open_database(settings)
     try:
         if specs is None:
@@ -180,6 +186,12 @@ def tick(
         raise
     finally:
         conn.close()
+    _finished(report, as_json)
+
+
+def _finished(report: Any, as_json: bool) -> None:
+    from cronjob import log
+
     summary = report.summary()
     log.info("tick finished", **summary)
     if as_json:

@@ -56,10 +56,19 @@ def task(
 
     def wrapper(func: Any) -> JobrunnerTask:
         return JobrunnerTask(
-            func=func, priority=priority, queue_name=queue_name, backend=backend,
-            takes_context=takes_context, run_after=None, max_attempts=max_attempts, backoff=backoff,
-            lease=lease, timeout=timeout, atomic=atomic, capture_logs=capture_logs,
-        )  # fmt: skip
+            func=func,
+            priority=priority,
+            queue_name=queue_name,
+            backend=backend,
+            takes_context=takes_context,
+            run_after=None,
+            max_attempts=max_attempts,
+            backoff=backoff,
+            lease=lease,
+            timeout=timeout,
+            atomic=atomic,
+            capture_logs=capture_logs,
+        )
 
     return wrapper(function) if function is not None else wrapper
 

@@ -55,9 +55,13 @@ _DEFINITION = class_row(Definition)
 
 
 def definition_insert(
-    conn: Any, spec: DefinitionSpec, *, enabled: bool, now: datetime,
+    conn: Any,
+    spec: DefinitionSpec,
+    *,
+    enabled: bool,
+    now: datetime,
     next_fire_at: datetime | None,
-) -> Definition | None:  # fmt: skip
+) -> Definition | None:
     """Insert a definition starting at `now`; None when the name is taken."""
     params = {**_spec_params(spec), "enabled": enabled, "now": now, "next_fire_at": next_fire_at}
     return (
@@ -66,38 +70,76 @@ def definition_insert(
 
 
 def definition_update(
-    conn: Any, definition_id: int, spec: DefinitionSpec, *, enabled: bool, now: datetime,
-    materialized_through: datetime, next_fire_at: datetime | None,
-) -> Definition:  # fmt: skip
-    return conn.cursor(row_factory=_DEFINITION).execute(
-        queries.DEFINITION_UPDATE,
-        {**_spec_params(spec), "id": definition_id, "enabled": enabled, "now": now,
-         "materialized_through": materialized_through, "next_fire_at": next_fire_at},
-    ).fetchone()  # fmt: skip
+    conn: Any,
+    definition_id: int,
+    spec: DefinitionSpec,
+    *,
+    enabled: bool,
+    now: datetime,
+    materialized_through: datetime,
+    next_fire_at: datetime | None,
+) -> Definition:
+    return (
+        conn.cursor(row_factory=_DEFINITION)
+        .execute(
+            queries.DEFINITION_UPDATE,
+            {
+                **_spec_params(spec),
+                "id": definition_id,
+                "enabled": enabled,
+                "now": now,
+                "materialized_through": materialized_through,
+                "next_fire_at": next_fire_at,
+            },
+        )
+        .fetchone()
+    )
 
 
 def definition_set_enabled(
-    conn: Any, definition_id: int, enabled: bool, *, now: datetime,
-    materialized_through: datetime, next_fire_at: datetime | None,
-) -> Definition:  # fmt: skip
-    return conn.cursor(row_factory=_DEFINITION).execute(
-        queries.DEFINITION_SET_ENABLED,
-        {"id": definition_id, "enabled": enabled, "now": now,
-         "materialized_through": materialized_through, "next_fire_at": next_fire_at},
-    ).fetchone()  # fmt: skip
+    conn: Any,
+    definition_id: int,
+    enabled: bool,
+    *,
+    now: datetime,
+    materialized_through: datetime,
+    next_fire_at: datetime | None,
+) -> Definition:
+    return (
+        conn.cursor(row_factory=_DEFINITION)
+        .execute(
+            queries.DEFINITION_SET_ENABLED,
+            {
+                "id": definition_id,
+                "enabled": enabled,
+                "now": now,
+                "materialized_through": materialized_through,
+                "next_fire_at": next_fire_at,
+            },
+        )
+        .fetchone()
+    )
 
 
 def _spec_params(spec: DefinitionSpec) -> dict[str, Any]:
     import json
 
     return {
-        "name": spec.name, "job_type": spec.job_type, "payload": json.dumps(spec.payload),
-        "schedule": spec.schedule, "timezone": spec.timezone, "scope": spec.scope,
-        "max_attempts": spec.max_attempts, "priority": spec.priority,
-        "catch_up": spec.catch_up, "catch_up_limit": spec.catch_up_limit,
-        "overlap": spec.overlap, "expect_within": spec.expect_within,
-        "ping_url": spec.ping_url, "ping_failure_url": spec.ping_failure_url,
-    }  # fmt: skip
+        "name": spec.name,
+        "job_type": spec.job_type,
+        "payload": json.dumps(spec.payload),
+        "schedule": spec.schedule,
+        "timezone": spec.timezone,
+        "scope": spec.scope,
+        "max_attempts": spec.max_attempts,
+        "priority": spec.priority,
+        "catch_up": spec.catch_up,
+        "catch_up_limit": spec.catch_up_limit,
+        "overlap": spec.overlap,
+        "expect_within": spec.expect_within,
+        "ping_url": spec.ping_url,
+        "ping_failure_url": spec.ping_failure_url,
+    }
 
 
 def definition_get(conn: Any, name: str, *, lock: bool = False) -> Definition | None:
