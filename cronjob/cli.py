@@ -37,6 +37,8 @@ COMMANDS = {
     "pause": "cronjob.commands.incident:pause",
     "resume": "cronjob.commands.incident:resume",
     "audit": "cronjob.commands.incident:audit",
+    "limit": "cronjob.commands.limits:limit",
+    "limits": "cronjob.commands.limits:list_limits",
     "sync": "cronjob.commands.django:sync",
     "web": "cronjob.commands.web:web",
 }

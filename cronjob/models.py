@@ -48,6 +48,7 @@ class ClaimedRun(NamedTuple):
     traceparent: str | None = None
     tracestate: str | None = None
     result_id: UUID | None = None  # a Django task run's result id, for its signals
+    priority: int = 0  # with tenant_id, where the tick's next claim goes on round-robin
 
 
 @dataclass(frozen=True)
@@ -458,3 +459,23 @@ class MigrationActivity:
     holder_pid: int | None
     holder_state: str | None
     holder_seconds: float | None
+
+
+# -- flow control --
+
+
+@dataclass(frozen=True)
+class TypeLimit:
+    """A job type's limit (cronjob.limits): at most `concurrency` runs at once and `rate`
+    starts per `rate_period` seconds, for the whole type or for each key: a run's tenant
+    (`per` 'tenant') or a top-level payload field's value (`per` 'payload', `per_field`)."""
+
+    job_type: str
+    concurrency: int | None
+    rate: int | None
+    rate_period: float | None
+    per: str  # 'type', 'tenant' or 'payload'
+    per_field: str | None
+    reason: str | None = None
+    set_by: str = ""
+    set_at: datetime | None = None

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cronjob import incident, store
-from cronjob.models import Definition
+from cronjob.models import Definition, TypeLimit
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,34 @@ def _done(
     """`changed`, audited as `command` in the transaction that changed them."""
     audit_id = incident.record(conn, command, changed=len(changed), selection=selection, **why)
     return Done(tuple(changed), audit_id)
+
+
+def set_limit(conn: Any, limit: TypeLimit, *, actor: str) -> Done:
+    """Set `limit` on its job type, replacing any it had: every tick on every host enforces it
+    from its next claim on."""
+    from cronjob import limits
+
+    with conn.transaction():
+        store.job_type_limit_set(conn, limit, actor=actor)
+        selection = {
+            "type": [limit.job_type], "concurrency": limit.concurrency,
+            "rate": limits.rate_text(limit), "per": limits.per_text(limit),
+        }  # fmt: skip
+        audit_id = incident.record(
+            conn, "limit", actor=actor, reason=limit.reason, changed=1, selection=selection
+        )
+    return Done((limit.job_type,), audit_id)
+
+
+def clear_limit(conn: Any, job_type: str, *, actor: str, reason: str | None) -> Done:
+    """Clear the limit of `job_type`; `changed` is empty when it had none."""
+    with conn.transaction():
+        cleared = store.job_type_limit_clear(conn, job_type)
+        audit_id = incident.record(
+            conn, "limit --clear", actor=actor, reason=reason, changed=int(cleared is not None),
+            selection={"type": [job_type]},
+        )  # fmt: skip
+    return Done((job_type,) if cleared else (), audit_id)
 
 
 def change_runs(

@@ -22,18 +22,20 @@
 --                     after the tick, the metrics textfile, pings; and reads what a tick
 --                     reads. Reads and writes job_runs, job_attempts, job_effects,
 --                     job_run_tally, job_schedule_skips, job_run_logs; reads and updates
---                     job_definitions; reads job_type_pauses, job_schedule_health. Nothing
---                     of the audit trail.
+--                     job_definitions; reads job_type_pauses, job_type_limits,
+--                     job_schedule_health; counts starts in job_rate_windows. Nothing of the
+--                     audit trail.
 -- jobrunner_enqueuer  apps: enqueue() and enqueue_async(), `jobrunner enqueue` (--jsonl too),
 --                     Django's Task.enqueue(). Inserts into job_runs the columns an enqueue
 --                     sets, and reads back id, job_type, tenant_id, idempotency_key and
 --                     created_at: the id of the run that holds a key. Nothing else.
--- jobrunner_reader    status, list, show, metrics, check, audit, schedule list/show/preview,
+-- jobrunner_reader    status, list, show, metrics, check, audit, limits, schedule list/show/preview,
 --                     Django's get_result(). Reads every table but job_effects.
--- jobrunner_operator  retry, cancel, prune, pause, resume, schedule add/pause/resume/remove/
---                     sync. Reads and updates the bookkeeping columns of job_runs (never
---                     payloads or return values) and deletes runs; reads and writes
---                     job_definitions and job_type_pauses; appends to the audit trail.
+-- jobrunner_operator  retry, cancel, prune, pause, resume, limit, schedule add/pause/resume/
+--                     remove/sync. Reads and updates the bookkeeping columns of job_runs
+--                     (never payloads or return values) and deletes runs; reads and writes
+--                     job_definitions, job_type_pauses and job_type_limits; appends to the
+--                     audit trail.
 --
 -- Every role reads jobrunner_migrations (each command checks the schema version); none but
 -- the owner can create, alter, drop or truncate anything. The enqueuer reads the id, type,
@@ -154,7 +156,7 @@ SELECT format('ALTER TABLE %I.%I OWNER TO jobrunner_owner', n.nspname, c.relname
    AND c.relname IN ('jobrunner_migrations', 'job_definitions', 'job_runs', 'job_attempts',
                      'job_effects', 'job_type_pauses', 'job_audit', 'job_audit_batches',
                      'job_run_tally', 'job_schedule_skips', 'job_schedule_health',
-                     'job_run_logs')
+                     'job_run_logs', 'job_type_limits', 'job_rate_windows')
    AND c.relowner <> 'jobrunner_owner'::regrole
  ORDER BY c.relname
 \gexec
@@ -220,6 +222,15 @@ INSERT INTO jobrunner_grants VALUES
     ('job_type_pauses', 'jobrunner_worker', 'SELECT', NULL),
     ('job_type_pauses', 'jobrunner_reader', 'SELECT', NULL),
     ('job_type_pauses', 'jobrunner_operator', 'SELECT, INSERT, DELETE', NULL),
+
+    -- Every claim reads the limits, and counts the starts of rate-limited keys.
+    ('job_type_limits', 'jobrunner_worker', 'SELECT', NULL),
+    ('job_type_limits', 'jobrunner_reader', 'SELECT', NULL),
+    ('job_type_limits', 'jobrunner_operator', 'SELECT, INSERT, UPDATE, DELETE', NULL),
+    ('job_rate_windows', 'jobrunner_worker', 'SELECT, INSERT, UPDATE', NULL),
+    ('job_rate_windows', 'jobrunner_reader', 'SELECT', NULL),
+    -- A limit set or cleared forgets the windows counted under the old one.
+    ('job_rate_windows', 'jobrunner_operator', 'SELECT, DELETE', NULL),
 
     ('job_audit', 'jobrunner_reader', 'SELECT', NULL),
     ('job_audit', 'jobrunner_operator', 'INSERT', NULL),

@@ -51,6 +51,8 @@ ROLE_TABLE: dict[str, frozenset[str]] = {
     "prune --audit-older-than": frozenset({OWNER}),
     "pause": OPERATES,
     "resume": OPERATES,
+    "limit": OPERATES,
+    "limits": READS | {OPERATOR},  # what it manages
     "schedule add": OPERATES,
     "schedule pause": OPERATES,
     "schedule resume": OPERATES,
@@ -148,6 +150,8 @@ ARGUMENTS: dict[str, Callable[[World], Sequence[str]]] = {
     "prune --audit-older-than": lambda w: ["prune", "--audit-older-than", "3650d"],
     "pause": lambda w: ["pause", w.unique("type")],
     "resume": lambda w: ["resume", w.paused_type()],
+    "limit": lambda w: ["limit", w.unique("type"), "--concurrency", "2", "--rate", "5/1s"],
+    "limits": lambda w: ["limits", "--json"],
     "schedule add": lambda w: ["schedule", "add", w.unique("new"), *NEW_SCHEDULE],
     "schedule pause": lambda w: ["schedule", "pause", w.schedule()],
     "schedule resume": lambda w: ["schedule", "resume", w.schedule(enabled=False)],

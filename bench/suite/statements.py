@@ -70,7 +70,7 @@ def tick_claim_for_pgbench() -> str:
     tick's finalize gets for it), all for pgbench's gset."""
     from cronjob.queries import runs
 
-    final = f"SELECT {runs.RUNS_CLAIM_MANY_COLUMNS}\nFROM claimed ORDER BY priority, run_at, id"
+    final = runs.RUNS_CLAIM_MANY_HAND_OVER
     if final not in runs.RUNS_CLAIM_MANY:
         raise RuntimeError("queries.runs.RUNS_CLAIM_MANY no longer ends as the ceiling expects")
     n = "count(*)::int"
@@ -107,6 +107,11 @@ def pgbench_variables(limit: int) -> dict[str, str]:
         "worker": "pgbench",
         "token": str(uuid.uuid4()),
         "n": "1",  # "keep going" until a claim finds nothing
+        # Every claim as a tick's first: the tenant walk's cursor at the lowest priority
+        # there can be (store.runs), so the walk takes every tenant in order. (pgbench takes
+        # no empty variable, and no run has that priority: the tenant does not matter.)
+        "cursor_priority": str(-(2**31)),
+        "cursor_tenant": "-",
         **{k: empty for k in ("ids", "tokens", "statuses", "delays")},
         **{k: empty for k in ("error_types", "messages", "tracebacks")},
     }

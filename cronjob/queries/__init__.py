@@ -10,6 +10,7 @@ One module per table or concern, each run by the store module of the same name
 |               | read, retry and cancel by id, the handler's transaction, prune          |
 | `definitions` | schedules: definitions, materializing, health, pings, skips, sync lock  |
 | `incidents`   | an operator's selections of runs, paused job types, the audit trail     |
+| `limits`      | job type limits: set, cleared, listed, what they hold back              |
 | `effects`     | the effects ledger                                                      |
 | `tasks`       | Django's Tasks backend                                                  |
 | `tally`       | status and metrics: the snapshot, the finished-run tally, durations     |
@@ -33,16 +34,26 @@ _NOW = "coalesce(%(now)s::timestamptz, now())"
 _STATEMENT_NOW = "coalesce(%(now)s::timestamptz, statement_timestamp())"
 
 
-def _claimable(job_types: str) -> str:
-    """The tick's job types less the paused ones (job_type_pauses), as an array.
+def _claimable(job_types: str, *, limited: bool = True) -> str:
+    """The tick's job types less the paused ones (job_type_pauses), as an array; without
+    `limited`, less the types with a limit too (job_type_limits), which only the claim's
+    limited part takes (jobrunner_claimable_limited, migration 0021).
 
     An uncorrelated subquery: PostgreSQL evaluates it once per statement, and the
     claim's scan then compares each row against the shorter array, as it did before.
     """
+    unlimited = (
+        "" if limited else " AND NOT EXISTS (SELECT 1 FROM job_type_limits l WHERE l.job_type = t)"
+    )
     return (
         f"ARRAY(SELECT t FROM unnest({job_types}::text[]) AS t"
-        " WHERE NOT EXISTS (SELECT 1 FROM job_type_pauses p WHERE p.job_type = t))"
+        f" WHERE NOT EXISTS (SELECT 1 FROM job_type_pauses p WHERE p.job_type = t){unlimited})"
     )
+
+
+# A run's tenant as claims and indexes read it: runs without one are one more tenant.
+_TENANT = "coalesce(tenant_id, '')"
+_WAITING = "status IN ('queued', 'failed')"
 
 
 # The one rule for failed or dead: an attempt that used up its run's budget is the

@@ -22,6 +22,8 @@ from cronjob.queries import (
     _RETRY_SET,
     _RETRY_SUPERSEDED,
     _STATEMENT_NOW,
+    _TENANT,
+    _WAITING,
     _claimable,
     _lease_fence,
 )
@@ -140,16 +142,95 @@ _CLAIMED_COLUMNS = ", ".join(
     f"r.{name}"
     for name in [
         *(name for name in _CLAIMED_FIELDS if name not in _CLAIMED_AS),
-        *("payload", "attempts", "max_attempts", "priority", "run_at"),
+        *("payload", "attempts", "max_attempts", "run_at"),
     ]
 )
+
+# -- the claim --
+#
+# A claim is fair across tenants: within one priority it takes runs round-robin, an equal
+# share from each tenant, so a tenant with a backlog of 100,000 runs delays another
+# tenant's due run by no more than one batch. Runs without a tenant are one more tenant.
+# Its parts, each a CTE of RUNS_CLAIM_MANY:
+#
+#   walk    the (priority, tenant) pairs that have waiting runs, in that order, from the
+#           pair after the claim's cursor round to the cursor's own: an index probe each
+#   tenants the first `limit` of them: a claim of `limit` runs needs no more
+#   picked  each tenant's first `share` due runs (`limit` over the tenants walked, at
+#           least one), locked: at most `limit` in all
+#   fill    when the tenants walked had fewer due runs than that, more in dispatch order,
+#           so that a claim is not cut short by tenants with little to do
+#   claimed the update of the runs taken
+#
+# The runs are handed over in the walk's order, tenant after tenant, and a tick passes the
+# last of them as the next claim's cursor: the next claim starts with the tenant after it,
+# so the tenants walked take turns when there are more than `limit` of them, and so do the
+# first in line for the runs `fill` adds. Everything reads job_runs_dispatch, whose keys are
+# (priority, tenant, run_at, id): no step reads a tenant's backlog beyond what it takes,
+# and nothing sorts more than the runs claimed.
+
+# The walk visits each (priority, tenant) pair with waiting runs once, in four phases:
+# (1) the priorities before the cursor's, in order; (2) the cursor's priority, the tenants
+# after the cursor's; (3) that priority again, the tenants up to the cursor's; (4) the
+# priorities after it. So priority comes first, and within the cursor's priority the tenants
+# take turns. Each step is one probe of job_runs_dispatch, positioned by its lower bound,
+# for the next pair of its phase, or else the first of a later one; a phase's upper bound is
+# checked on the pair found, not given to the scan, which before PostgreSQL 18 would read on
+# through every pair past it. A tick's first claim has no cursor: it is the lowest pair
+# there can be, and the walk is phase 4. A LIMIT on the walk stops the recursion.
+_CURSOR = "(%(cursor_priority)s::int, %(cursor_tenant)s::text)"
+_CURSOR_PRIORITY = "%(cursor_priority)s::int"
+
+
+def _first_pair(bound: str = "true") -> str:
+    """The first (priority, tenant) pair of waiting runs within `bound`."""
+    return f"""(SELECT priority, {_TENANT} AS tenant FROM job_runs
+             WHERE {_WAITING} AND {bound}
+             ORDER BY priority, {_TENANT} LIMIT 1)"""
+
+
+# Each phase: where it starts, and the test a pair found must pass to be in it.
+_PHASES = [
+    (_first_pair(), f"pair.priority < {_CURSOR_PRIORITY}"),
+    (_first_pair(f"(priority, {_TENANT}) > {_CURSOR}"), f"pair.priority = {_CURSOR_PRIORITY}"),
+    (
+        _first_pair(f"priority >= {_CURSOR_PRIORITY}"),
+        f"pair.priority = {_CURSOR_PRIORITY} AND pair.tenant <= %(cursor_tenant)s::text",
+    ),
+    (_first_pair(f"priority > {_CURSOR_PRIORITY}"), "true"),
+]
+
+
+def _walk_step() -> str:
+    """Where one step of the walk may go, in the order it prefers: on in its phase, or else
+    to the start of the first later phase that has a pair."""
+    after = _first_pair(f"(priority, {_TENANT}) > (w.priority, w.tenant)")
+    branches = []
+    for phase, (start, test) in enumerate(_PHASES, 1):
+        branches.append(
+            f"(SELECT pair.*, {phase} FROM {after} pair WHERE w.phase = {phase} AND {test})"
+        )
+        branches.append(
+            f"(SELECT pair.*, {phase} FROM {start} pair WHERE w.phase < {phase} AND {test})"
+        )
+    return "\n        UNION ALL\n        ".join(branches)
+
+
+_TENANT_WALK = f"""walk(priority, tenant, phase, step) AS (
+    SELECT {_CURSOR[1:-1]}, 0, 0
+  UNION ALL
+    SELECT next.*, w.step + 1 FROM walk w, LATERAL (
+        {_walk_step()}
+        LIMIT 1) next
+)"""
 
 # A run of a schedule whose overlap policy is 'skip' or 'queue' (migration 0011) starts only
 # when nothing else of its schedule and tenant is running and it is the oldest one waiting.
 # So at most one such run is ever claimable per schedule and tenant: two ticks racing for it
 # meet on its row lock, and a tick whose snapshot predates another's claim still sees that
 # older run waiting. A running run whose lease expired blocks the others until it is rescued
-# and done. Other runs pay only the `NOT exclusive` test.
+# and done. Other runs pay only the `NOT exclusive` test. (The claim of a limited type,
+# jobrunner_limited_run_ids of migration 0021, asks the same.)
 _EXCLUSIVE_RUN_IS_NEXT = """NOT EXISTS (
         SELECT 1 FROM job_runs o
         WHERE o.exclusive AND o.definition_id = job_runs.definition_id
@@ -157,23 +238,65 @@ _EXCLUSIVE_RUN_IS_NEXT = """NOT EXISTS (
           AND o.status IN ('queued', 'running', 'failed') AND o.id <> job_runs.id
           AND (o.status = 'running' OR o.id < job_runs.id))"""
 
-# The locking subquery is a MATERIALIZED CTE: as `WHERE id IN (SELECT ... LIMIT n)`
-# the planner may re-run it and claim more than n rows. The update finds its rows
-# through `id = ANY(array)`, a primary-key lookup whatever the table's size, and
-# takes each type's lease and attempt budget by position in the parallel arrays.
-# One lease token covers the whole claim: ids tell its runs apart, and a fresh
-# uuid per row would be a third of the statement's cost.
-RUNS_CLAIM_MANY = f"""
-WITH c AS MATERIALIZED (
+# A dispatched run the claim may take now: due, of a claimable type without a limit (the
+# tick's, less the paused and the limited ones: `types`), and next if it is exclusive.
+_CLAIMABLE_NOW = (
+    f"run_at <= {_NOW} AND job_type = ANY((SELECT plain FROM types)::text[])"
+    f" AND (NOT exclusive OR {_EXCLUSIVE_RUN_IS_NEXT})"
+)
+
+# The runs of limited types come first, from jobrunner_claimable_limited (migration 0021):
+# each key's room counted under the key's lock, held until this claim commits. Skipped,
+# with its one-time filter, when none of the tick's types has a limit: then a claim costs
+# what it did before limits existed. The others share what is left of the batch (`rest`).
+_CLAIM_FAIR = f"""types AS MATERIALIZED (
+    SELECT {_claimable("%(job_types)b", limited=False)} AS plain
+),
+limited AS MATERIALIZED (
+    SELECT jobrunner_claimable_limited(%(job_types)b::text[], %(limit)s, {_NOW}) AS ids
+    WHERE EXISTS (SELECT 1 FROM job_type_limits WHERE job_type = ANY(%(job_types)b::text[]))
+),
+rest AS MATERIALIZED (
+    SELECT %(limit)s - coalesce((SELECT cardinality(ids) FROM limited), 0) AS runs
+),
+tenants AS MATERIALIZED (
+    SELECT priority, tenant, step, count(*) OVER (PARTITION BY priority) AS peers
+    FROM (SELECT priority, tenant, step FROM walk
+          WHERE phase > 0 AND cardinality((SELECT plain FROM types)) > 0
+          LIMIT (SELECT runs FROM rest)) walked
+),
+picked AS MATERIALIZED (
+    SELECT p.id, t.priority, t.step, p.turn FROM tenants t, LATERAL (
+        SELECT id, row_number() OVER () AS turn FROM (
+            SELECT id FROM job_runs
+            WHERE {_WAITING} AND priority = t.priority AND {_TENANT} = t.tenant
+              AND {_CLAIMABLE_NOW}
+            ORDER BY run_at, id
+            LIMIT ceil((SELECT runs FROM rest)::numeric / t.peers)
+            FOR UPDATE SKIP LOCKED) turns) p
+),
+taken AS MATERIALIZED (
+    SELECT id, step, turn FROM picked
+    ORDER BY priority, turn, step
+    LIMIT (SELECT runs FROM rest)
+),
+fill AS MATERIALIZED (
     SELECT id FROM job_runs
-    WHERE status IN ('queued', 'failed') AND run_at <= {_NOW}
-      AND job_type = ANY({_claimable("%(job_types)b")})
-      AND (NOT exclusive OR {_EXCLUSIVE_RUN_IS_NEXT})
-    ORDER BY priority, run_at, id
+    WHERE {_WAITING} AND {_CLAIMABLE_NOW}
+      AND id NOT IN (SELECT id FROM picked) AND cardinality((SELECT plain FROM types)) > 0
+      AND (SELECT count(*) FROM taken) < (SELECT runs FROM rest)
+    ORDER BY priority, {_TENANT}, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-),
-claimed AS (
+)"""
+
+# The runs a claim took: each type's lease and attempt budget by position in the parallel
+# arrays. `id = ANY(array)` finds them by primary key whatever the table's size. One lease
+# token covers the whole claim: ids tell its runs apart, and a fresh uuid per row would be
+# a third of the statement's cost. Gated on the runs missing, not limited to them, `fill`
+# may lock more than it gives: a locking scan whose LIMIT is a subquery cost a busy claim
+# more than it claimed, even when it took nothing.
+_CLAIM_UPDATE = f"""claimed AS (
     UPDATE job_runs r
     SET status = 'running',
         attempts = r.attempts + 1,
@@ -186,12 +309,26 @@ claimed AS (
         lease_token = %(token)s,
         started_at = {_NOW},
         updated_at = {_NOW}
-    WHERE r.id = ANY(ARRAY(SELECT id FROM c))
+    WHERE r.id = ANY(coalesce((SELECT ids FROM limited), '{{}}') || ARRAY(SELECT id FROM taken)
+                     || ARRAY(SELECT id FROM fill LIMIT greatest(
+                            (SELECT runs FROM rest) - (SELECT count(*) FROM taken), 0)))
     RETURNING {_CLAIMED_COLUMNS}
-)
--- Handed to the workers in this order, so a batch starts in priority order too.
-SELECT {RUNS_CLAIM_MANY_COLUMNS}
-FROM claimed ORDER BY priority, run_at, id
+)"""
+
+# The claim's final SELECT (the benchmark's ceiling wraps it: bench/suite/statements.py).
+RUNS_CLAIM_MANY_HAND_OVER = f"""SELECT {RUNS_CLAIM_MANY_COLUMNS}
+FROM claimed LEFT JOIN taken USING (id)
+ORDER BY priority, turn, step, run_at, id"""
+
+# The locking subqueries are MATERIALIZED CTEs: as `WHERE id IN (SELECT ... LIMIT n)` the
+# planner may re-run them and claim more than n rows.
+RUNS_CLAIM_MANY = f"""
+WITH RECURSIVE {_TENANT_WALK},
+{_CLAIM_FAIR},
+{_CLAIM_UPDATE}
+-- Handed to the workers in priority order, and within a priority turn by turn, tenant after
+-- tenant in the walk's order; the runs of limited types and of `fill` after those.
+{RUNS_CLAIM_MANY_HAND_OVER}
 """
 
 # One guarded write for a batch of mixed outcomes: a row changes only while its

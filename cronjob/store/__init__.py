@@ -10,9 +10,9 @@ All of them are reached through this one, `store.<name>`:
 - `preflight`, what runs before anything is known: migrating, checking the schema
   version, asking whether a tick has work. It builds no models, so an idle tick,
   which asks and leaves, never imports them.
-- the rest (`runs`, `definitions`, `tally`, `effects`, `incidents`, `tasks`, `server`,
-  `dashboard`), which read and write as models: each imported the first time one of its
-  names is used.
+- the rest (`runs`, `definitions`, `tally`, `effects`, `incidents`, `limits`, `tasks`,
+  `server`, `dashboard`), which read and write as models: each imported the first time one
+  of its names is used.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from cronjob.store.definitions import *  # noqa: F403
     from cronjob.store.effects import *  # noqa: F403
     from cronjob.store.incidents import *  # noqa: F403
+    from cronjob.store.limits import *  # noqa: F403
     from cronjob.store.runs import *  # noqa: F403
     from cronjob.store.server import *  # noqa: F403
     from cronjob.store.tally import *  # noqa: F403
@@ -66,6 +67,7 @@ _MODULES = (
     "tally",
     "effects",
     "incidents",
+    "limits",
     "tasks",
     "server",
     "dashboard",

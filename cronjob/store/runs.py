@@ -146,14 +146,16 @@ def runs_claim_many(
     worker: str,
     now: datetime | None = None,
     token: UUID | None = None,
+    after: ClaimedRun | None = None,
 ) -> list[ClaimedRun]:
     """Claim up to `limit` due runs in a transaction of their own (commits them).
 
     `token` is the claim's lease token (a new one unless given): a caller that knows
-    it can find what the claim holds even if its answer is lost.
+    it can find what the claim holds even if its answer is lost. `after` is the last run
+    the previous claim handed over: the tenants take turns from the one after its own.
     """
     _require_autocommit(conn)
-    params = _claim_params(job_types, leases, max_attempts, limit, worker, now, token)
+    params = _claim_params(job_types, leases, max_attempts, limit, worker, now, token, after)
     with conn.pipeline(), conn.transaction():
         conn.execute(queries.RUNS_CLAIM_MANY_PLAN)
         claiming = conn.execute(queries.RUNS_CLAIM_MANY, params)
@@ -175,6 +177,7 @@ def _claim_params(
     worker: str,
     now: datetime | None,
     token: UUID | None,
+    after: ClaimedRun | None,
 ) -> dict[str, Any]:
     import uuid  # the busy path only: an idle tick claims nothing
 
@@ -186,6 +189,10 @@ def _claim_params(
         "limit": limit,
         "worker": worker,
         "now": now,
+        # No run yet: the lowest (priority, tenant) there can be, so the walk takes every
+        # tenant in order (queries.runs._TENANT_WALK).
+        "cursor_priority": -(2**31) if after is None else after.priority,
+        "cursor_tenant": "" if after is None else after.tenant_id or "",
     }
 
 
@@ -222,8 +229,8 @@ def _claimed_runs(rows: list[Sequence[Any]], token: UUID) -> list[ClaimedRun]:
         # id, job type, payload, tenant, due, attempt, final, schedule, traceparent,
         # tracestate, result id: unpacked by name, as a starred tail costs a list a run
         return [
-            ClaimedRun(id_, jt, decode(pl), te, due, n, fin, token, sch, tp, ts, res)
-            for id_, jt, pl, te, due, n, fin, sch, tp, ts, res in rows
+            ClaimedRun(id_, jt, decode(pl), te, due, n, fin, token, sch, tp, ts, res, pr)
+            for id_, jt, pl, te, due, n, fin, sch, tp, ts, res, pr in rows
         ]
     except (RecursionError, ValueError):
         # A payload written by someone else's SQL may be valid JSON that Python cannot
@@ -254,6 +261,7 @@ def runs_finalize_and_claim_many(
     worker: str,
     now: datetime | None = None,
     token: UUID | None = None,
+    after: ClaimedRun | None = None,
 ) -> tuple[set[int], list[ClaimedRun]]:
     """Finalize one batch and claim the next in one transaction and one round trip.
 
@@ -263,10 +271,10 @@ def runs_finalize_and_claim_many(
     if not decisions:
         return set(), runs_claim_many(
             conn, job_types=job_types, leases=leases, max_attempts=max_attempts,
-            limit=limit, worker=worker, now=now, token=token,
+            limit=limit, worker=worker, now=now, token=token, after=after,
         )  # fmt: skip
     _require_autocommit(conn)
-    claim_params = _claim_params(job_types, leases, max_attempts, limit, worker, now, token)
+    claim_params = _claim_params(job_types, leases, max_attempts, limit, worker, now, token, after)
     with conn.pipeline(), conn.transaction():
         finalized = conn.execute(*_finalizing(decisions, worker, now))
         conn.execute(queries.RUNS_CLAIM_MANY_PLAN)

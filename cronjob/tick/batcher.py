@@ -83,6 +83,9 @@ class Batcher:
         self._now = now
         # A claim under way: the decisions it carries, its limit, its lease token.
         self._sent: tuple[int, int, uuid.UUID] | None = None
+        # The last run the last claim handed over: the next claim goes on round-robin from
+        # its tenant.
+        self._after: ClaimedRun | None = None
         self._last_flush = clock()
         types = sorted(handlers)
         self._claim_args = {
@@ -120,6 +123,7 @@ class Batcher:
             decisions=decisions,
             limit=limit,
             token=token,
+            after=self._after,
             worker=self._worker,
             now=self._now,
             **self._claim_args,
@@ -135,6 +139,8 @@ class Batcher:
         assert self._sent is not None
         (carried, limit, _token), self._sent = self._sent, None
         self.exhausted = len(runs) < limit
+        if runs:
+            self._after = runs[-1]
         return self.written_after_all(carried)
 
     def claim_failed(self) -> tuple[uuid.UUID, int]:

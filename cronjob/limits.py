@@ -1,0 +1,100 @@
+"""Flow control's limits, as given by any door: `jobrunner limit`, a schedule file's
+`[limits.TYPE]` table, Django's JOBRUNNER settings. Each door hands its words to `parse_limit`
+and gets one checked models.TypeLimit, and `describe` says a limit the same way everywhere.
+
+How the claim enforces them is the README's "Flow control" and migration 0021's.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from cronjob.errors import BadInput
+from cronjob.inputs import check_text, parse_duration, parse_integer
+from cronjob.models import TypeLimit
+
+_MAX = 2**31 - 1
+_RATE = re.compile(r"\s*(\d+)\s*/\s*(\S+)\s*")
+
+
+def parse_per(value: str | None, *, what: str = "--per") -> tuple[str, str | None]:
+    """`tenant` or `payload:FIELD` (None: the whole type) as (per, per_field)."""
+    if value is None or value == "type":
+        return "type", None
+    text = check_text(value, what=what, max_length=200)
+    if text == "tenant":
+        return "tenant", None
+    kind, colon, field = text.partition(":")
+    if kind == "payload" and colon and field:
+        return "payload", field
+    raise BadInput(f"invalid {what} {text!r}: expected tenant or payload:FIELD")
+
+
+def parse_rate(value: str, *, what: str = "--rate") -> tuple[int, float]:
+    """`N/DURATION` (`10/1s`, `500/1h`) as (starts, period in seconds)."""
+    text = check_text(value, what=what, max_length=100)
+    match = _RATE.fullmatch(text)
+    if match is None:
+        raise BadInput(f"invalid {what} {text!r}: expected N/DURATION, e.g. 10/1s or 500/1h")
+    starts = parse_integer(match[1], what=what, low=1, high=_MAX)
+    period = parse_duration(match[2], what=what)
+    if period <= 0:
+        raise BadInput(f"invalid {what} {text!r}: the period must be longer than 0")
+    return starts, period
+
+
+def parse_limit(
+    job_type: Any,
+    *,
+    concurrency: Any = None,
+    per: str | None = None,
+    rate: str | None = None,
+    reason: str | None = None,
+    names: dict[str, str] | None = None,
+) -> TypeLimit:
+    """A limit from a door's words; raises BadInput naming the first bad one. `names`: what
+    the door calls each word in its messages (default: the command line's flags)."""
+    named = {"concurrency": "--concurrency", "per": "--per", "rate": "--rate", **(names or {})}
+    check_text(job_type, what="job type", max_length=200)
+    if concurrency is None and rate is None:
+        raise BadInput(f"give {named['concurrency']}, {named['rate']} or both")
+    cap = None
+    if concurrency is not None:
+        cap = parse_integer(concurrency, what=named["concurrency"], low=1, high=_MAX)
+    starts, period = (None, None) if rate is None else parse_rate(rate, what=named["rate"])
+    kind, field = parse_per(per, what=named["per"])
+    return TypeLimit(job_type, cap, starts, period, kind, field, reason)
+
+
+def describe(limit: TypeLimit) -> str:
+    """A limit in words: `at most 2 running, 10 starts per 1s, per tenant`."""
+    parts = []
+    if limit.concurrency is not None:
+        parts.append(f"at most {limit.concurrency} running")
+    if limit.rate is not None and limit.rate_period is not None:
+        parts.append(f"{limit.rate} starts per {period_text(limit.rate_period)}")
+    per = {"type": "for the whole type", "tenant": "per tenant"}.get(
+        limit.per, f"per payload field {limit.per_field}"
+    )
+    return ", ".join(parts) + f", {per}"
+
+
+def per_text(limit: TypeLimit) -> str:
+    """The limit's key as `--per` spells it: type, tenant or payload:FIELD."""
+    return f"payload:{limit.per_field}" if limit.per == "payload" else limit.per
+
+
+def rate_text(limit: TypeLimit) -> str | None:
+    """The rate as `--rate` spells it, or None."""
+    if limit.rate is None or limit.rate_period is None:
+        return None
+    return f"{limit.rate}/{period_text(limit.rate_period)}"
+
+
+def period_text(seconds: float) -> str:
+    """A rate's period as a duration is written: `1s`, `5m`, `1h`, `1d`, `1.5s`."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"

@@ -1,0 +1,211 @@
+-- Flow control (README "Flow control"): claims fair across tenants; limits on how many runs
+-- of a job type run at once or start per period, per type or per key; unique-while-active keys.
+
+-- Dispatch, rebuilt: waiting runs by priority and then by tenant, so a claim reaches each
+-- tenant's earliest runs without walking another tenant's backlog (runs without a tenant are
+-- one more tenant, ''). Built inside the migration's transaction: writes to job_runs wait
+-- while it is built (a read of the waiting runs only; see 0015 on large tables).
+DROP INDEX job_runs_dispatch;
+CREATE INDEX job_runs_dispatch ON job_runs (priority, (coalesce(tenant_id, '')), run_at, id)
+    WHERE status IN ('queued', 'failed');
+
+-- The waiting runs of one job type, tenant by tenant: what the claim of a type with a limit
+-- walks (jobrunner_claim_limited), one probe per tenant, whatever the backlog of the others.
+-- A claim that takes a run changes its status, so this index costs an enqueue one entry and a
+-- claim nothing.
+CREATE INDEX job_runs_waiting_by_type
+    ON job_runs (job_type, (coalesce(tenant_id, '')), priority, run_at, id)
+    WHERE status IN ('queued', 'failed');
+
+-- A limit is one row per job type, set by `jobrunner limit`, a schedule file or Django's
+-- settings. A claim reads it (a handful of rows) as it reads job_type_pauses.
+CREATE TABLE job_type_limits (
+    job_type     text PRIMARY KEY,
+    concurrency  integer CHECK (concurrency >= 1),        -- at most this many running at once
+    rate         integer CHECK (rate >= 1),                -- at most this many starts ...
+    rate_period  double precision CHECK (rate_period > 0), -- ... per this many seconds
+    per          text NOT NULL DEFAULT 'type' CHECK (per IN ('type', 'tenant', 'payload')),
+    per_field    text,                                     -- the payload field, per = 'payload'
+    reason       text,
+    set_by       text NOT NULL,
+    set_at       timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT job_type_limits_something CHECK (concurrency IS NOT NULL OR rate IS NOT NULL),
+    CONSTRAINT job_type_limits_rate_whole CHECK ((rate IS NULL) = (rate_period IS NULL)),
+    CONSTRAINT job_type_limits_field_iff_payload CHECK ((per = 'payload') = (per_field IS NOT NULL))
+);
+
+-- Rate limits count starts in fixed windows aligned to the epoch: one row per key, its current
+-- window and the starts counted in it, written by claims holding the key's lock.
+CREATE TABLE job_rate_windows (
+    job_type      text NOT NULL,
+    limit_key     text NOT NULL,
+    window_start  timestamptz NOT NULL,
+    starts        integer NOT NULL CHECK (starts >= 0),
+    PRIMARY KEY (job_type, limit_key)
+);
+
+-- A run's key under its type's limit: '' for a limit on the whole type.
+CREATE FUNCTION jobrunner_limit_key(per text, per_field text, tenant text, payload jsonb)
+RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE per WHEN 'tenant' THEN coalesce(tenant, '')
+                    WHEN 'payload' THEN coalesce(payload ->> per_field, '')
+                    ELSE '' END
+$$;
+
+-- How many more runs of a key may start now, under its type's limit, and the key's lock: a
+-- transaction-scoped advisory lock per (type, key), held until the claim commits. Taken with
+-- try: a key another claim is taking from right now is left to it (as SKIP LOCKED leaves a
+-- row), and no two claims ever wait on each other. Counted after the lock is held, each count
+-- a statement of its own and so a snapshot taken after the previous holder committed: every
+-- run that holder claimed is counted. A running run whose lease expired holds no place: its
+-- tick crashed, and rescue makes it due again.
+CREATE FUNCTION jobrunner_limit_room(lim job_type_limits, key text, now timestamptz)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    room integer := 2147483647;
+    used integer;
+    window_start timestamptz;
+BEGIN
+    IF NOT pg_try_advisory_xact_lock(
+            hashtextextended('jobrunner.limit' || chr(31) || lim.job_type || chr(31) || key, 0))
+    THEN
+        RETURN 0;
+    END IF;
+    IF lim.concurrency IS NOT NULL THEN
+        SELECT count(*) INTO used FROM job_runs r
+        WHERE r.status = 'running' AND r.locked_until >= now AND r.job_type = lim.job_type
+          AND jobrunner_limit_key(lim.per, lim.per_field, r.tenant_id, r.payload) = key;
+        room := lim.concurrency - used;
+    END IF;
+    IF lim.rate IS NOT NULL THEN
+        window_start := to_timestamp(
+            floor(extract(epoch FROM now) / lim.rate_period) * lim.rate_period);
+        SELECT w.starts INTO used FROM job_rate_windows w
+        WHERE w.job_type = lim.job_type AND w.limit_key = key AND w.window_start = window_start;
+        room := least(room, lim.rate - coalesce(used, 0));
+    END IF;
+    RETURN greatest(room, 0);
+END
+$$;
+
+-- Counts `starts` more starts of a key in the current window of its type's rate limit.
+CREATE FUNCTION jobrunner_rate_count(lim job_type_limits, key text, starts integer,
+                                     now timestamptz)
+RETURNS void
+LANGUAGE sql VOLATILE AS $$
+    INSERT INTO job_rate_windows AS w (job_type, limit_key, window_start, starts)
+    VALUES (lim.job_type, key,
+            to_timestamp(floor(extract(epoch FROM now) / lim.rate_period) * lim.rate_period),
+            starts)
+    ON CONFLICT (job_type, limit_key) DO UPDATE
+    SET starts = CASE WHEN w.window_start = excluded.window_start
+                      THEN w.starts + excluded.starts ELSE excluded.starts END,
+        window_start = excluded.window_start
+$$;
+
+-- The ids of the runs of a limited type the claim may take now, at most `wanted`, locked:
+-- the type's waiting runs are walked tenant by tenant (job_runs_waiting_by_type, one probe
+-- each), each run taken while its key has room. Due runs only, an exclusive run only when it
+-- is next (as the claim's own test, queries.runs._EXCLUSIVE_RUN_IS_NEXT). A key's room is
+-- asked once, when the walk first meets it, with its lock. A per-payload key is read from
+-- each run, so the walk reads at most `scan` runs of a type to find keys with room.
+CREATE FUNCTION jobrunner_limited_run_ids(lim job_type_limits, wanted integer, scan integer,
+                                          now timestamptz)
+RETURNS bigint[]
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    tenant text := NULL;
+    key text;
+    rooms jsonb := '{}';
+    room integer;
+    taken bigint[] := '{}';
+    run record;
+    got bigint;
+    starts jsonb := '{}';
+BEGIN
+    WHILE cardinality(taken) < wanted AND scan > 0 LOOP
+        SELECT coalesce(r.tenant_id, '') INTO tenant FROM job_runs r
+        WHERE r.status IN ('queued', 'failed') AND r.job_type = lim.job_type
+          AND (tenant IS NULL OR coalesce(r.tenant_id, '') > tenant)
+        ORDER BY coalesce(r.tenant_id, '') LIMIT 1;
+        EXIT WHEN NOT FOUND;
+        FOR run IN
+            SELECT r.id, r.tenant_id, r.payload FROM job_runs r
+            WHERE r.status IN ('queued', 'failed') AND r.job_type = lim.job_type
+              AND coalesce(r.tenant_id, '') = tenant AND r.run_at <= now
+              AND (NOT r.exclusive OR NOT EXISTS (
+                    SELECT 1 FROM job_runs o
+                    WHERE o.exclusive AND o.definition_id = r.definition_id
+                      AND coalesce(o.tenant_id, '') = coalesce(r.tenant_id, '')
+                      AND o.status IN ('queued', 'running', 'failed') AND o.id <> r.id
+                      AND (o.status = 'running' OR o.id < r.id)))
+            ORDER BY r.priority, r.run_at, r.id
+            LIMIT scan
+        LOOP
+            scan := scan - 1;
+            key := jobrunner_limit_key(lim.per, lim.per_field, run.tenant_id, run.payload);
+            IF NOT rooms ? key THEN
+                rooms := rooms || jsonb_build_object(key, jobrunner_limit_room(lim, key, now));
+            END IF;
+            room := (rooms ->> key)::integer;
+            IF room > 0 THEN
+                SELECT r.id INTO got FROM job_runs r
+                WHERE r.id = run.id AND r.status IN ('queued', 'failed')
+                FOR UPDATE SKIP LOCKED;
+                IF FOUND THEN
+                    taken := taken || got;
+                    rooms := rooms || jsonb_build_object(key, room - 1);
+                    starts := starts || jsonb_build_object(
+                        key, coalesce((starts ->> key)::integer, 0) + 1);
+                END IF;
+            END IF;
+            EXIT WHEN cardinality(taken) >= wanted OR scan <= 0;
+            -- A limit per tenant or per type has one key for the whole tenant: once it is
+            -- full, the tenant's other runs wait, and the walk goes on to the next tenant.
+            EXIT WHEN lim.per <> 'payload' AND (rooms ->> key)::integer <= 0;
+        END LOOP;
+        EXIT WHEN lim.per = 'type' AND (rooms ->> '')::integer <= 0;
+    END LOOP;
+    IF lim.rate IS NOT NULL THEN
+        PERFORM jobrunner_rate_count(lim, s.key, s.value::integer, now)
+        FROM jsonb_each_text(starts) AS s(key, value);
+    END IF;
+    RETURN taken;
+END
+$$;
+
+-- The ids of the runs the claim may take now of the limited types among `job_types` (less the
+-- paused ones), at most `wanted` in all, locked.
+CREATE FUNCTION jobrunner_claimable_limited(job_types text[], wanted integer, now timestamptz)
+RETURNS bigint[]
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    lim job_type_limits;
+    taken bigint[] := '{}';
+BEGIN
+    FOR lim IN
+        SELECT * FROM job_type_limits l
+        WHERE l.job_type = ANY(job_types)
+          AND NOT EXISTS (SELECT 1 FROM job_type_pauses p WHERE p.job_type = l.job_type)
+        ORDER BY l.job_type
+    LOOP
+        EXIT WHEN cardinality(taken) >= wanted;
+        taken := taken || jobrunner_limited_run_ids(
+            lim, wanted - cardinality(taken), 10 * wanted + 100, now);
+    END LOOP;
+    RETURN taken;
+END
+$$;
+
+-- Unique while active: at most one unfinished run per (type, tenant, key). Once it has
+-- finished the key is free again. Unlike the idempotency key, which is unique forever.
+ALTER TABLE job_runs ADD COLUMN unique_key text;
+CREATE UNIQUE INDEX job_runs_unique_while_active
+    ON job_runs (job_type, (coalesce(tenant_id, '')), unique_key)
+    WHERE unique_key IS NOT NULL AND status IN ('queued', 'running', 'failed');
+
+-- As every function jobrunner installs (see 0007, 0010): names resolve in its own schema,
+-- then pg_temp, last, whatever the search_path of the session that calls it.
+SELECT jobrunner_pin_search_paths();

@@ -1,0 +1,241 @@
+"""Flow control under real concurrency: limits per type and per key, checked from outside.
+
+Several real `jobrunner tick` processes (the hosts) drain one queue at once, each restarted as
+cron would restart it until nothing is left. Their handler (tests/handlers/flow.py) logs the
+start and end of every run to a file, with the wall clock: the runs in flight at any instant
+are counted from that log, never from what the database says about itself.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from tests.conftest import count, jobrunner_process, run_cli, wait_for
+from tests.factories import insert_runs
+
+HANDLERS = "tests.handlers.flow"
+
+
+class Hosts:
+    """`n` hosts, each running `jobrunner tick` again and again (as cron would) until no run
+    of flow.work is left unfinished, or `stop()`."""
+
+    def __init__(self, db_url: str, log: Path, n: int, *tick_args: str) -> None:
+        self.db_url, self.log, self.args = db_url, log, tick_args
+        self.stopping = threading.Event()
+        self.current: dict[int, subprocess.Popen[str]] = {}
+        self.errors: list[str] = []
+        self.threads = [threading.Thread(target=self._host, args=(i,)) for i in range(n)]
+        for thread in self.threads:
+            thread.start()
+
+    def _left(self) -> int:
+        with psycopg.connect(self.db_url) as conn:
+            return count(conn, "SELECT count(*) FROM job_runs WHERE finished_at IS NULL")
+
+    def _host(self, i: int) -> None:
+        while not self.stopping.is_set() and self._left():
+            process = jobrunner_process(
+                "tick", "--database-url", self.db_url, "--handlers", HANDLERS,
+                "--log-level", "warning", *self.args,
+                env={"JOBRUNNER_TEST_EXEC_LOG": str(self.log)},
+            )  # fmt: skip
+            self.current[i] = process
+            _, stderr = process.communicate(timeout=120)
+            if process.returncode not in (0, -signal.SIGKILL):
+                self.errors.append(stderr)
+            time.sleep(0.05)
+
+    def kill(self, i: int) -> None:
+        os.kill(self.current[i].pid, signal.SIGKILL)
+
+    def join(self, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        for thread in self.threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        self.stopping.set()
+        assert not any(t.is_alive() for t in self.threads), "the hosts did not finish"
+        assert not self.errors, self.errors[0]
+
+
+class Ran:
+    """One execution of a run, from the log: when it started and ended (None: killed)."""
+
+    def __init__(self, run_id: int, attempt: int, pid: int, tenant: str, key: str, start: float):
+        self.run_id, self.attempt, self.pid = run_id, attempt, pid
+        self.tenant, self.key, self.start = tenant, key, start
+        self.end: float | None = None
+
+
+def executions(log: Path) -> list[Ran]:
+    ran: dict[tuple[int, int], Ran] = {}
+    for line in log.read_text().splitlines():
+        event, run_id, attempt, pid, tenant, key, at = line.split()
+        slot = (int(run_id), int(attempt))
+        if event == "start":
+            ran[slot] = Ran(int(run_id), int(attempt), int(pid), tenant, key, float(at))
+        else:
+            ran[slot].end = float(at)
+    return list(ran.values())
+
+
+def most_in_flight(ran: list[Ran], killed_at: dict[int, float] | None = None) -> int:
+    """The most executions in flight at one instant. An execution of a killed process ends
+    when it was killed; an end comes before a start at the same instant."""
+    events = []
+    for r in ran:
+        end = r.end if r.end is not None else (killed_at or {})[r.pid]
+        events += [(r.start, 1), (end, -1)]
+    most = current = 0
+    for _, step in sorted(events, key=lambda e: (e[0], e[1])):
+        current += step
+        most = max(most, current)
+    return most
+
+
+def by(ran: list[Ran], attribute: str) -> dict[str, list[Ran]]:
+    groups: dict[str, list[Ran]] = defaultdict(list)
+    for r in ran:
+        groups[getattr(r, attribute)].append(r)
+    return groups
+
+
+def work(conn: Any, n: int, *, seconds: float = 0.1, **columns: Any) -> list[int]:
+    payload = sql.SQL("jsonb_build_object('seconds', {}::float8, 'account', 'acct-' || (i % 3))")
+    return insert_runs(conn, n, "flow.work", payload=payload.format(seconds), **columns)
+
+
+def limit(db_url: str, *args: str) -> None:
+    result = run_cli("limit", "flow.work", *args, "--database-url", db_url)
+    assert result.exit_code == 0, result.stderr
+
+
+def all_succeeded_first_time(conn: Any, n: int) -> None:
+    """Nothing held back was charged an attempt or marked failed."""
+    rows = conn.execute("SELECT status, attempts, count(*) FROM job_runs GROUP BY 1, 2").fetchall()
+    assert rows == [("succeeded", 1, n)]
+    assert count(conn, "SELECT count(*) FROM job_attempts") == 0
+
+
+# -- the command --------------------------------------------------------------------
+
+
+def test_a_limit_is_set_listed_cleared_and_audited(db_url, conn):
+    import json
+
+    args = ["--concurrency", "2", "--per", "payload:account", "--rate", "10/1s"]
+    set_ = run_cli("limit", "flow.work", *args, "--reason", "partner API", "--database-url", db_url)
+    assert set_.exit_code == 0, set_.stderr
+    assert set_.stdout.strip() == (
+        "limited flow.work: at most 2 running, 10 starts per 1s, per payload field account"
+    )
+    listed = json.loads(run_cli("limits", "--json", "--database-url", db_url).stdout)
+    assert [
+        (x["job_type"], x["concurrency"], x["rate"], x["per"], x["reason"]) for x in listed
+    ] == [("flow.work", 2, "10/1s", "payload:account", "partner API")]
+    cleared = run_cli("limit", "flow.work", "--clear", "--database-url", db_url)
+    assert cleared.stdout.strip() == "cleared the limit of flow.work"
+    assert run_cli("limits", "--database-url", db_url).stdout.strip() == "no limits"
+    audit = conn.execute("SELECT command, reason FROM job_audit ORDER BY id").fetchall()
+    assert audit == [("limit", "partner API"), ("limit --clear", None)]
+
+
+def test_a_limit_without_a_number_or_with_a_bad_key_is_refused_and_nothing_is_written(db_url, conn):
+    bad = [[], ["--concurrency", "0"], ["--concurrency", "2", "--per", "account"],
+           ["--rate", "10"], ["--rate", "0/1s"], ["--clear", "--concurrency", "2"]]  # fmt: skip
+    for args in bad:
+        result = run_cli("limit", "flow.work", *args, "--database-url", db_url)
+        assert result.exit_code == 2, (args, result.stderr)
+    assert count(conn, "SELECT count(*) FROM job_type_limits") == 0
+    assert count(conn, "SELECT count(*) FROM job_audit") == 0
+
+
+# -- concurrency --------------------------------------------------------------------
+
+
+def test_a_type_limited_to_two_never_has_more_than_two_in_flight_across_four_hosts(
+    db_url, conn, tmp_path
+):
+    log = tmp_path / "exec.log"
+    limit(db_url, "--concurrency", "2")
+    work(conn, 40)
+    Hosts(db_url, log, 4, "--concurrency", "4").join()
+    ran = executions(log)
+    assert len(ran) == 40
+    assert most_in_flight(ran) == 2
+    all_succeeded_first_time(conn, 40)
+
+
+def test_a_limit_per_tenant_holds_each_tenant_apart_and_lets_tenants_run_side_by_side(
+    db_url, conn, tmp_path
+):
+    log = tmp_path / "exec.log"
+    limit(db_url, "--concurrency", "1", "--per", "tenant")
+    for tenant in ("a", "b", "c"):
+        work(conn, 12, tenant_id=tenant)
+    Hosts(db_url, log, 3, "--concurrency", "4").join()
+    ran = executions(log)
+    assert len(ran) == 36
+    assert {t: most_in_flight(runs) for t, runs in by(ran, "tenant").items()} == {
+        "a": 1,
+        "b": 1,
+        "c": 1,
+    }
+    assert most_in_flight(ran) > 1
+    all_succeeded_first_time(conn, 36)
+
+
+def test_a_limit_per_payload_field_holds_each_value_apart(db_url, conn, tmp_path):
+    log = tmp_path / "exec.log"
+    limit(db_url, "--concurrency", "2", "--per", "payload:account")
+    work(conn, 36)
+    Hosts(db_url, log, 3, "--concurrency", "4").join()
+    ran = executions(log)
+    assert len(ran) == 36
+    in_flight = {key: most_in_flight(runs) for key, runs in by(ran, "key").items()}
+    assert in_flight == {"acct-0": 2, "acct-1": 2, "acct-2": 2}
+    all_succeeded_first_time(conn, 36)
+
+
+def test_a_host_killed_mid_run_holds_its_place_only_until_its_lease_expires(db_url, conn, tmp_path):
+    log = tmp_path / "exec.log"
+    limit(db_url, "--concurrency", "1")
+    work(conn, 8, seconds=0.5)
+    hosts = Hosts(db_url, log, 3, "--concurrency", "2")
+    started = wait_for(lambda: log.exists() and executions(log), "a run to start")
+    victim = next(i for i, p in hosts.current.items() if p.pid == started[0].pid)
+    killed_at = time.time()
+    hosts.kill(victim)
+    hosts.join()
+    ran = executions(log)
+    assert most_in_flight(ran, {started[0].pid: killed_at}) == 1
+    # The killed run ran again, once its lease (2 s) had expired; everything finished.
+    again = [r for r in ran if r.run_id == started[0].run_id and r.attempt == 2]
+    assert again and again[0].start >= killed_at + 1.5
+    assert count(conn, "SELECT count(*) FROM job_runs WHERE status <> 'succeeded'") == 0
+
+
+def test_a_changed_limit_holds_from_every_hosts_next_claim(db_url, conn, tmp_path):
+    log = tmp_path / "exec.log"
+    limit(db_url, "--concurrency", "1")
+    work(conn, 40, seconds=0.2)
+    hosts = Hosts(db_url, log, 3, "--concurrency", "4")
+    wait_for(lambda: log.exists() and len(executions(log)) >= 5, "five runs to start")
+    changed_at = time.time()
+    limit(db_url, "--concurrency", "3")
+    hosts.join()
+    ran = executions(log)
+    before = [r for r in ran if r.start < changed_at]
+    assert most_in_flight(before) == 1
+    assert most_in_flight(ran) == 3
+    all_succeeded_first_time(conn, 40)
