@@ -105,12 +105,28 @@ LANGUAGE sql VOLATILE AS $$
         window_start = excluded.window_start
 $$;
 
+-- Whether an exclusive run (a run of a schedule whose overlap policy is 'skip' or 'queue',
+-- 0011) may start: nothing else of its schedule and tenant is running, and no older run of
+-- them is waiting. The claim of a limited type asks it as the claim asks it of other runs
+-- (queries.runs._EXCLUSIVE_RUN_IS_NEXT).
+CREATE FUNCTION jobrunner_exclusive_run_is_next(run job_runs)
+RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT NOT EXISTS (
+        SELECT 1 FROM job_runs o
+        WHERE o.exclusive AND o.definition_id = run.definition_id
+          AND coalesce(o.tenant_id, '') = coalesce(run.tenant_id, '')
+          AND o.status IN ('queued', 'running', 'failed') AND o.id <> run.id
+          AND (o.status = 'running' OR o.id < run.id))
+$$;
+
 -- The ids of the runs of a limited type the claim may take now, at most `wanted`, locked:
 -- the type's waiting runs are walked tenant by tenant (job_runs_waiting_by_type, one probe
 -- each), each run taken while its key has room. Due runs only, an exclusive run only when it
--- is next (as the claim's own test, queries.runs._EXCLUSIVE_RUN_IS_NEXT). A key's room is
--- asked once, when the walk first meets it, with its lock. A per-payload key is read from
--- each run, so the walk reads at most `scan` runs of a type to find keys with room.
+-- is next. A key's room is asked once, when the walk first meets it, with its lock. Under a
+-- limit per type or per tenant, a tenant's runs share one key, and as many as its room allows
+-- are taken at once; a per-payload key is read from each run, so the walk reads at most
+-- `scan` runs of a type to find keys with room.
 CREATE FUNCTION jobrunner_limited_run_ids(lim job_type_limits, wanted integer, scan integer,
                                           now timestamptz)
 RETURNS bigint[]
@@ -121,56 +137,80 @@ DECLARE
     rooms jsonb := '{}';
     room integer;
     taken bigint[] := '{}';
+    got bigint[];
     run record;
-    got bigint;
     starts jsonb := '{}';
 BEGIN
     WHILE cardinality(taken) < wanted AND scan > 0 LOOP
-        SELECT coalesce(r.tenant_id, '') INTO tenant FROM job_runs r
-        WHERE r.status IN ('queued', 'failed') AND r.job_type = lim.job_type
-          AND (tenant IS NULL OR coalesce(r.tenant_id, '') > tenant)
-        ORDER BY coalesce(r.tenant_id, '') LIMIT 1;
-        EXIT WHEN NOT FOUND;
-        FOR run IN
-            SELECT r.id, r.tenant_id, r.payload FROM job_runs r
+        -- Two statements, not one with `tenant IS NULL OR`: each positioned by its bound.
+        IF tenant IS NULL THEN
+            SELECT coalesce(r.tenant_id, '') INTO tenant FROM job_runs r
             WHERE r.status IN ('queued', 'failed') AND r.job_type = lim.job_type
-              AND coalesce(r.tenant_id, '') = tenant AND r.run_at <= now
-              AND (NOT r.exclusive OR NOT EXISTS (
-                    SELECT 1 FROM job_runs o
-                    WHERE o.exclusive AND o.definition_id = r.definition_id
-                      AND coalesce(o.tenant_id, '') = coalesce(r.tenant_id, '')
-                      AND o.status IN ('queued', 'running', 'failed') AND o.id <> r.id
-                      AND (o.status = 'running' OR o.id < r.id)))
-            ORDER BY r.priority, r.run_at, r.id
-            LIMIT scan
-        LOOP
-            scan := scan - 1;
-            key := jobrunner_limit_key(lim.per, lim.per_field, run.tenant_id, run.payload);
+            ORDER BY coalesce(r.tenant_id, '') LIMIT 1;
+        ELSE
+            SELECT coalesce(r.tenant_id, '') INTO tenant FROM job_runs r
+            WHERE r.status IN ('queued', 'failed') AND r.job_type = lim.job_type
+              AND coalesce(r.tenant_id, '') > tenant
+            ORDER BY coalesce(r.tenant_id, '') LIMIT 1;
+        END IF;
+        EXIT WHEN NOT FOUND;
+        IF lim.per <> 'payload' THEN
+            -- One key for the whole tenant: its room, and that many of its runs at once.
+            key := CASE lim.per WHEN 'tenant' THEN tenant ELSE '' END;
             IF NOT rooms ? key THEN
                 rooms := rooms || jsonb_build_object(key, jobrunner_limit_room(lim, key, now));
             END IF;
-            room := (rooms ->> key)::integer;
-            IF room > 0 THEN
-                SELECT r.id INTO got FROM job_runs r
-                WHERE r.id = run.id AND r.status IN ('queued', 'failed')
-                FOR UPDATE SKIP LOCKED;
-                IF FOUND THEN
-                    taken := taken || got;
-                    rooms := rooms || jsonb_build_object(key, room - 1);
+            room := least((rooms ->> key)::integer, wanted - cardinality(taken));
+            CONTINUE WHEN room <= 0 AND lim.per = 'tenant';
+            EXIT WHEN room <= 0;
+            got := ARRAY(
+                SELECT r.id FROM job_runs r
+                WHERE r.status IN ('queued', 'failed') AND r.job_type = lim.job_type
+                  AND coalesce(r.tenant_id, '') = tenant AND r.run_at <= now
+                  AND (NOT r.exclusive OR jobrunner_exclusive_run_is_next(r))
+                ORDER BY r.priority, r.run_at, r.id
+                LIMIT room
+                FOR UPDATE SKIP LOCKED);
+            scan := scan - cardinality(got);
+        ELSE
+            -- A key per run: read from each run, its room asked the first time it is met.
+            got := '{}';
+            FOR run IN
+                SELECT r.id, r.tenant_id, r.payload FROM job_runs r
+                WHERE r.status IN ('queued', 'failed') AND r.job_type = lim.job_type
+                  AND coalesce(r.tenant_id, '') = tenant AND r.run_at <= now
+                  AND (NOT r.exclusive OR jobrunner_exclusive_run_is_next(r))
+                ORDER BY r.priority, r.run_at, r.id
+                LIMIT scan
+            LOOP
+                scan := scan - 1;
+                key := coalesce(run.payload ->> lim.per_field, '');
+                IF NOT rooms ? key THEN
+                    rooms := rooms || jsonb_build_object(key, jobrunner_limit_room(lim, key, now));
+                END IF;
+                IF (rooms ->> key)::integer > 0 AND EXISTS (
+                        SELECT 1 FROM job_runs r
+                        WHERE r.id = run.id AND r.status IN ('queued', 'failed')
+                        FOR UPDATE SKIP LOCKED) THEN
+                    got := got || run.id;
+                    rooms := rooms || jsonb_build_object(key, (rooms ->> key)::integer - 1);
                     starts := starts || jsonb_build_object(
                         key, coalesce((starts ->> key)::integer, 0) + 1);
                 END IF;
-            END IF;
-            EXIT WHEN cardinality(taken) >= wanted OR scan <= 0;
-            -- A limit per tenant or per type has one key for the whole tenant: once it is
-            -- full, the tenant's other runs wait, and the walk goes on to the next tenant.
-            EXIT WHEN lim.per <> 'payload' AND (rooms ->> key)::integer <= 0;
-        END LOOP;
-        EXIT WHEN lim.per = 'type' AND (rooms ->> '')::integer <= 0;
+                EXIT WHEN cardinality(taken) + cardinality(got) >= wanted OR scan <= 0;
+            END LOOP;
+            taken := taken || got;
+            CONTINUE;
+        END IF;
+        taken := taken || got;
+        rooms := rooms || jsonb_build_object(key, (rooms ->> key)::integer - cardinality(got));
+        starts := starts || jsonb_build_object(
+            key, coalesce((starts ->> key)::integer, 0) + cardinality(got));
     END LOOP;
     IF lim.rate IS NOT NULL THEN
         PERFORM jobrunner_rate_count(lim, s.key, s.value::integer, now)
-        FROM jsonb_each_text(starts) AS s(key, value);
+        FROM jsonb_each_text(starts) AS s(key, value)
+        WHERE s.value::integer > 0;
     END IF;
     RETURN taken;
 END
