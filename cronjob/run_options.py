@@ -53,6 +53,7 @@ class Option(NamedTuple):
     key: str | None = None  # the key of a --jsonl line; None: not in one
     metavar: str = "VALUE"
     help: str = ""
+    is_flag: bool = False  # on the command line, a flag without a value; False means unset
 
 
 def _run_at(value: Any, what: str) -> datetime:
@@ -95,6 +96,14 @@ def _tracestate(value: Any, what: str) -> str:
     if not (text.isascii() and text.isprintable()):
         raise BadInput(f"invalid {what} {excerpt(text)}: expected printable ASCII")
     return text
+
+
+def _replace(value: Any, what: str) -> bool | None:
+    if value in (True, "true", "1"):
+        return True
+    if value in (False, None, "false", "0"):
+        return None
+    raise BadInput(f"invalid {what} {excerpt(value)}: expected true or false")
 
 
 def _result_id(value: Any, what: str) -> uuid.UUID:
@@ -191,6 +200,40 @@ class RunOptions(TypedDict, total=False):
             help="The tenant the run is for.",
         ),
     ]
+    # Unique while active (migration 0021): unlike the idempotency key, free again once the
+    # run holding it has finished.
+    unique_key: Annotated[
+        str,
+        Option(
+            check=_idempotency_key,
+            what="unique key",
+            sql_type="text",
+            column="unique_key",
+            optional=True,
+            flag="--unique-key",
+            key="unique_key",
+            metavar="KEY",
+            help="While a run of the same type and tenant with this key has not finished, its "
+            "id is printed and nothing is enqueued; once it has, the key is free again.",
+        ),
+    ]
+    # With a unique key: the waiting run that holds it takes this run's payload and run_at, if
+    # it has not started (a debounce).
+    replace: Annotated[
+        bool,
+        Option(
+            check=_replace,
+            what="replace",
+            sql_type="bool",
+            column=None,
+            optional=True,
+            flag="--replace",
+            key="replace",
+            is_flag=True,
+            help="With --unique-key: give the run that holds the key this payload and run_at "
+            "(--run-at, --delay; default now) if it has not started yet.",
+        ),
+    ]
     # A Django task's queue_name (migration 0014): the backend sets it, no other door does.
     queue: Annotated[
         str,
@@ -277,7 +320,11 @@ def check_options(given: Mapping[str, Any], *, names: Mapping[str, str] = {}) ->
         if value is None:
             continue
         option = RUN_OPTIONS[name]
-        options[name] = option.check(value, names.get(name, option.what))
+        checked = option.check(value, names.get(name, option.what))
+        if checked is not None:
+            options[name] = checked
+    if "replace" in options and "unique_key" not in options:
+        raise BadInput(f"{names.get('replace', 'replace')} needs a unique key")
     if "run_at" in options and "delay" in options:
         at, delay = names.get("run_at", "run_at"), names.get("delay", "delay")
         raise BadInput(f"give either {at} or {delay}, not both")

@@ -27,8 +27,10 @@
 --                     audit trail.
 -- jobrunner_enqueuer  apps: enqueue() and enqueue_async(), `jobrunner enqueue` (--jsonl too),
 --                     Django's Task.enqueue(). Inserts into job_runs the columns an enqueue
---                     sets, and reads back id, job_type, tenant_id, idempotency_key and
---                     created_at: the id of the run that holds a key. Nothing else.
+--                     sets, and reads back id, job_type, tenant_id, idempotency_key,
+--                     unique_key, finished_at and created_at: the id of the run that holds
+--                     a key. Replaces a waiting run's payload and run_at only through
+--                     jobrunner_replace_waiting (--unique-key with --replace). Nothing else.
 -- jobrunner_reader    status, list, show, metrics, check, audit, limits, schedule list/show/preview,
 --                     Django's get_result(). Reads every table but job_effects.
 -- jobrunner_operator  retry, cancel, prune, pause, resume, limit, schedule add/pause/resume/
@@ -190,9 +192,11 @@ INSERT INTO jobrunner_grants VALUES
     -- back to learn the id of the run that holds a key (and Django its enqueue time).
     ('job_runs', 'jobrunner_enqueuer', 'INSERT',
      '{id, job_type, payload, run_at, idempotency_key, max_attempts, priority, tenant_id,'
-     ' queue, result_id, run_after, traceparent, tracestate, created_at, updated_at}'),
+     ' queue, result_id, run_after, traceparent, tracestate, unique_key, created_at,'
+     ' updated_at}'),
+    -- And whether a run holding a unique key has finished.
     ('job_runs', 'jobrunner_enqueuer', 'SELECT',
-     '{id, job_type, tenant_id, idempotency_key, created_at}'),
+     '{id, job_type, tenant_id, idempotency_key, unique_key, finished_at, created_at}'),
     ('job_runs', 'jobrunner_reader', 'SELECT', NULL),
     -- What retry, cancel and prune select runs by and change; no payload, no return value.
     ('job_runs', 'jobrunner_operator', 'SELECT',
@@ -321,6 +325,17 @@ SELECT format('GRANT USAGE ON SEQUENCE %I.%I TO %I', n.nspname, c.relname, s.gra
    AND c.relkind = 'S'
    AND c.relowner = 'jobrunner_owner'::regrole
  ORDER BY c.relname
+\gexec
+
+-- Functions that act as the owner and that only some roles may call: a debounce's
+-- replacement of a waiting run (migration 0021), for the roles that enqueue.
+SELECT format('GRANT EXECUTE ON FUNCTION %s TO %I', p.oid::regprocedure, f.grantee)
+  FROM (VALUES ('jobrunner_replace_waiting', 'jobrunner_enqueuer'),
+               ('jobrunner_replace_waiting', 'jobrunner_worker')) AS f(proname, grantee)
+  JOIN pg_proc p ON p.proname = f.proname
+  JOIN pg_namespace n ON n.oid = p.pronamespace
+ WHERE n.nspname = :'schema'
+ ORDER BY 1
 \gexec
 
 COMMIT;

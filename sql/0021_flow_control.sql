@@ -246,6 +246,28 @@ CREATE UNIQUE INDEX job_runs_unique_while_active
     ON job_runs (job_type, (coalesce(tenant_id, '')), unique_key)
     WHERE unique_key IS NOT NULL AND status IN ('queued', 'running', 'failed');
 
+
+-- A debounce (`enqueue --unique-key K --replace`): each run `ids[i]`, if it still holds the
+-- unique key `unique_keys[i]` and waits for its first attempt, takes payload `payloads[i]` and
+-- run_at `run_ats[i]`. As the owner: an enqueuer may change a waiting run this way, and no
+-- other, without a grant to update runs.
+CREATE FUNCTION jobrunner_replace_waiting(ids bigint[], unique_keys text[], payloads jsonb[],
+                                          run_ats timestamptz[])
+RETURNS integer
+LANGUAGE sql VOLATILE SECURITY DEFINER AS $$
+    WITH replaced AS (
+        UPDATE job_runs r
+        SET payload = o.payload, run_at = o.run_at, updated_at = statement_timestamp()
+        FROM unnest(ids, unique_keys, payloads, run_ats) AS o(id, unique_key, payload, run_at)
+        WHERE r.id = o.id AND r.unique_key = o.unique_key
+          AND r.status = 'queued' AND r.attempts = 0
+        RETURNING r.id
+    )
+    SELECT count(*)::integer FROM replaced
+$$;
+REVOKE ALL ON FUNCTION jobrunner_replace_waiting(bigint[], text[], jsonb[], timestamptz[])
+    FROM PUBLIC;
+
 -- As every function jobrunner installs (see 0007, 0010): names resolve in its own schema,
 -- then pg_temp, last, whatever the search_path of the session that calls it.
 SELECT jobrunner_pin_search_paths();

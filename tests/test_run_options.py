@@ -24,6 +24,7 @@ SAMPLES: dict[str, tuple[Any, str, Any]] = {
         datetime(2031, 2, 3, 4, 5, tzinfo=UTC),
     ),
     "idempotency_key": ("key-1", "key-1", "key-1"),
+    "unique_key": ("user:7", "user:7", "user:7"),
     "max_attempts": (7, "7", 7),
     "priority": (-3, "-3", -3),
     "tenant_id": ("acme", "acme", "acme"),

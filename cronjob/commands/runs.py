@@ -43,7 +43,10 @@ def run_option_flags(func: Callable[..., Any]) -> Callable[..., Any]:
     """A command-line option for each option of a run that has a flag, in declared order."""
     for name, flag in reversed(FLAGS.items()):
         option = RUN_OPTIONS[name]
-        func = click.option(flag, name, metavar=option.metavar, help=option.help)(func)
+        if option.is_flag:
+            func = click.option(flag, name, is_flag=True, default=None, help=option.help)(func)
+        else:
+            func = click.option(flag, name, metavar=option.metavar, help=option.help)(func)
     return func
 
 
@@ -112,6 +115,11 @@ def enqueue(
     click.echo(run_id)
 
 
+def _keyed(run: Any) -> bool:
+    """Whether a run has a key that another batch may hold: it then waits its turn."""
+    return "idempotency_key" in run.options or "unique_key" in run.options
+
+
 def _enqueue_jsonl(stream: IO[bytes], database_url: str | None, lock_wait: float) -> None:
     """Check and insert chunk by chunk in one transaction, and print the ids once it commits.
 
@@ -139,7 +147,7 @@ def _enqueue_jsonl(stream: IO[bytes], database_url: str | None, lock_wait: float
             keyed = False
             for chunk in chain([first], chunks):
                 watch.checkpoint()
-                if not keyed and any("idempotency_key" in run.options for run in chunk):
+                if not keyed and any(_keyed(run) for run in chunk):
                     what = "batch with idempotency keys"
                     locks.take(conn, runs_lock_for_keyed_batch, what=what, wait=lock_wait)
                     keyed = True

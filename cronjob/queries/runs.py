@@ -51,6 +51,20 @@ def _same_key(run: str, given: str) -> str:
     )
 
 
+# A unique key is unique among the unfinished runs of a type and tenant (migration 0021):
+# those without a finish time, which the schema gives exactly the terminal ones. Read so
+# rather than by status, which the enqueuer role may not read (deploy/roles.sql).
+_UNFINISHED = "finished_at IS NULL"
+
+
+def _same_unique(run: str, given: str) -> str:
+    """`run` holds the unique key of the run `given` asks for: same key, type, tenant."""
+    return (
+        f"{run}.unique_key = {given}.unique_key AND {run}.job_type = {given}.job_type"
+        f" AND coalesce({run}.tenant_id, '') = coalesce({given}.tenant_id, '')"
+    )
+
+
 # Ids are drawn from the sequence up front so each input row can be matched to
 # the id it got, whether it was inserted now or already existed under its key.
 # The arrays travel in binary: text arrays of JSON would otherwise be quoted and
@@ -68,6 +82,24 @@ def runs_insert_many_sending(sent: tuple[str, ...]) -> str:
     stored = [(o.column, o.expression or name) for name, o in options if o.column is not None]
     columns = "".join(f", {column}" for column, _ in stored)
     values = "".join(f"{expression.format(now=_NOW)}, " for _, expression in stored)
+    unique = "unique_key" in sent
+    # A unique key is a second arbiter, and ON CONFLICT names one at most: with unique keys
+    # the insert skips a row that conflicts with either (the other unique indexes are on
+    # ids drawn here: they conflict with nothing).
+    conflict = (
+        "ON CONFLICT DO NOTHING"
+        if unique
+        else f"{_SAME_WORK} WHERE idempotency_key IS NOT NULL DO NOTHING"
+    )
+    returned = ", unique_key" if unique else ""
+    found = "coalesce(mine.id, same_key.id, existing.id)"
+    joins = ""
+    if unique:
+        found = "coalesce(mine.id, same_key.id, existing.id, same_unique.id, active.id)"
+        joins = f"""
+LEFT JOIN inserted same_unique ON mine.id IS NULL AND {_same_unique("same_unique", "i")}
+LEFT JOIN job_runs active ON mine.id IS NULL AND same_unique.id IS NULL
+                         AND {_same_unique("active", "i")} AND active.{_UNFINISHED}"""
     return f"""
 WITH input AS (
     SELECT nextval('job_runs_id_seq') AS new_id, i.*
@@ -78,17 +110,17 @@ inserted AS (
     INSERT INTO job_runs (id, job_type, payload{columns}, created_at, updated_at)
     SELECT new_id, job_type, payload::jsonb, {values}{_NOW}, {_NOW}
     FROM input ORDER BY ord
-    {_SAME_WORK} WHERE idempotency_key IS NOT NULL DO NOTHING
-    RETURNING id, job_type, tenant_id, idempotency_key
+    {conflict}
+    RETURNING id, job_type, tenant_id, idempotency_key{returned}
 )
-SELECT i.ord, i.job_type, i.tenant_id, i.idempotency_key,
-       coalesce(mine.id, same_key.id, existing.id) AS id,
+SELECT i.ord, i.job_type, i.tenant_id, i.idempotency_key{", i.unique_key" if unique else ""},
+       {found} AS id,
        mine.id IS NOT NULL AS created
 FROM input i
 LEFT JOIN inserted mine ON mine.id = i.new_id
 LEFT JOIN inserted same_key ON mine.id IS NULL AND {_same_key("same_key", "i")}
 LEFT JOIN job_runs existing ON mine.id IS NULL AND same_key.id IS NULL
-                           AND {_same_key("existing", "i")}
+                           AND {_same_key("existing", "i")}{joins}
 ORDER BY i.ord
 """
 
@@ -102,6 +134,25 @@ SELECT k.job_type, k.tenant_id, k.idempotency_key, r.id
 FROM unnest(%(job_types)s::text[], %(tenant_ids)s::text[], %(keys)s::text[])
     AS k(job_type, tenant_id, idempotency_key)
 JOIN job_runs r ON {_same_key("r", "k")}
+"""
+
+# The unfinished runs that hold the unique keys of input rows the insert found taken but
+# could not see.
+RUNS_INSERT_MANY_IDS_BY_UNIQUE_KEY = f"""
+SELECT k.job_type, k.tenant_id, k.unique_key, r.id
+FROM unnest(%(job_types)s::text[], %(tenant_ids)s::text[], %(keys)s::text[])
+    AS k(job_type, tenant_id, unique_key)
+JOIN job_runs r ON {_same_unique("r", "k")} AND r.{_UNFINISHED}
+"""
+
+# A debounce: each run that held a unique key an enqueue with `replace` asked for takes its
+# payload and run_at, if it is still waiting for its first attempt (jobrunner_replace_waiting,
+# migration 0021, which the enqueuer may call without rights to update runs of its own).
+RUNS_REPLACE_WAITING = f"""
+SELECT jobrunner_replace_waiting(
+    %(ids)s::bigint[], %(unique_keys)s::text[], %(payloads)s::text[]::jsonb[],
+    ARRAY(SELECT coalesce(at, {_NOW} + make_interval(secs => coalesce(delay, 0)))
+          FROM unnest(%(run_ats)s::timestamptz[], %(delays)s::float8[]) AS o(at, delay)))
 """
 
 # Batches that carry idempotency keys take turns: two batches holding some of each

@@ -59,13 +59,16 @@ def runs_insert_many(
         return []
     cursor = conn.cursor(row_factory=dict_row)
     rows = cursor.execute(*_inserting(runs, now)).fetchall()
-    found: dict[tuple[str, str, str], int] = {}
-    if missing := _keys_not_seen(rows):
+    found: dict[tuple[str, ...], int] = {}
+    for kind, statement, missing in _keys_not_seen(rows):
         # Another transaction inserted these keys while ours waited on them; they
         # are visible now, in a statement with a fresh snapshot.
-        by_key = conn.execute(queries.RUNS_INSERT_MANY_IDS_BY_KEY, missing)
-        found = {_work(*row[:3]): row[3] for row in by_key.fetchall()}
-    return _enqueued(rows, found)
+        by_key = conn.execute(statement, missing)
+        found.update({(kind, *_work(*row[:3])): row[3] for row in by_key.fetchall()})
+    enqueued = _enqueued(rows, found)
+    if replacing := _replacing(runs, enqueued, now):
+        conn.execute(queries.RUNS_REPLACE_WAITING, replacing)
+    return enqueued
 
 
 async def runs_insert_many_async(
@@ -76,12 +79,15 @@ async def runs_insert_many_async(
     cursor = conn.cursor(row_factory=dict_row)
     await cursor.execute(*_inserting(runs, now))
     rows = await cursor.fetchall()
-    found: dict[tuple[str, str, str], int] = {}
-    if missing := _keys_not_seen(rows):
+    found: dict[tuple[str, ...], int] = {}
+    for kind, statement, missing in _keys_not_seen(rows):
         # As in runs_insert_many: keys another transaction inserted while ours waited.
-        by_key = await conn.execute(queries.RUNS_INSERT_MANY_IDS_BY_KEY, missing)
-        found = {_work(*row[:3]): row[3] for row in await by_key.fetchall()}
-    return _enqueued(rows, found)
+        by_key = await conn.execute(statement, missing)
+        found.update({(kind, *_work(*row[:3])): row[3] for row in await by_key.fetchall()})
+    enqueued = _enqueued(rows, found)
+    if replacing := _replacing(runs, enqueued, now):
+        await conn.execute(queries.RUNS_REPLACE_WAITING, replacing)
+    return enqueued
 
 
 def _inserting(runs: Sequence[NewRun], now: datetime | None) -> tuple[str, dict[str, Any]]:
@@ -104,28 +110,62 @@ def _work(job_type: str, tenant_id: str | None, key: str) -> tuple[str, str, str
     return job_type, tenant_id or "", key
 
 
-def _keys_not_seen(rows: list[dict[str, Any]]) -> dict[str, list[str | None]] | None:
-    """The (type, tenant, key) of the input rows the insert found no run for, as the
-    parameters of RUNS_INSERT_MANY_IDS_BY_KEY; None if there are none."""
+def _keys_not_seen(
+    rows: list[dict[str, Any]],
+) -> list[tuple[str, str, dict[str, list[str | None]]]]:
+    """For the input rows the insert found no run for, the statements that find them, by
+    idempotency key (RUNS_INSERT_MANY_IDS_BY_KEY) and by unique key: each with the kind of
+    key it looks up and its parameters."""
     missing = [row for row in rows if row["id"] is None]
-    if not missing:
-        return None
-    return {
-        "job_types": [row["job_type"] for row in missing],
-        "tenant_ids": [row["tenant_id"] for row in missing],
-        "keys": [row["idempotency_key"] for row in missing],
-    }
+    by_idempotency = [row for row in missing if row["idempotency_key"] is not None]
+    by_unique = [row for row in missing if row["idempotency_key"] is None]
+    found = []
+    for statement, key, chosen in (
+        (queries.RUNS_INSERT_MANY_IDS_BY_KEY, "idempotency_key", by_idempotency),
+        (queries.RUNS_INSERT_MANY_IDS_BY_UNIQUE_KEY, "unique_key", by_unique),
+    ):
+        if chosen:
+            params = {
+                "job_types": [row["job_type"] for row in chosen],
+                "tenant_ids": [row["tenant_id"] for row in chosen],
+                "keys": [row[key] for row in chosen],
+            }
+            found.append((key, statement, params))
+    return found
 
 
-def _enqueued(rows: list[dict[str, Any]], found: dict[tuple[str, str, str], int]) -> list[Enqueued]:
-    """Each input row's run: its own, or the run already holding its key (`found`)."""
+def _enqueued(rows: list[dict[str, Any]], found: dict[tuple[str, ...], int]) -> list[Enqueued]:
+    """Each input row's run: its own, or the run already holding its key (`found`, by the
+    kind of key, and the key's type, tenant and text)."""
     enqueued = []
     for row in rows:
         run_id = row["id"]
         if run_id is None:
-            run_id = found[_work(row["job_type"], row["tenant_id"], row["idempotency_key"])]
+            kind = "idempotency_key" if row["idempotency_key"] is not None else "unique_key"
+            run_id = found[(kind, *_work(row["job_type"], row["tenant_id"], row[kind]))]
         enqueued.append(Enqueued(id=int(run_id), created=bool(row["created"])))
     return enqueued
+
+
+def _replacing(
+    runs: Sequence[NewRun], enqueued: list[Enqueued], now: datetime | None
+) -> dict[str, Any] | None:
+    """The parameters of RUNS_REPLACE_WAITING for the runs enqueued with `replace` that found
+    their unique key held; None if there are none."""
+    chosen = [
+        (run, done) for run, done in zip(runs, enqueued, strict=True)
+        if not done.created and run.options.get("replace")
+    ]  # fmt: skip
+    if not chosen:
+        return None
+    return {
+        "ids": [done.id for _, done in chosen],
+        "unique_keys": [run.options["unique_key"] for run, _ in chosen],
+        "payloads": [run.payload_json for run, _ in chosen],
+        "run_ats": [run.options.get("run_at") for run, _ in chosen],
+        "delays": [run.options.get("delay") for run, _ in chosen],
+        "now": now,
+    }
 
 
 def runs_lock_for_keyed_batch(conn: Any, *, wait: bool = True) -> bool:
