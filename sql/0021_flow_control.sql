@@ -66,7 +66,7 @@ LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     room integer := 2147483647;
     used integer;
-    window_start timestamptz;
+    current_window timestamptz;
 BEGIN
     IF NOT pg_try_advisory_xact_lock(
             hashtextextended('jobrunner.limit' || chr(31) || lim.job_type || chr(31) || key, 0))
@@ -80,10 +80,10 @@ BEGIN
         room := lim.concurrency - used;
     END IF;
     IF lim.rate IS NOT NULL THEN
-        window_start := to_timestamp(
+        current_window := to_timestamp(
             floor(extract(epoch FROM now) / lim.rate_period) * lim.rate_period);
         SELECT w.starts INTO used FROM job_rate_windows w
-        WHERE w.job_type = lim.job_type AND w.limit_key = key AND w.window_start = window_start;
+        WHERE w.job_type = lim.job_type AND w.limit_key = key AND w.window_start = current_window;
         room := least(room, lim.rate - coalesce(used, 0));
     END IF;
     RETURN greatest(room, 0);

@@ -239,3 +239,50 @@ def test_a_changed_limit_holds_from_every_hosts_next_claim(db_url, conn, tmp_pat
     assert most_in_flight(before) == 1
     assert most_in_flight(ran) == 3
     all_succeeded_first_time(conn, 40)
+
+
+# -- rate -----------------------------------------------------------------------------
+
+# A run starts a little after its claim counted it in a window: a start this close to the
+# start of a window may have been counted in the one before.
+CLAIM_TO_START = 0.25
+
+
+def starts_per_window(ran: list[Ran], period: float) -> dict[int, int]:
+    """Starts in each window of the rate, leaving out those that may belong to the window
+    before (CLAIM_TO_START)."""
+    counted: dict[int, int] = defaultdict(int)
+    for r in ran:
+        if r.start % period >= CLAIM_TO_START:
+            counted[int(r.start // period)] += 1
+    return counted
+
+
+def test_a_type_limited_to_five_starts_a_second_never_starts_more_across_three_hosts(
+    db_url, conn, tmp_path
+):
+    log = tmp_path / "exec.log"
+    limit(db_url, "--rate", "5/1s")
+    work(conn, 30, seconds=0.01)
+    began = time.time()
+    Hosts(db_url, log, 3, "--concurrency", "4").join()
+    took = time.time() - began
+    ran = executions(log)
+    assert len(ran) == 30
+    assert max(starts_per_window(ran, 1.0).values()) <= 5
+    # Six windows at the very least; held back, never failed, nothing charged.
+    assert took >= 5
+    all_succeeded_first_time(conn, 30)
+
+
+def test_a_rate_per_tenant_holds_each_tenant_to_its_own_rate(db_url, conn, tmp_path):
+    log = tmp_path / "exec.log"
+    limit(db_url, "--rate", "3/1s", "--per", "tenant")
+    for tenant in ("a", "b"):
+        work(conn, 9, seconds=0.01, tenant_id=tenant)
+    Hosts(db_url, log, 2, "--concurrency", "4").join()
+    ran = executions(log)
+    assert len(ran) == 18
+    for tenant, runs in by(ran, "tenant").items():
+        assert max(starts_per_window(runs, 1.0).values()) <= 3, tenant
+    all_succeeded_first_time(conn, 18)
