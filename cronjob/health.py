@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from cronjob.models import RunCell, RunSnapshot, Status, TypePause
+from cronjob.models import RunCell, RunSnapshot, Status, TypeLimit, TypePause
 
 DEFAULT_UNCLAIMED_AFTER = 600.0
 # A pause's reason may be up to a thousand characters; the lines that name a paused type
@@ -45,10 +45,36 @@ class Overview:
     # Paused job types wait by design: their due runs are neither a queue-age breach
     # nor unclaimed.
     paused: tuple[TypePause, ...] = ()
+    # Limited job types (flow control). Their due runs wait for a place or a window when the
+    # limit is why: then they are throttled, which is neither a queue-age breach nor unclaimed.
+    limits: tuple[TypeLimit, ...] = ()
 
     @property
     def paused_types(self) -> frozenset[str]:
         return frozenset(p.job_type for p in self.paused)
+
+    @property
+    def throttled(self) -> tuple[TypeLimit, ...]:
+        """The limits holding due runs back now: a type with due runs, and with runs in
+        flight under a concurrency limit or a rate limit counting its starts."""
+        by_type = {t.job_type: t for t in self.types}
+        held = []
+        for limit in self.limits:
+            health = by_type.get(limit.job_type)
+            if health is None or not health.due or limit.job_type in self.paused_types:
+                continue
+            if limit.rate is not None or health.by_status[Status.RUNNING.value]:
+                held.append(limit)
+        return tuple(held)
+
+    @property
+    def throttled_types(self) -> frozenset[str]:
+        return frozenset(limit.job_type for limit in self.throttled)
+
+    @property
+    def waiting_by_design(self) -> frozenset[str]:
+        """Types whose due runs wait as they were told to: paused, or throttled."""
+        return self.paused_types | self.throttled_types
 
     @property
     def by_status(self) -> dict[str, int]:
@@ -72,8 +98,9 @@ class Overview:
 
     @property
     def oldest_due(self) -> TypeHealth | None:
-        """The type whose due run has waited longest, if anything is due (paused types aside)."""
-        paused = self.paused_types
+        """The type whose due run has waited longest, if anything is due (paused and
+        throttled types aside)."""
+        paused = self.waiting_by_design
         waiting = [
             t for t in self.types if t.oldest_due_age is not None and t.job_type not in paused
         ]
@@ -93,7 +120,7 @@ class Overview:
         `--types` leaves it out) or every worker that has one is down or busy.
         """
         since = self.now - timedelta(seconds=after)
-        paused = self.paused_types
+        paused = self.waiting_by_design
         return [
             t
             for t in self.types
@@ -105,13 +132,20 @@ class Overview:
 
 
 def read_overview(conn: Any, *, now: datetime | None = None) -> Overview:
-    """The queue's overview as `status`, `check` and the metrics show it: runs and pauses."""
+    """The queue's overview as `status`, `check` and the metrics show it: runs, pauses and
+    limits."""
     from cronjob import store
 
-    return summarize(store.runs_snapshot(conn, now=now), tuple(store.job_type_pauses_list(conn)))
+    return summarize(
+        store.runs_snapshot(conn, now=now),
+        tuple(store.job_type_pauses_list(conn)),
+        tuple(store.job_type_limits_list(conn)),
+    )
 
 
-def summarize(snapshot: RunSnapshot, paused: tuple[TypePause, ...] = ()) -> Overview:
+def summarize(
+    snapshot: RunSnapshot, paused: tuple[TypePause, ...] = (), limits: tuple[TypeLimit, ...] = ()
+) -> Overview:
     cells_by_type: dict[str, list[RunCell]] = {}
     for cell in snapshot.cells:
         cells_by_type.setdefault(cell.job_type, []).append(cell)
@@ -135,7 +169,7 @@ def summarize(snapshot: RunSnapshot, paused: tuple[TypePause, ...] = ()) -> Over
                 last_started_at=max(started) if started else None,
             )
         )
-    return Overview(snapshot.now, tuple(types), tuple(paused))
+    return Overview(snapshot.now, tuple(types), tuple(paused), tuple(limits))
 
 
 # -- thresholds ---------------------------------------------------------------
@@ -182,10 +216,14 @@ def evaluate(overview: Overview, thresholds: Thresholds) -> list[Finding]:
     if thresholds.max_queue_age is not None:
         oldest, age = overview.oldest_due, overview.oldest_due_age or 0.0
         detail = (
-            f"the oldest due run ({oldest.job_type}) has waited {_age(age)}"
-            if oldest
-            else "nothing is waiting"
-        ) + _paused_note(overview)
+            (
+                f"the oldest due run ({oldest.job_type}) has waited {_age(age)}"
+                if oldest
+                else "nothing is waiting"
+            )
+            + _paused_note(overview)
+            + _throttled_note(overview)
+        )
         findings.append(_finding("max-queue-age", age, thresholds.max_queue_age, detail))
     if thresholds.max_stuck is not None:
         stuck = overview.expired_leases
@@ -206,6 +244,19 @@ def _paused_note(overview: Overview) -> str:
         return ""
     pauses = "; ".join(pause_text(p, overview.now) for p in overview.paused)
     return f" (paused, not counted: {pauses})"
+
+
+def _throttled_note(overview: Overview) -> str:
+    if not overview.throttled:
+        return ""
+    return f" (throttled, not counted: {'; '.join(map(throttle_text, overview.throttled))})"
+
+
+def throttle_text(limit: TypeLimit) -> str:
+    """`send_email: at most 2 running, per tenant`: a limit holding runs back, in words."""
+    from cronjob.limits import describe
+
+    return f"{limit.job_type}: {describe(limit)}"
 
 
 def pause_text(pause: TypePause, now: datetime) -> str:

@@ -53,6 +53,7 @@ def render(
     for name, kind, help_text, samples in (
         *_run_families(overview.types),
         _paused_family(overview),
+        _throttled_family(overview),
         _duration_family(durations),
         *_schedule_families(schedules, verdicts),
         *_snapshot_families(holders),
@@ -146,6 +147,19 @@ def _paused_family(overview: Overview) -> Family:
         (
             _sample("jobrunner_job_type_paused", {"job_type": t}, 1)
             for t in sorted(overview.paused_types)
+        ),
+    )
+
+
+def _throttled_family(overview: Overview) -> Family:
+    due = {t.job_type: t.due for t in overview.types}
+    return (
+        "jobrunner_throttled_runs",
+        "gauge",
+        "Due runs of each job type whose limit (`jobrunner limit`) holds them back now.",
+        (
+            _sample("jobrunner_throttled_runs", {"job_type": t}, due.get(t, 0))
+            for t in sorted(overview.throttled_types)
         ),
     )
 

@@ -107,6 +107,7 @@ def _status_dict(
             for t in overview.types
         },
         "paused_job_types": _pauses_json(overview.paused),
+        "throttled_job_types": _throttled_json(overview),
         "unclaimed_after_seconds": after,
         "unclaimed_job_types": [
             {
@@ -130,6 +131,17 @@ def _status_dict(
             for d in schedules
         ],
     }
+
+
+def _throttled_json(overview: Any) -> list[dict[str, Any]]:
+    from cronjob import limits
+
+    due = {t.job_type: t.due for t in overview.types}
+    return [
+        {"job_type": x.job_type, "due": due.get(x.job_type, 0), "concurrency": x.concurrency,
+         "rate": limits.rate_text(x), "per": limits.per_text(x), "reason": x.reason}
+        for x in overview.throttled
+    ]  # fmt: skip
 
 
 def _pauses_json(pauses: Sequence[Any]) -> list[dict[str, Any]]:
@@ -186,6 +198,7 @@ def _print_status(
         problem=bool(dead),
     )
     _print_paused(overview)
+    _print_throttled(overview)
     unclaimed = overview.unclaimed(after)
     if unclaimed:
         for i, t in enumerate(unclaimed):
@@ -282,6 +295,21 @@ def _print_paused(overview: Any) -> None:
             f"{pause_text(p, overview.now)} ({due.get(p.job_type, 0)} due, "
             f"waiting; `jobrunner resume {p.job_type}`)",
             problem=True,
+        )
+
+
+def _print_throttled(overview: Any) -> None:
+    from cronjob.health import throttle_text
+
+    if not overview.throttled:
+        _fact("throttled types", "none")
+        return
+    due = {t.job_type: t.due for t in overview.types}
+    for i, limit in enumerate(overview.throttled):
+        _fact(
+            "throttled types" if i == 0 else "",
+            f"{throttle_text(limit)} ({due.get(limit.job_type, 0)} due, waiting for a place "
+            "or a window; `jobrunner limits`)",
         )
 
 

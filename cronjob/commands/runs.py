@@ -397,6 +397,12 @@ def list_runs(
     table(("ID", "STATUS", "TYPE", "TENANT", "ATTEMPTS", "RUN_AT/FINISHED", "LAST ERROR"), rows)
 
 
+def _throttled_text(limit: Any) -> str:
+    from cronjob.limits import describe
+
+    return f"waiting for its type's limit ({describe(limit)}; `jobrunner limits`)"
+
+
 @click.command()
 @click.argument("run_id", metavar="ID")
 @database_url_option
@@ -409,7 +415,7 @@ def show(run_id: str, database_url: str | None, as_json: bool) -> None:
     """
     from cronjob.errors import RunNotFound
     from cronjob.inputs import parse_run_id
-    from cronjob.store import run_attempts_get, run_get, run_logs_get
+    from cronjob.store import job_type_limit_get_for_run, run_attempts_get, run_get, run_logs_get
 
     number = parse_run_id(run_id)
     conn = open_connection(database_url)
@@ -419,11 +425,15 @@ def show(run_id: str, database_url: str | None, as_json: bool) -> None:
             raise RunNotFound(f"run {number} not found")
         attempts = run_attempts_get(conn, number)
         logs = run_logs_get(conn, number)
+        limit = job_type_limit_get_for_run(conn, number)
+    # A due run of a limited type waits for a place or a window, as it was told to.
+    throttled = {} if limit is None else {"throttled": _throttled_text(limit)}
     if as_json:
         click.echo(
             json.dumps(
                 {
                     **_run_dict(run),
+                    **throttled,
                     "attempt_history": [_attempt_dict(a) for a in attempts],
                     "attempt_logs": [_attempt_dict(log) for log in logs],
                 },
@@ -431,7 +441,7 @@ def show(run_id: str, database_url: str | None, as_json: bool) -> None:
             )
         )
         return
-    fields = _run_dict(run)
+    fields = {**_run_dict(run), **throttled}
     width = max(len(k) for k in fields)
     for key, value in fields.items():
         if key == "payload":

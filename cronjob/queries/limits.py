@@ -47,3 +47,12 @@ LEFT JOIN job_runs r ON r.job_type = l.job_type AND r.status IN ('queued', 'fail
                     AND r.run_at <= {_NOW}
 GROUP BY l.job_type ORDER BY l.job_type
 """
+
+# The limit of a waiting run's type, if it has one, and whether the run is due: `show` says a
+# due run of a limited type waits for its limit.
+JOB_TYPE_LIMIT_GET_FOR_RUN = f"""
+SELECT {", ".join(f"l.{c.strip()}" for c in _LIMIT_COLUMNS.split(","))},
+       r.run_at <= {_NOW} AS due
+FROM job_runs r JOIN job_type_limits l ON l.job_type = r.job_type
+WHERE r.id = %(id)s AND r.status IN ('queued', 'failed')
+"""

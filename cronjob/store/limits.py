@@ -39,3 +39,13 @@ def job_type_limits_throttled(conn: Any, *, now: datetime | None = None) -> dict
     """Each limited job type, with how many of its runs are due and waiting."""
     rows = conn.execute(queries.JOB_TYPE_LIMITS_THROTTLED, {"now": now}).fetchall()
     return {job_type: int(due) for job_type, due in rows}
+
+
+def job_type_limit_get_for_run(
+    conn: Any, run_id: int, *, now: datetime | None = None
+) -> TypeLimit | None:
+    """The limit holding the run `run_id` back: its type's, if the run is due and waiting."""
+    row = conn.execute(queries.JOB_TYPE_LIMIT_GET_FOR_RUN, {"id": run_id, "now": now}).fetchone()
+    if row is None or not row[-1]:
+        return None
+    return TypeLimit(*row[:-1])
