@@ -304,16 +304,28 @@ def load_file(text: str, *, source: str) -> list[DefinitionSpec]:
     except ValueError:
         # tomllib hands some values to int() unchecked, which refuses thousands of digits.
         raise BadInput(f"{source}: invalid TOML: a number too large") from None
-    unknown = sorted(set(document) - {"schedules"})
+    # [limits.TYPE] tables are flow control's (cronjob.limits.declared_limits).
+    unknown = sorted(set(document) - {"schedules", "limits"})
     if unknown:
         raise BadInput(
             f"{source}: unknown top-level key {excerpt(unknown[0])} "
-            "(definitions go in [schedules.NAME] tables)"
+            "(definitions go in [schedules.NAME] tables, limits in [limits.TYPE] tables)"
         )
     tables = document.get("schedules", {})
     if not isinstance(tables, dict):
         raise BadInput(f"{source}: 'schedules' must be a table of [schedules.NAME] tables")
     return [_spec_from_table(name, table, source) for name, table in tables.items()]
+
+
+def load_file_limits(text: str, *, source: str) -> list[Any] | None:
+    """The file's `[limits.TYPE]` tables, checked (cronjob.limits); None if it has none.
+    Call after load_file, which has checked the TOML."""
+    import tomllib
+
+    from cronjob.limits import declared_limits
+
+    tables = tomllib.loads(text).get("limits")
+    return None if tables is None else declared_limits(tables, where=source)
 
 
 def _spec_from_table(name: str, table: Any, source: str) -> DefinitionSpec:

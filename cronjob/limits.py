@@ -98,3 +98,70 @@ def period_text(seconds: float) -> str:
         if seconds >= size and seconds % size == 0:
             return f"{int(seconds // size)}{unit}"
     return f"{seconds:g}s"
+
+
+# -- limits declared in a file or in settings, applied by a sync --
+
+DECLARED_KEYS = ("concurrency", "per", "rate", "reason")
+
+
+def declared_limits(tables: Any, *, where: str) -> list[TypeLimit]:
+    """The limits of a schedule file's `[limits.TYPE]` tables, or of Django's OPTIONS
+    "LIMITS" (a dict of TYPE: settings); raises BadInput naming the first problem."""
+    if not isinstance(tables, dict):
+        raise BadInput(f"{where}: limits must be a table of TYPE: settings")
+    found = []
+    for job_type, table in tables.items():
+        here = f"{where} limit {job_type!r}"
+        if not isinstance(table, dict):
+            raise BadInput(f"{here}: expected a table of settings")
+        unknown = sorted(str(key) for key in table if key not in DECLARED_KEYS)
+        if unknown:
+            raise BadInput(
+                f"{here}: unknown key {unknown[0]!r} (known: {', '.join(DECLARED_KEYS)})"
+            )
+        reason = table.get("reason")
+        if reason is not None:
+            reason = check_text(reason, what="reason", max_length=1000)
+        try:
+            limit = parse_limit(
+                job_type, concurrency=table.get("concurrency"), per=table.get("per"),
+                rate=table.get("rate"), reason=reason,
+                names={"concurrency": "concurrency", "per": "per", "rate": "rate"},
+            )  # fmt: skip
+        except BadInput as exc:
+            raise BadInput(f"{here}: {exc}") from None
+        found.append(limit)
+    return found
+
+
+def _same(current: TypeLimit, wanted: TypeLimit) -> bool:
+    fields = ("concurrency", "rate", "rate_period", "per", "per_field", "reason")
+    return all(getattr(current, f) == getattr(wanted, f) for f in fields)
+
+
+def sync(
+    conn: Any, wanted: list[TypeLimit] | None, *, prune: bool, dry_run: bool, actor: str
+) -> list[tuple[str, str]]:
+    """Make the limits match `wanted`, in the caller's transaction: each job type's action
+    (`limit`, `unchanged`, `unlimit` with `prune`, else `keep`), as (action, job type). With
+    `wanted` None (a file or settings without limits), nothing: not even `prune` clears them."""
+    from cronjob import store
+
+    if wanted is None:
+        return []
+    current = {limit.job_type: limit for limit in store.job_type_limits_list(conn)}
+    actions = []
+    for limit in wanted:
+        held = current.pop(limit.job_type, None)
+        if held is not None and _same(held, limit):
+            actions.append(("unchanged", limit.job_type))
+            continue
+        actions.append(("limit", limit.job_type))
+        if not dry_run:
+            store.job_type_limit_set(conn, limit, actor=actor)
+    for job_type in sorted(current):
+        actions.append(("unlimit" if prune else "keep", job_type))
+        if prune and not dry_run:
+            store.job_type_limit_clear(conn, job_type)
+    return actions

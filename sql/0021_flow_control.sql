@@ -17,6 +17,66 @@ CREATE INDEX job_runs_waiting_by_type
     ON job_runs (job_type, (coalesce(tenant_id, '')), priority, run_at, id)
     WHERE status IN ('queued', 'failed');
 
+-- The (priority, tenant) pairs that have waiting runs, each once, for a claim fair across
+-- tenants (queries.runs, "the claim"): at most `most` of them, in four phases: (1) the
+-- priorities before the cursor's, in order; (2) the cursor's priority, the tenants after the
+-- cursor's; (3) that priority again, the tenants up to the cursor's; (4) the priorities after
+-- it. So priority comes first, and within the cursor's priority the tenants take turns from
+-- claim to claim. Each step is one probe of job_runs_dispatch positioned at its lower bound;
+-- a phase's upper bound is checked on the pair found, not given to the scan, which before
+-- PostgreSQL 18 would read on through every pair past it. A function, so that its few
+-- statements are planned once a session rather than with every claim.
+CREATE FUNCTION jobrunner_tenant_walk(cursor_priority integer, cursor_tenant text, most integer)
+RETURNS TABLE (priority integer, tenant text, step integer)
+LANGUAGE plpgsql STABLE ROWS 10 AS $$
+#variable_conflict use_column
+DECLARE
+    p integer;
+    t text;
+    n integer := 0;
+    phase integer;
+BEGIN
+    FOR phase IN 1..4 LOOP
+        p := NULL;
+        LOOP
+            EXIT WHEN n >= most;
+            IF p IS NOT NULL THEN
+                SELECT r.priority, coalesce(r.tenant_id, '') INTO p, t FROM job_runs r
+                WHERE r.status IN ('queued', 'failed')
+                  AND (r.priority, coalesce(r.tenant_id, '')) > (p, t)
+                ORDER BY r.priority, coalesce(r.tenant_id, '') LIMIT 1;
+            ELSIF phase = 1 THEN
+                SELECT r.priority, coalesce(r.tenant_id, '') INTO p, t FROM job_runs r
+                WHERE r.status IN ('queued', 'failed')
+                ORDER BY r.priority, coalesce(r.tenant_id, '') LIMIT 1;
+            ELSIF phase = 2 THEN
+                SELECT r.priority, coalesce(r.tenant_id, '') INTO p, t FROM job_runs r
+                WHERE r.status IN ('queued', 'failed')
+                  AND (r.priority, coalesce(r.tenant_id, '')) > (cursor_priority, cursor_tenant)
+                ORDER BY r.priority, coalesce(r.tenant_id, '') LIMIT 1;
+            ELSIF phase = 3 THEN
+                SELECT r.priority, coalesce(r.tenant_id, '') INTO p, t FROM job_runs r
+                WHERE r.status IN ('queued', 'failed') AND r.priority >= cursor_priority
+                ORDER BY r.priority, coalesce(r.tenant_id, '') LIMIT 1;
+            ELSE
+                SELECT r.priority, coalesce(r.tenant_id, '') INTO p, t FROM job_runs r
+                WHERE r.status IN ('queued', 'failed') AND r.priority > cursor_priority
+                ORDER BY r.priority, coalesce(r.tenant_id, '') LIMIT 1;
+            END IF;
+            EXIT WHEN NOT FOUND
+                OR (phase = 1 AND p >= cursor_priority)
+                OR (phase = 2 AND p <> cursor_priority)
+                OR (phase = 3 AND (p <> cursor_priority OR t > cursor_tenant));
+            n := n + 1;
+            priority := p;
+            tenant := t;
+            step := n;
+            RETURN NEXT;
+        END LOOP;
+    END LOOP;
+END
+$$;
+
 -- A limit is one row per job type, set by `jobrunner limit`, a schedule file or Django's
 -- settings. A claim reads it (a handful of rows) as it reads job_type_pauses.
 CREATE TABLE job_type_limits (

@@ -439,8 +439,8 @@ def test_a_claim_walks_the_dispatch_index_in_order_even_before_any_statistics(co
         # a batch of rows. Never every runnable row.
         assert sorted(re.findall(r"Sort Key: (.*)", plan)) == [
             "claimed.priority, taken.turn, taken.step, claimed.run_at, claimed.id",
+            "jobrunner_tenant_walk.priority",
             "picked.priority, picked.turn, picked.step",
-            "walk.priority",
         ], plan
 
 

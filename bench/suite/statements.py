@@ -22,7 +22,7 @@ import uuid
 # so a fresh, never analyzed table is still claimed by walking the dispatch index.
 # The ceiling's clients and the growth section's claim probes set the same for their
 # whole session.
-CLAIM_PLAN_OPTIONS = "-c enable_bitmapscan=off -c enable_seqscan=off"
+CLAIM_PLAN_OPTIONS = "-c enable_bitmapscan=off -c enable_seqscan=off -c jit=off"
 
 CLAIM = """\
 WITH c AS MATERIALIZED (

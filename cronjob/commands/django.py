@@ -17,9 +17,9 @@ def sync(
     actor: str | None,
     reason: str | None,
 ) -> None:
-    """Make the schedules match the periodic tasks in Django's settings.
+    """Make the schedules (and limits) match the periodic tasks in Django's settings.
 
-    The jobrunner backend's OPTIONS "SCHEDULES" in settings.TASKS, applied as
+    The jobrunner backend's OPTIONS "SCHEDULES" (and "LIMITS") in settings.TASKS, applied as
     `jobrunner schedule sync` applies a file: upserted by name, checked whole before
     anything is written. A deploy step, next to `manage.py migrate`.
     """
@@ -27,7 +27,7 @@ def sync(
     from cronjob.commands.schedule import apply_sync
 
     django_setup("sync reads Django's settings")
-    from cronjob.django.runner import schedule_specs
+    from cronjob.django.runner import limit_specs, schedule_specs
 
     apply_sync(
         schedule_specs(),
@@ -38,4 +38,5 @@ def sync(
         actor,
         reason,
         source="the settings",
+        limits=limit_specs(),
     )

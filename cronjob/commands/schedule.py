@@ -440,7 +440,8 @@ def sync(
         source = "-"
     text = read_text(file, definitions.MAX_FILE_BYTES, source=source)
     specs = definitions.load_file(text, source=source)
-    apply_sync(specs, database_url, prune, dry_run, lock_wait, actor, reason)
+    limits = definitions.load_file_limits(text, source=source)
+    apply_sync(specs, database_url, prune, dry_run, lock_wait, actor, reason, limits=limits)
 
 
 def apply_sync(
@@ -453,10 +454,12 @@ def apply_sync(
     reason: str | None,
     *,
     source: str = "the file",
+    limits: list[Any] | None = None,
 ) -> None:
-    """Sync the definitions with `specs`, audit it, and print the plan line by line."""
-    from cronjob import definitions
+    """Sync the definitions with `specs` (and any `limits`), audit it, print the plan."""
+    from cronjob import definitions, incident
     from cronjob.commands.progress import watching
+    from cronjob.limits import sync as sync_limits
 
     conn = open_connection(database_url)
     progress = watching("syncing", told=_nothing_synced, unit="schedules", shown=not dry_run)
@@ -464,10 +467,15 @@ def apply_sync(
         items = definitions.sync(
             conn, specs, prune=prune, dry_run=dry_run, lock_wait=lock_wait, progress=watch
         )
+        who = incident.actor_name(actor)
+        limited = sync_limits(conn, limits, prune=prune, dry_run=dry_run, actor=who)
         if not dry_run:
             changed = [i.name for i in items if i.action in ("add", "change", "remove")]
-            record_audit(conn, "schedule sync", actor, reason, changed=len(changed),
-                         selection={"names": changed, "prune": prune})  # fmt: skip
+            types = [job_type for action, job_type in limited if action in ("limit", "unlimit")]
+            selection = {"names": changed, "prune": prune, **({"limits": types} if types else {})}
+            record_audit(conn, "schedule sync", actor, reason, changed=len(changed) + len(types),
+                         selection=selection)  # fmt: skip
+    click.echo("".join(printable(f"{action:<10}limit of {t}\n") for action, t in limited), nl=False)
     for item in items:
         detail = ""
         if item.changes:
@@ -475,10 +483,8 @@ def apply_sync(
         elif item.action == "keep":
             detail = f"  (not in {source}; --prune removes it)"
         click.echo(printable(f"{item.action:<10}{item.name}{detail}"))
-    add, change, unchanged, remove = (
-        sum(i.action == action for i in items)
-        for action in ("add", "change", "unchanged", "remove")
-    )
+    actions = ("add", "change", "unchanged", "remove")
+    add, change, unchanged, remove = (sum(i.action == a for i in items) for a in actions)
     if dry_run:
         click.echo(
             f"dry run, nothing written: {add} to add, {change} to change, {unchanged} unchanged,"

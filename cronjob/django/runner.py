@@ -329,3 +329,12 @@ def schedule_specs() -> list[Any]:
     from cronjob.django.schedules import specs_from_settings
 
     return specs_from_settings(backend_options().get("SCHEDULES") or {})
+
+
+def limit_specs() -> list[Any] | None:
+    """The limits in settings (OPTIONS "LIMITS": a dict of task path: settings, as a schedule
+    file's [limits.TYPE] tables), checked; None when the settings have none."""
+    from cronjob.limits import declared_limits
+
+    limits = backend_options().get("LIMITS")
+    return None if limits is None else declared_limits(limits, where='TASKS OPTIONS "LIMITS"')

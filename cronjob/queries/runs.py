@@ -168,9 +168,12 @@ RUNS_LOCK_FOR_KEYED_BATCH_TRY = "SELECT pg_try_advisory_xact_lock(29958816149218
 # statistics that predate a burst of enqueues (or none yet, on a fresh table) the
 # planner expects few runnable rows and prefers a bitmap scan that sorts every one
 # of them, on every claim. Set for the rest of the claim's own transaction, of which
-# the claim is the last statement.
+# the claim is the last statement. JIT off too: a claim is over in milliseconds, and the
+# estimates of its functions' rows can lift its cost past jit_above_cost, when compiling
+# the plan would cost a hundred milliseconds, more than the claim itself.
 RUNS_CLAIM_MANY_PLAN = (
-    "SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true)"
+    "SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true),"
+    " set_config('jit', 'off', true)"
 )
 
 # What a claim returns: models.ClaimedRun's fields in order, each under its field's name,
@@ -199,81 +202,35 @@ _CLAIMED_COLUMNS = ", ".join(
 
 # -- the claim --
 #
-# A claim is fair across tenants: within one priority it takes runs round-robin, an equal
-# share from each tenant, so a tenant with a backlog of 100,000 runs delays another
-# tenant's due run by no more than one batch. Runs without a tenant are one more tenant.
-# Its parts, each a CTE of RUNS_CLAIM_MANY:
+# A claim takes the runs of limited types first, each key's room counted under the key's
+# lock, and then the others fairly across tenants: within one priority, in turns, so a tenant
+# with a backlog of 100,000 runs delays another tenant's due run by no more than its turn.
+# Runs without a tenant are one more tenant. Its parts, each a CTE of RUNS_CLAIM_MANY:
 #
-#   walk    the (priority, tenant) pairs that have waiting runs, in that order, from the
-#           pair after the claim's cursor round to the cursor's own: an index probe each
-#   tenants the first `limit` of them: a claim of `limit` runs needs no more
-#   picked  each tenant's first `share` due runs (`limit` over the tenants walked, at
-#           least one), locked: at most `limit` in all
-#   fill    when the tenants walked had fewer due runs than that, more in dispatch order,
-#           so that a claim is not cut short by tenants with little to do
-#   claimed the update of the runs taken
+#   types    the tick's types less the paused and the limited ones
+#   limited  the runs of limited types (jobrunner_claimable_limited, migration 0021); skipped
+#            by a one-time filter when none of the tick's types has a limit
+#   rest     how many runs the others may have: `limit` less the limited ones
+#   tenants  the first `rest` (priority, tenant) pairs with waiting runs, from the cursor on
+#            (jobrunner_tenant_walk, migration 0021: an index probe each)
+#   picked   each tenant's first due runs, locked, numbered in turns: as many as its share
+#            of `rest` among the tenants of its priority
+#   taken    the first `rest` of those by priority, turn, and the walk's order
+#   fill     when the tenants walked had fewer due runs than that, more in dispatch order,
+#            so that a claim is not cut short by tenants with little to do
+#   claimed  the update of the runs taken
 #
-# The runs are handed over in the walk's order, tenant after tenant, and a tick passes the
-# last of them as the next claim's cursor: the next claim starts with the tenant after it,
-# so the tenants walked take turns when there are more than `limit` of them, and so do the
-# first in line for the runs `fill` adds. Everything reads job_runs_dispatch, whose keys are
-# (priority, tenant, run_at, id): no step reads a tenant's backlog beyond what it takes,
-# and nothing sorts more than the runs claimed.
+# The runs are handed over in the order of `taken`, and a tick passes the last of them as the
+# next claim's cursor: the next claim starts with the tenant after it, so the tenants take
+# turns from claim to claim when there are more of them than a batch holds. Everything reads
+# job_runs_dispatch, whose keys are (priority, tenant, run_at, id): no step reads a tenant's
+# backlog beyond what it takes, and nothing sorts more than a batch's runs.
 
-# The walk visits each (priority, tenant) pair with waiting runs once, in four phases:
-# (1) the priorities before the cursor's, in order; (2) the cursor's priority, the tenants
-# after the cursor's; (3) that priority again, the tenants up to the cursor's; (4) the
-# priorities after it. So priority comes first, and within the cursor's priority the tenants
-# take turns. Each step is one probe of job_runs_dispatch, positioned by its lower bound,
-# for the next pair of its phase, or else the first of a later one; a phase's upper bound is
-# checked on the pair found, not given to the scan, which before PostgreSQL 18 would read on
-# through every pair past it. A tick's first claim has no cursor: it is the lowest pair
-# there can be, and the walk is phase 4. A LIMIT on the walk stops the recursion.
-_CURSOR = "(%(cursor_priority)s::int, %(cursor_tenant)s::text)"
+# The cursor: the last run the previous claim handed over (store.runs; the lowest pair there
+# can be for a tick's first claim).
 _CURSOR_PRIORITY = "%(cursor_priority)s::int"
+_CURSOR_TENANT = "%(cursor_tenant)s::text"
 
-
-def _first_pair(bound: str = "true") -> str:
-    """The first (priority, tenant) pair of waiting runs within `bound`."""
-    return f"""(SELECT priority, {_TENANT} AS tenant FROM job_runs
-             WHERE {_WAITING} AND {bound}
-             ORDER BY priority, {_TENANT} LIMIT 1)"""
-
-
-# Each phase: where it starts, and the test a pair found must pass to be in it.
-_PHASES = [
-    (_first_pair(), f"pair.priority < {_CURSOR_PRIORITY}"),
-    (_first_pair(f"(priority, {_TENANT}) > {_CURSOR}"), f"pair.priority = {_CURSOR_PRIORITY}"),
-    (
-        _first_pair(f"priority >= {_CURSOR_PRIORITY}"),
-        f"pair.priority = {_CURSOR_PRIORITY} AND pair.tenant <= %(cursor_tenant)s::text",
-    ),
-    (_first_pair(f"priority > {_CURSOR_PRIORITY}"), "true"),
-]
-
-
-def _walk_step() -> str:
-    """Where one step of the walk may go, in the order it prefers: on in its phase, or else
-    to the start of the first later phase that has a pair."""
-    after = _first_pair(f"(priority, {_TENANT}) > (w.priority, w.tenant)")
-    branches = []
-    for phase, (start, test) in enumerate(_PHASES, 1):
-        branches.append(
-            f"(SELECT pair.*, {phase} FROM {after} pair WHERE w.phase = {phase} AND {test})"
-        )
-        branches.append(
-            f"(SELECT pair.*, {phase} FROM {start} pair WHERE w.phase < {phase} AND {test})"
-        )
-    return "\n        UNION ALL\n        ".join(branches)
-
-
-_TENANT_WALK = f"""walk(priority, tenant, phase, step) AS (
-    SELECT {_CURSOR[1:-1]}, 0, 0
-  UNION ALL
-    SELECT next.*, w.step + 1 FROM walk w, LATERAL (
-        {_walk_step()}
-        LIMIT 1) next
-)"""
 
 # A run of a schedule whose overlap policy is 'skip' or 'queue' (migration 0011) starts only
 # when nothing else of its schedule and tenant is running and it is the oldest one waiting.
@@ -312,9 +269,8 @@ rest AS MATERIALIZED (
 ),
 tenants AS MATERIALIZED (
     SELECT priority, tenant, step, count(*) OVER (PARTITION BY priority) AS peers
-    FROM (SELECT priority, tenant, step FROM walk
-          WHERE phase > 0 AND cardinality((SELECT plain FROM types)) > 0
-          LIMIT (SELECT runs FROM rest)) walked
+    FROM jobrunner_tenant_walk({_CURSOR_PRIORITY}, {_CURSOR_TENANT}, (SELECT runs FROM rest))
+    WHERE cardinality((SELECT plain FROM types)) > 0
 ),
 picked AS MATERIALIZED (
     SELECT p.id, t.priority, t.step, p.turn FROM tenants t, LATERAL (
@@ -374,8 +330,7 @@ ORDER BY priority, turn, step, run_at, id"""
 # The locking subqueries are MATERIALIZED CTEs: as `WHERE id IN (SELECT ... LIMIT n)` the
 # planner may re-run them and claim more than n rows.
 RUNS_CLAIM_MANY = f"""
-WITH RECURSIVE {_TENANT_WALK},
-{_CLAIM_FAIR},
+WITH {_CLAIM_FAIR},
 {_CLAIM_UPDATE}
 -- Handed to the workers in priority order, and within a priority turn by turn, tenant after
 -- tenant in the walk's order; the runs of limited types and of `fill` after those.

@@ -636,3 +636,19 @@ def test_a_settings_schedule_naming_a_missing_task_does_not_stop_the_tick(
         assert list(task_handlers(conn, None)) == ["shop.tasks.add"]  # the missing one is logged
     tick(project)
     assert add.get_result(result.id).return_value == 3
+
+
+def test_sync_applies_the_limits_in_settings(project: str) -> None:
+    from django.conf import settings
+    from django.core.management import call_command
+    from django.test import override_settings
+
+    tasks = json.loads(json.dumps(settings.TASKS))
+    tasks["default"]["OPTIONS"]["LIMITS"] = {
+        "shop.tasks.add": {"concurrency": 2, "per": "tenant", "rate": "10/1s"}
+    }
+    with override_settings(TASKS=tasks):
+        call_command("jobrunner", "sync")
+    assert rows(
+        project, "SELECT job_type, concurrency, rate, rate_period, per FROM job_type_limits"
+    ) == [("shop.tasks.add", 2, 10, 1.0, "tenant")]
