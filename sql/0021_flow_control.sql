@@ -77,6 +77,69 @@ BEGIN
 END
 $$;
 
+-- The ids of the runs of types without a limit (`types`: the tick's, less the paused and the
+-- limited ones) that a claim may take now, at most `wanted`, locked, in the order they are
+-- handed to the workers: fair across tenants (queries.runs, "the claim"). The first `wanted`
+-- (priority, tenant) pairs from the cursor on (jobrunner_tenant_walk) each get an equal share
+-- of `wanted` among the pairs of their priority, their earliest due runs first; the runs go
+-- by priority, then turn by turn, tenant after tenant in the walk's order. When the tenants
+-- walked have fewer due runs than that, more are taken in dispatch order, so that a claim is
+-- not cut short by tenants with little to do. A function, so that its statements are planned
+-- once a session rather than with every claim.
+CREATE FUNCTION jobrunner_claimable_fair(types text[], wanted integer, cursor_priority integer,
+                                         cursor_tenant text, now timestamptz)
+RETURNS bigint[]
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    walked record;
+    got bigint[];
+    ids bigint[] := '{}';
+    priorities integer[] := '{}';
+    turns integer[] := '{}';
+    steps integer[] := '{}';
+    handed bigint[];
+BEGIN
+    IF wanted <= 0 OR cardinality(types) = 0 THEN
+        RETURN '{}';
+    END IF;
+    FOR walked IN
+        SELECT w.priority, w.tenant, w.step, count(*) OVER (PARTITION BY w.priority) AS peers
+        FROM jobrunner_tenant_walk(cursor_priority, cursor_tenant, wanted) w
+    LOOP
+        got := ARRAY(
+            SELECT r.id FROM job_runs r
+            WHERE r.status IN ('queued', 'failed') AND r.priority = walked.priority
+              AND coalesce(r.tenant_id, '') = walked.tenant AND r.run_at <= now
+              AND r.job_type = ANY(types)
+              AND (NOT r.exclusive OR jobrunner_exclusive_run_is_next(r))
+            ORDER BY r.run_at, r.id
+            LIMIT ceil(wanted::numeric / walked.peers)
+            FOR UPDATE SKIP LOCKED);
+        ids := ids || got;
+        priorities := priorities || array_fill(walked.priority, ARRAY[cardinality(got)]);
+        turns := turns || ARRAY(SELECT generate_series(1, cardinality(got)));
+        steps := steps || array_fill(walked.step, ARRAY[cardinality(got)]);
+    END LOOP;
+    handed := ARRAY(
+        SELECT u.id FROM unnest(ids, priorities, turns, steps) AS u(id, priority, turn, step)
+        ORDER BY u.priority, u.turn, u.step
+        LIMIT wanted);
+    IF cardinality(handed) < wanted THEN
+        -- Runs this claim locked and left (a share rounded up) are its own: SKIP LOCKED would
+        -- not skip them.
+        handed := handed || ARRAY(
+            SELECT r.id FROM job_runs r
+            WHERE r.status IN ('queued', 'failed') AND r.run_at <= now
+              AND r.job_type = ANY(types) AND r.id <> ALL(ids)
+              AND (NOT r.exclusive OR jobrunner_exclusive_run_is_next(r))
+            ORDER BY r.priority, coalesce(r.tenant_id, ''), r.run_at, r.id
+            LIMIT wanted - cardinality(handed)
+            FOR UPDATE SKIP LOCKED);
+    END IF;
+    RETURN handed;
+END
+$$;
+
 -- A limit is one row per job type, set by `jobrunner limit`, a schedule file or Django's
 -- settings. A claim reads it (a handful of rows) as it reads job_type_pauses.
 CREATE TABLE job_type_limits (

@@ -192,7 +192,7 @@ def test_the_pgbench_claim_is_the_ticks_claim_up_to_its_final_select():
     assert claim.startswith(head)
     # The tick's final SELECT is kept whole, wrapped to hand back one row.
     assert f"FROM (SELECT {RUNS_CLAIM_MANY_COLUMNS}" in claim
-    assert "ORDER BY priority, turn, step, run_at, id) AS handed" in claim
+    assert "ORDER BY handed.place) AS handed" in claim
 
 
 def test_both_pgbench_scripts_send_the_claim_and_the_finalize_in_their_order():

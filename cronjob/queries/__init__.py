@@ -51,11 +51,6 @@ def _claimable(job_types: str, *, limited: bool = True) -> str:
     )
 
 
-# A run's tenant as claims and indexes read it: runs without one are one more tenant.
-_TENANT = "coalesce(tenant_id, '')"
-_WAITING = "status IN ('queued', 'failed')"
-
-
 # The one rule for failed or dead: an attempt that used up its run's budget is the
 # final one. The claim hands its verdict to the runner's decision
 # (ClaimedRun.final_attempt, read by transitions.decide) and rescue applies it to

@@ -22,8 +22,6 @@ from cronjob.queries import (
     _RETRY_SET,
     _RETRY_SUPERSEDED,
     _STATEMENT_NOW,
-    _TENANT,
-    _WAITING,
     _claimable,
     _lease_fence,
 )
@@ -172,8 +170,8 @@ RUNS_LOCK_FOR_KEYED_BATCH_TRY = "SELECT pg_try_advisory_xact_lock(29958816149218
 # estimates of its functions' rows can lift its cost past jit_above_cost, when compiling
 # the plan would cost a hundred milliseconds, more than the claim itself.
 RUNS_CLAIM_MANY_PLAN = (
-    "SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true),"
-    " set_config('jit', 'off', true)"
+    "SELECT set_config('enable_bitmapscan', 'off', true),"
+    " set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true)"
 )
 
 # What a claim returns: models.ClaimedRun's fields in order, each under its field's name,
@@ -210,99 +208,50 @@ _CLAIMED_COLUMNS = ", ".join(
 #   types    the tick's types less the paused and the limited ones
 #   limited  the runs of limited types (jobrunner_claimable_limited, migration 0021); skipped
 #            by a one-time filter when none of the tick's types has a limit
-#   rest     how many runs the others may have: `limit` less the limited ones
-#   tenants  the first `rest` (priority, tenant) pairs with waiting runs, from the cursor on
-#            (jobrunner_tenant_walk, migration 0021: an index probe each)
-#   picked   each tenant's first due runs, locked, numbered in turns: as many as its share
-#            of `rest` among the tenants of its priority
-#   taken    the first `rest` of those by priority, turn, and the walk's order
-#   fill     when the tenants walked had fewer due runs than that, more in dispatch order,
-#            so that a claim is not cut short by tenants with little to do
+#   fair     the others, at most what is left of `limit` (jobrunner_claimable_fair): the
+#            (priority, tenant) pairs with waiting runs from the cursor on, one index probe
+#            each (jobrunner_tenant_walk), and each tenant's share of its earliest due runs
 #   claimed  the update of the runs taken
 #
-# The runs are handed over in the order of `taken`, and a tick passes the last of them as the
-# next claim's cursor: the next claim starts with the tenant after it, so the tenants take
-# turns from claim to claim when there are more of them than a batch holds. Everything reads
-# job_runs_dispatch, whose keys are (priority, tenant, run_at, id): no step reads a tenant's
-# backlog beyond what it takes, and nothing sorts more than a batch's runs.
+# The runs are handed over in the order the functions give them: by priority, then turn by
+# turn, tenant after tenant. A tick passes the last of them as the next claim's cursor, and the
+# next claim starts with the tenant after it, so the tenants take turns from claim to claim
+# when there are more of them than a batch holds. Everything reads job_runs_dispatch, whose
+# keys are (priority, tenant, run_at, id): no step reads a tenant's backlog beyond what it
+# takes, and nothing sorts more than a batch's runs. The selection is in functions so that
+# their statements are planned once a session: planned with every claim, as one statement,
+# they cost a claim of a few runs more than the claim itself.
 
 # The cursor: the last run the previous claim handed over (store.runs; the lowest pair there
 # can be for a tick's first claim).
 _CURSOR_PRIORITY = "%(cursor_priority)s::int"
 _CURSOR_TENANT = "%(cursor_tenant)s::text"
 
-
 # A run of a schedule whose overlap policy is 'skip' or 'queue' (migration 0011) starts only
-# when nothing else of its schedule and tenant is running and it is the oldest one waiting.
-# So at most one such run is ever claimable per schedule and tenant: two ticks racing for it
-# meet on its row lock, and a tick whose snapshot predates another's claim still sees that
-# older run waiting. A running run whose lease expired blocks the others until it is rescued
-# and done. Other runs pay only the `NOT exclusive` test. (The claim of a limited type,
-# jobrunner_limited_run_ids of migration 0021, asks the same.)
-_EXCLUSIVE_RUN_IS_NEXT = """NOT EXISTS (
-        SELECT 1 FROM job_runs o
-        WHERE o.exclusive AND o.definition_id = job_runs.definition_id
-          AND coalesce(o.tenant_id, '') = coalesce(job_runs.tenant_id, '')
-          AND o.status IN ('queued', 'running', 'failed') AND o.id <> job_runs.id
-          AND (o.status = 'running' OR o.id < job_runs.id))"""
+# when nothing else of its schedule and tenant is running and it is the oldest one waiting
+# (jobrunner_exclusive_run_is_next, migration 0021, which both functions ask of exclusive
+# runs). So at most one such run is ever claimable per schedule and tenant: two ticks racing
+# for it meet on its row lock, and a tick whose snapshot predates another's claim still sees
+# that older run waiting. A running run whose lease expired blocks the others until it is
+# rescued and done. Other runs pay only the `NOT exclusive` test.
 
-# A dispatched run the claim may take now: due, of a claimable type without a limit (the
-# tick's, less the paused and the limited ones: `types`), and next if it is exclusive.
-_CLAIMABLE_NOW = (
-    f"run_at <= {_NOW} AND job_type = ANY((SELECT plain FROM types)::text[])"
-    f" AND (NOT exclusive OR {_EXCLUSIVE_RUN_IS_NEXT})"
-)
-
-# The runs of limited types come first, from jobrunner_claimable_limited (migration 0021):
-# each key's room counted under the key's lock, held until this claim commits. Skipped,
-# with its one-time filter, when none of the tick's types has a limit: then a claim costs
-# what it did before limits existed. The others share what is left of the batch (`rest`).
-_CLAIM_FAIR = f"""types AS MATERIALIZED (
+_CLAIM_CHOICE = f"""types AS MATERIALIZED (
     SELECT {_claimable("%(job_types)b", limited=False)} AS plain
 ),
 limited AS MATERIALIZED (
     SELECT jobrunner_claimable_limited(%(job_types)b::text[], %(limit)s, {_NOW}) AS ids
     WHERE EXISTS (SELECT 1 FROM job_type_limits WHERE job_type = ANY(%(job_types)b::text[]))
 ),
-rest AS MATERIALIZED (
-    SELECT %(limit)s - coalesce((SELECT cardinality(ids) FROM limited), 0) AS runs
-),
-tenants AS MATERIALIZED (
-    SELECT priority, tenant, step, count(*) OVER (PARTITION BY priority) AS peers
-    FROM jobrunner_tenant_walk({_CURSOR_PRIORITY}, {_CURSOR_TENANT}, (SELECT runs FROM rest))
-    WHERE cardinality((SELECT plain FROM types)) > 0
-),
-picked AS MATERIALIZED (
-    SELECT p.id, t.priority, t.step, p.turn FROM tenants t, LATERAL (
-        SELECT id, row_number() OVER () AS turn FROM (
-            SELECT id FROM job_runs
-            WHERE {_WAITING} AND priority = t.priority AND {_TENANT} = t.tenant
-              AND {_CLAIMABLE_NOW}
-            ORDER BY run_at, id
-            LIMIT ceil((SELECT runs FROM rest)::numeric / t.peers)
-            FOR UPDATE SKIP LOCKED) turns) p
-),
-taken AS MATERIALIZED (
-    SELECT id, step, turn FROM picked
-    ORDER BY priority, turn, step
-    LIMIT (SELECT runs FROM rest)
-),
-fill AS MATERIALIZED (
-    SELECT id FROM job_runs
-    WHERE {_WAITING} AND {_CLAIMABLE_NOW}
-      AND id NOT IN (SELECT id FROM picked) AND cardinality((SELECT plain FROM types)) > 0
-      AND (SELECT count(*) FROM taken) < (SELECT runs FROM rest)
-    ORDER BY priority, {_TENANT}, run_at, id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+chosen AS MATERIALIZED (
+    SELECT coalesce((SELECT ids FROM limited), '{{}}') || jobrunner_claimable_fair(
+        (SELECT plain FROM types), %(limit)s - coalesce((SELECT cardinality(ids) FROM limited), 0),
+        {_CURSOR_PRIORITY}, {_CURSOR_TENANT}, {_NOW}) AS ids
 )"""
 
 # The runs a claim took: each type's lease and attempt budget by position in the parallel
 # arrays. `id = ANY(array)` finds them by primary key whatever the table's size. One lease
 # token covers the whole claim: ids tell its runs apart, and a fresh uuid per row would be
-# a third of the statement's cost. Gated on the runs missing, not limited to them, `fill`
-# may lock more than it gives: a locking scan whose LIMIT is a subquery cost a busy claim
-# more than it claimed, even when it took nothing.
+# a third of the statement's cost.
 _CLAIM_UPDATE = f"""claimed AS (
     UPDATE job_runs r
     SET status = 'running',
@@ -316,24 +265,21 @@ _CLAIM_UPDATE = f"""claimed AS (
         lease_token = %(token)s,
         started_at = {_NOW},
         updated_at = {_NOW}
-    WHERE r.id = ANY(coalesce((SELECT ids FROM limited), '{{}}') || ARRAY(SELECT id FROM taken)
-                     || ARRAY(SELECT id FROM fill LIMIT greatest(
-                            (SELECT runs FROM rest) - (SELECT count(*) FROM taken), 0)))
+    WHERE r.id = ANY((SELECT ids FROM chosen)::bigint[])
     RETURNING {_CLAIMED_COLUMNS}
 )"""
 
 # The claim's final SELECT (the benchmark's ceiling wraps it: bench/suite/statements.py).
 RUNS_CLAIM_MANY_HAND_OVER = f"""SELECT {RUNS_CLAIM_MANY_COLUMNS}
-FROM claimed LEFT JOIN taken USING (id)
-ORDER BY priority, turn, step, run_at, id"""
+FROM claimed JOIN unnest((SELECT ids FROM chosen)) WITH ORDINALITY AS handed(id, place) USING (id)
+ORDER BY handed.place"""
 
-# The locking subqueries are MATERIALIZED CTEs: as `WHERE id IN (SELECT ... LIMIT n)` the
-# planner may re-run them and claim more than n rows.
+# The choosing CTEs are MATERIALIZED: the functions lock rows, and must run once.
 RUNS_CLAIM_MANY = f"""
-WITH {_CLAIM_FAIR},
+WITH {_CLAIM_CHOICE},
 {_CLAIM_UPDATE}
--- Handed to the workers in priority order, and within a priority turn by turn, tenant after
--- tenant in the walk's order; the runs of limited types and of `fill` after those.
+-- Handed to the workers in the order chosen: the runs of limited types, then the others by
+-- priority, turn by turn.
 {RUNS_CLAIM_MANY_HAND_OVER}
 """
 
