@@ -70,7 +70,7 @@ def tick_claim_for_pgbench() -> str:
     tick's finalize gets for it), all for pgbench's gset."""
     from cronjob.queries import runs
 
-    final = runs.RUNS_CLAIM_MANY_HAND_OVER
+    final = runs._CLAIM_HAND_OVER
     if final not in runs.RUNS_CLAIM_MANY:
         raise RuntimeError("queries.runs.RUNS_CLAIM_MANY no longer ends as the ceiling expects")
     n = "count(*)::int"

@@ -270,7 +270,7 @@ _CLAIM_UPDATE = f"""claimed AS (
 )"""
 
 # The claim's final SELECT (the benchmark's ceiling wraps it: bench/suite/statements.py).
-RUNS_CLAIM_MANY_HAND_OVER = f"""SELECT {RUNS_CLAIM_MANY_COLUMNS}
+_CLAIM_HAND_OVER = f"""SELECT {RUNS_CLAIM_MANY_COLUMNS}
 FROM claimed JOIN unnest((SELECT ids FROM chosen)) WITH ORDINALITY AS handed(id, place) USING (id)
 ORDER BY handed.place"""
 
@@ -280,7 +280,7 @@ WITH {_CLAIM_CHOICE},
 {_CLAIM_UPDATE}
 -- Handed to the workers in the order chosen: the runs of limited types, then the others by
 -- priority, turn by turn.
-{RUNS_CLAIM_MANY_HAND_OVER}
+{_CLAIM_HAND_OVER}
 """
 
 # One guarded write for a batch of mixed outcomes: a row changes only while its

@@ -67,7 +67,7 @@ def runs_insert_many(
         found.update({(kind, *_work(*row[:3])): row[3] for row in by_key.fetchall()})
     enqueued = _enqueued(rows, found)
     if replacing := _replacing(runs, enqueued, now):
-        conn.execute(queries.RUNS_REPLACE_WAITING, replacing)
+        runs_replace_waiting(conn, replacing)
     return enqueued
 
 
@@ -86,7 +86,7 @@ async def runs_insert_many_async(
         found.update({(kind, *_work(*row[:3])): row[3] for row in await by_key.fetchall()})
     enqueued = _enqueued(rows, found)
     if replacing := _replacing(runs, enqueued, now):
-        await conn.execute(queries.RUNS_REPLACE_WAITING, replacing)
+        await runs_replace_waiting_async(conn, replacing)
     return enqueued
 
 
@@ -145,6 +145,15 @@ def _enqueued(rows: list[dict[str, Any]], found: dict[tuple[str, ...], int]) -> 
             run_id = found[(kind, *_work(row["job_type"], row["tenant_id"], row[kind]))]
         enqueued.append(Enqueued(id=int(run_id), created=bool(row["created"])))
     return enqueued
+
+
+def runs_replace_waiting(conn: Any, replacing: dict[str, Any]) -> None:
+    """A debounce: the waiting runs `_replacing` names take their new payload and run_at."""
+    conn.execute(queries.RUNS_REPLACE_WAITING, replacing)
+
+
+async def runs_replace_waiting_async(conn: Any, replacing: dict[str, Any]) -> None:
+    await conn.execute(queries.RUNS_REPLACE_WAITING, replacing)
 
 
 def _replacing(
@@ -230,7 +239,7 @@ def _claim_params(
         "worker": worker,
         "now": now,
         # No run yet: the lowest (priority, tenant) there can be, so the walk takes every
-        # tenant in order (queries.runs._TENANT_WALK).
+        # tenant in order (jobrunner_tenant_walk, migration 0021).
         "cursor_priority": -(2**31) if after is None else after.priority,
         "cursor_tenant": "" if after is None else after.tenant_id or "",
     }
