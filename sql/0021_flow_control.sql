@@ -245,17 +245,20 @@ $$;
 
 -- The ids of the runs of a limited type the claim may take now, at most `wanted`, locked:
 -- the type's waiting runs are walked tenant by tenant (job_runs_waiting_by_type, one probe
--- each), each run taken while its key has room. Due runs only, an exclusive run only when it
+-- each), from the tenant after `start` (the tenant the previous claim handed over last, so
+-- that tenants take turns) round to it, each run taken while its key has room. Due runs only, an exclusive run only when it
 -- is next. A key's room is asked once, when the walk first meets it, with its lock. Under a
 -- limit per type or per tenant, a tenant's runs share one key, and as many as its room allows
 -- are taken at once; a per-payload key is read from each run, so the walk reads at most
 -- `scan` runs of a type to find keys with room.
 CREATE FUNCTION jobrunner_limited_run_ids(lim job_type_limits, wanted integer, scan integer,
-                                          now timestamptz)
+                                          now timestamptz, start text)
 RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-    tenant text := NULL;
+    tenant text := start;
+    found_tenant text;
+    wrapped boolean := start IS NULL;
     key text;
     rooms jsonb := '{}';
     room integer;
@@ -267,16 +270,23 @@ BEGIN
     WHILE cardinality(taken) < wanted AND scan > 0 LOOP
         -- Two statements, not one with `tenant IS NULL OR`: each positioned by its bound.
         IF tenant IS NULL THEN
-            SELECT coalesce(r.tenant_id, '') INTO tenant FROM job_runs r
+            SELECT coalesce(r.tenant_id, '') INTO found_tenant FROM job_runs r
             WHERE r.status IN ('queued', 'failed') AND r.job_type = lim.job_type
             ORDER BY coalesce(r.tenant_id, '') LIMIT 1;
         ELSE
-            SELECT coalesce(r.tenant_id, '') INTO tenant FROM job_runs r
+            SELECT coalesce(r.tenant_id, '') INTO found_tenant FROM job_runs r
             WHERE r.status IN ('queued', 'failed') AND r.job_type = lim.job_type
               AND coalesce(r.tenant_id, '') > tenant
             ORDER BY coalesce(r.tenant_id, '') LIMIT 1;
         END IF;
-        EXIT WHEN NOT FOUND;
+        -- From the tenant after `start` to the last, then from the first up to `start`.
+        IF NOT FOUND OR (wrapped AND start IS NOT NULL AND found_tenant > start) THEN
+            EXIT WHEN wrapped;
+            wrapped := true;
+            tenant := NULL;
+            CONTINUE;
+        END IF;
+        tenant := found_tenant;
         IF lim.per <> 'payload' THEN
             -- One key for the whole tenant: its room, and that many of its runs at once.
             key := CASE lim.per WHEN 'tenant' THEN tenant ELSE '' END;
@@ -340,8 +350,10 @@ END
 $$;
 
 -- The ids of the runs the claim may take now of the limited types among `job_types` (less the
--- paused ones), at most `wanted` in all, locked.
-CREATE FUNCTION jobrunner_claimable_limited(job_types text[], wanted integer, now timestamptz)
+-- paused ones), at most `wanted` in all, locked; each type's tenants walked from the one after
+-- `start` (NULL: from the first).
+CREATE FUNCTION jobrunner_claimable_limited(job_types text[], wanted integer, now timestamptz,
+                                            start text)
 RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
@@ -356,7 +368,7 @@ BEGIN
     LOOP
         EXIT WHEN cardinality(taken) >= wanted;
         taken := taken || jobrunner_limited_run_ids(
-            lim, wanted - cardinality(taken), 10 * wanted + 100, now);
+            lim, wanted - cardinality(taken), 10 * wanted + 100, now, start);
     END LOOP;
     RETURN taken;
 END

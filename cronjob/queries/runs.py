@@ -239,7 +239,8 @@ _CLAIM_CHOICE = f"""types AS MATERIALIZED (
     SELECT {_claimable("%(job_types)b", limited=False)} AS plain
 ),
 limited AS MATERIALIZED (
-    SELECT jobrunner_claimable_limited(%(job_types)b::text[], %(limit)s, {_NOW}) AS ids
+    SELECT jobrunner_claimable_limited(
+        %(job_types)b::text[], %(limit)s, {_NOW}, {_CURSOR_TENANT}) AS ids
     WHERE EXISTS (SELECT 1 FROM job_type_limits WHERE job_type = ANY(%(job_types)b::text[]))
 ),
 chosen AS MATERIALIZED (
