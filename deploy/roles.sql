@@ -194,9 +194,11 @@ INSERT INTO jobrunner_grants VALUES
      '{id, job_type, payload, run_at, idempotency_key, max_attempts, priority, tenant_id,'
      ' queue, result_id, run_after, traceparent, tracestate, unique_key, created_at,'
      ' updated_at}'),
-    -- And whether a run holding a unique key has finished.
+    -- And whether a run holding a unique key has finished; Django's backend, the result id
+    -- of a run that holds its task's unique key.
     ('job_runs', 'jobrunner_enqueuer', 'SELECT',
-     '{id, job_type, tenant_id, idempotency_key, unique_key, finished_at, created_at}'),
+     '{id, job_type, tenant_id, idempotency_key, unique_key, finished_at, created_at,'
+     ' result_id}'),
     ('job_runs', 'jobrunner_reader', 'SELECT', NULL),
     -- What retry, cancel and prune select runs by and change; no payload, no return value.
     ('job_runs', 'jobrunner_operator', 'SELECT',

@@ -65,9 +65,9 @@ class JobrunnerBackend(BaseTaskBackend):
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
         """Write the run through Django's connection, in whatever transaction it is in."""
-        from cronjob.api import insert_runs
         from cronjob.django.connection import django_connection
         from cronjob.django.discovery import UNKNOWN, known_tasks
+        from cronjob.store import runs_insert_many
 
         self.validate_task(task)
         if task.module_path not in known_tasks().tasks:
@@ -78,8 +78,9 @@ class JobrunnerBackend(BaseTaskBackend):
         except BadInput as exc:  # too large, too deep: the arguments, not the task
             raise ValueError(f"{task.name}: {exc}") from None
         conn = django_connection(self.database)
-        run_id = insert_runs(conn, [run])[0]
-        result = self._result(_enqueued_row(conn, run_id, run), run_id, task=task)
+        [enqueued] = runs_insert_many(conn, [run])
+        row = _enqueued_row(conn, enqueued.id, run, created=enqueued.created)
+        result = self._result(row, enqueued.id, task=task)
         task_enqueued.send(type(self), task_result=result)
         return result
 
@@ -165,16 +166,20 @@ def _new_run(task: Task, args: Any, kwargs: Any) -> Any:
     return checked_run(task.module_path, payload, options)
 
 
-def _enqueued_row(conn: Any, run_id: int, run: Any) -> dict[str, Any]:
+def _enqueued_row(conn: Any, run_id: int, run: Any, *, created: bool) -> dict[str, Any]:
     """The run that `run` was just enqueued as, as get_result reads it, from what the enqueue
-    wrote: of the row, only its enqueue time is read back, which a login that may enqueue
-    and no more (deploy/roles.sql) may read. A task gives no idempotency key, so the
-    enqueue always wrote a new run."""
+    wrote: of the row, only its enqueue time (and, when a run holding the task's unique key
+    was found instead, that run's result id) is read back, which a login that may enqueue
+    and no more (deploy/roles.sql) may read. Such a run is shown waiting, with the
+    arguments given: `get_result` reads what it is now."""
     from cronjob import store
 
+    result_id = run.options.get("result_id")
+    if not created:
+        result_id = store.task_result_id_get(conn, run_id)
     return {
         "id": run_id,
-        "result_id": run.options.get("result_id"),
+        "result_id": result_id,
         "job_type": run.job_type,
         "payload": run.payload_json,
         "status": "queued",

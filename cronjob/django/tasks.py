@@ -7,7 +7,7 @@ handler; neither is imported here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.tasks import Task
@@ -24,6 +24,11 @@ class JobrunnerTask(Task):
     connection in which the run's success is recorded too: its ORM writes and
     "succeeded" commit together or not at all; `capture_logs=False` keeps what the task
     logs out of its run's record (cronjob.runlog).
+
+    Per enqueue, `using(unique_key=..., replace=True)` adds what `enqueue --unique-key`
+    and `--replace` do: while a run of the task holding that key has not finished,
+    enqueueing again gives that run's result (and with `replace`, its new arguments and
+    run_after, if it has not started) instead of a new run.
     """
 
     max_attempts: int | None = None
@@ -32,6 +37,21 @@ class JobrunnerTask(Task):
     timeout: Any = None
     atomic: bool = False
     capture_logs: bool | None = None
+    unique_key: str | None = None
+    replace: bool | None = None
+
+    def using(
+        self, *, unique_key: str | None = None, replace: bool | None = None, **changes: Any
+    ) -> JobrunnerTask:
+        """Django's `using`, and jobrunner's per-enqueue `unique_key` and `replace`."""
+        # Task's own, named: a slots dataclass's methods have no zero-argument super().
+        task = Task.using(self, **changes)
+        keys = {"unique_key": unique_key, "replace": replace}
+        return _replaced(task, {k: v for k, v in keys.items() if v is not None})
+
+
+def _replaced(task: JobrunnerTask, changes: dict[str, Any]) -> JobrunnerTask:
+    return replace(task, **changes) if changes else task
 
 
 def task(

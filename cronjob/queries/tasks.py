@@ -39,6 +39,9 @@ WHERE id = %(id)s AND {_lease_fence("%(token)s")}
 # can use it. The rest of its TaskResult is what the enqueue wrote.
 TASK_ENQUEUED_AT_GET = "SELECT created_at FROM job_runs WHERE id = %(id)s"
 
+# The result id of the run an enqueue found holding the task's unique key.
+TASK_RESULT_ID_GET = "SELECT result_id FROM job_runs WHERE id = %(id)s"
+
 # One task run as Django's TaskResult shows it, with its failed attempts in order: by its
 # run id (the running task's own context), or by the result id that Django's get_result is
 # given (unguessable, and the only way a caller names a result).

@@ -40,6 +40,11 @@ def task_enqueued_at_get(conn: Any, run_id: int) -> datetime | None:
     return None if row is None else row[0]
 
 
+def task_result_id_get(conn: Any, run_id: int) -> Any:
+    """The result id of the run `run_id`."""
+    return conn.execute(queries.TASK_RESULT_ID_GET, {"id": run_id}).fetchone()[0]
+
+
 def task_result_get(conn: Any, run_id: int) -> dict[str, Any] | None:
     """One task run with its failed attempts (a list of dicts), or None."""
     return (

@@ -19,18 +19,21 @@ from tests.django_suite.conftest import PROJECT, project_env
 from tests.test_deploy import Server, server, throwaway_database  # noqa: F401 - fixture
 from tests.test_roles import DJANGO_ROLE_TABLE, ROLES
 
-# Enqueues add(1, 2), or reads the result of a run; one line and exit 1 when refused.
+# Enqueues add(1, 2) (or total(1, 2) with a unique key), or reads the result of a run; one
+# line and exit 1 when refused.
 PROBE = """
 import sys
 
 import django
 
 django.setup()
-from shop.tasks import add
+from shop.tasks import add, total
 
 try:
     if sys.argv[1] == "enqueue":
         print(add.enqueue(1, 2).id)
+    elif sys.argv[1] == "enqueue-unique":
+        print(total.using(unique_key=sys.argv[2]).enqueue(1, 2).id)
     else:
         print(add.get_result(sys.argv[2]).status)
 except Exception as exc:
@@ -86,3 +89,13 @@ def test_get_result_takes_a_role_that_may_read_runs(logins: dict[str, str], role
     else:
         assert done.returncode == 1
         assert done.stderr.startswith("InsufficientPrivilege: permission denied for table")
+
+
+def test_the_enqueuer_learns_the_result_of_the_run_holding_a_unique_key(
+    logins: dict[str, str],
+) -> None:
+    first = probe(logins["enqueuer"], "enqueue-unique", "month-end")
+    again = probe(logins["enqueuer"], "enqueue-unique", "month-end")
+
+    assert (first.returncode, again.returncode) == (0, 0), (first.stderr, again.stderr)
+    assert again.stdout == first.stdout

@@ -652,3 +652,30 @@ def test_sync_applies_the_limits_in_settings(project: str) -> None:
     assert rows(
         project, "SELECT job_type, concurrency, rate, rate_period, per FROM job_type_limits"
     ) == [("shop.tasks.add", 2, 10, 1.0, "tenant")]
+
+
+def test_a_unique_key_gives_the_result_of_the_run_holding_it_until_that_run_finishes(
+    project: str,
+) -> None:
+    from shop.tasks import total
+
+    first = total.using(unique_key="month-end").enqueue(1, 1)
+    again = total.using(unique_key="month-end").enqueue(2, 2)
+    tick(project)
+    later = total.using(unique_key="month-end").enqueue(3, 3)
+
+    assert again.id == first.id
+    assert total.get_result(first.id).return_value == 2
+    assert later.id != first.id
+    assert total.get_result(later.id).status == TaskResultStatus.READY
+
+
+def test_replace_gives_the_waiting_run_holding_the_key_the_new_arguments(project: str) -> None:
+    from shop.tasks import total
+
+    first = total.using(unique_key="month-end").enqueue(1, 1)
+    replaced = total.using(unique_key="month-end", replace=True).enqueue(20, 22)
+    tick(project)
+
+    assert replaced.id == first.id
+    assert total.get_result(first.id).return_value == 42

@@ -137,3 +137,8 @@ def give_up(message):
 @jobrunner_task(max_attempts=1, timeout="1s")
 def too_slow():
     time.sleep(3)
+
+
+@jobrunner_task()
+def total(*numbers):
+    return sum(numbers)
