@@ -271,8 +271,9 @@ def test_a_type_limited_to_five_starts_a_second_never_starts_more_across_three_h
     ran = executions(log)
     assert len(ran) == 30
     assert max(starts_per_window(ran, 1.0).values(), default=0) <= 5
-    # Six windows at the very least; held back, never failed, nothing charged.
-    assert took >= 5
+    # Six windows at the very least, aligned to the epoch: the first may be all but over when
+    # the hosts start, so more than four seconds. Held back, never failed, nothing charged.
+    assert took > 4
     all_succeeded_first_time(conn, 30)
 
 
