@@ -79,21 +79,9 @@ def definition_update(
     materialized_through: datetime,
     next_fire_at: datetime | None,
 ) -> Definition:
-    return (
-        conn.cursor(row_factory=_DEFINITION)
-        .execute(
-            queries.DEFINITION_UPDATE,
-            {
-                **_spec_params(spec),
-                "id": definition_id,
-                "enabled": enabled,
-                "now": now,
-                "materialized_through": materialized_through,
-                "next_fire_at": next_fire_at,
-            },
-        )
-        .fetchone()
-    )
+    timing = _timing(enabled, now, materialized_through, next_fire_at)
+    params = {**_spec_params(spec), "id": definition_id, **timing}
+    return _definition(conn, queries.DEFINITION_UPDATE, params)
 
 
 def definition_set_enabled(
@@ -105,20 +93,24 @@ def definition_set_enabled(
     materialized_through: datetime,
     next_fire_at: datetime | None,
 ) -> Definition:
-    return (
-        conn.cursor(row_factory=_DEFINITION)
-        .execute(
-            queries.DEFINITION_SET_ENABLED,
-            {
-                "id": definition_id,
-                "enabled": enabled,
-                "now": now,
-                "materialized_through": materialized_through,
-                "next_fire_at": next_fire_at,
-            },
-        )
-        .fetchone()
-    )
+    timing = _timing(enabled, now, materialized_through, next_fire_at)
+    return _definition(conn, queries.DEFINITION_SET_ENABLED, {"id": definition_id, **timing})
+
+
+def _timing(
+    enabled: bool, now: datetime, materialized_through: datetime, next_fire_at: datetime | None
+) -> dict[str, Any]:
+    return {
+        "enabled": enabled,
+        "now": now,
+        "materialized_through": materialized_through,
+        "next_fire_at": next_fire_at,
+    }
+
+
+def _definition(conn: Any, sql: str, params: dict[str, Any]) -> Definition:
+    """The one definition `sql` writes and returns."""
+    return conn.cursor(row_factory=_DEFINITION).execute(sql, params).fetchone()
 
 
 def _spec_params(spec: DefinitionSpec) -> dict[str, Any]:
