@@ -49,6 +49,12 @@ class ClaimedRun(NamedTuple):
     tracestate: str | None = None
     result_id: UUID | None = None  # a Django task run's result id, for its signals
     priority: int = 0  # with tenant_id, where the tick's next claim goes on round-robin
+    run_at: datetime | None = None  # with priority and tenant_id, where its next claim resumes
+
+
+# Where a tick's next claim resumes: for each (priority, tenant) pair it took runs of since
+# its last full claim, the run_at and id of the last one (cronjob/tick/resume.py).
+Floors = dict[tuple[int, str], tuple[datetime, int]]
 
 
 @dataclass(frozen=True)

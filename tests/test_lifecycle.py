@@ -440,7 +440,9 @@ def test_a_claim_walks_the_dispatch_index_in_order_even_before_any_statistics(co
         # Nothing is sorted: the scan gives the runs in order.
         assert "Sort Key" not in plan, plan
     # The claim itself sorts only what it hands over.
-    claims = [plan for plan in plans if "jobrunner_claimable_fair(" in plan and "Update on" in plan]
+    claims = [
+        plan for plan in plans if "jobrunner_claimable_resumed(" in plan and "Update on" in plan
+    ]
     assert len(claims) == 2
     for plan in claims:
         assert re.findall(r"Sort Key: (.*)", plan) == ["handed.place"], plan

@@ -84,7 +84,9 @@ def tick_claim_for_pgbench() -> str:
         f"       array_fill(NULL::text, ARRAY[{n}]) AS tracebacks\n"
         f"FROM ({final}) AS handed"
     )
-    return _pgbench_params(runs.RUNS_CLAIM_MANY.replace(final, wrapped).strip())
+    # Every claim a full one, as a tick's first (pgbench passes no NULL variable).
+    full = runs.RUNS_CLAIM_MANY.replace(runs._FLOORS, runs._NO_FLOORS)
+    return _pgbench_params(full.replace(final, wrapped).strip())
 
 
 def tick_finalize_for_pgbench() -> str:

@@ -183,6 +183,10 @@ _CLAIMED_AS = {
     "payload": "payload::text",
     "attempt": "attempts",
     "final_attempt": _FINAL_ATTEMPT,
+    # Where the tick's next claim of its tenant resumes: only for the runs the fair part
+    # took, as the runs of a limited type are chosen apart from the others of their tenant.
+    "run_at": "CASE WHEN handed.place > coalesce((SELECT cardinality(ids) FROM limited), 0)"
+    " THEN run_at END",
 }
 _CLAIMED_FIELDS = [name for name in ClaimedRun._fields if name != "lease_token"]
 RUNS_CLAIM_MANY_COLUMNS = ", ".join(
@@ -226,6 +230,14 @@ _CLAIMED_COLUMNS = ", ".join(
 # can be for a tick's first claim).
 _CURSOR_PRIORITY = "%(cursor_priority)s::int"
 _CURSOR_TENANT = "%(cursor_tenant)s::text"
+# Where a claim resumes (jobrunner_claimable_resumed, migration 0022): for each (priority,
+# tenant) pair the tick took runs of since its last full claim, the last run it took; NULL
+# for a full claim (cronjob/tick/resume.py).
+_FLOORS = (
+    "%(floor_priorities)b::int[], %(floor_tenants)b::text[],"
+    " %(floor_run_ats)b::timestamptz[], %(floor_ids)b::bigint[]"
+)
+_NO_FLOORS = "NULL::int[], NULL::text[], NULL::timestamptz[], NULL::bigint[]"
 
 # A run of a schedule whose overlap policy is 'skip' or 'queue' (migration 0011) starts only
 # when nothing else of its schedule and tenant is running and it is the oldest one waiting
@@ -244,9 +256,9 @@ limited AS MATERIALIZED (
     WHERE EXISTS (SELECT 1 FROM job_type_limits WHERE job_type = ANY(%(job_types)b::text[]))
 ),
 chosen AS MATERIALIZED (
-    SELECT coalesce((SELECT ids FROM limited), '{{}}') || jobrunner_claimable_fair(
+    SELECT coalesce((SELECT ids FROM limited), '{{}}') || jobrunner_claimable_resumed(
         (SELECT plain FROM types), %(limit)s - coalesce((SELECT cardinality(ids) FROM limited), 0),
-        {_CURSOR_PRIORITY}, {_CURSOR_TENANT}, {_NOW}) AS ids
+        {_CURSOR_PRIORITY}, {_CURSOR_TENANT}, {_NOW}, {_FLOORS}) AS ids
 )"""
 
 # The runs a claim took: each type's lease and attempt budget by position in the parallel

@@ -22,6 +22,7 @@ from cronjob.models import (
     AttemptLog,
     ClaimedRun,
     Decision,
+    Floors,
     Run,
     Status,
     UnreadablePayload,
@@ -196,15 +197,20 @@ def runs_claim_many(
     now: datetime | None = None,
     token: UUID | None = None,
     after: ClaimedRun | None = None,
+    floors: Floors | None = None,
 ) -> list[ClaimedRun]:
     """Claim up to `limit` due runs in a transaction of their own (commits them).
 
     `token` is the claim's lease token (a new one unless given): a caller that knows
     it can find what the claim holds even if its answer is lost. `after` is the last run
     the previous claim handed over: the tenants take turns from the one after its own.
+    `floors`, for a claim that resumes, are the last run taken of each (priority, tenant)
+    since the last full claim (None: a full claim; cronjob/tick/resume.py).
     """
     _require_autocommit(conn)
-    params = _claim_params(job_types, leases, max_attempts, limit, worker, now, token, after)
+    params = _claim_params(
+        job_types, leases, max_attempts, limit, worker, now, token, after, floors
+    )
     with conn.pipeline(), conn.transaction():
         conn.execute(queries.RUNS_CLAIM_MANY_PLAN)
         claiming = conn.execute(queries.RUNS_CLAIM_MANY, params)
@@ -227,9 +233,11 @@ def _claim_params(
     now: datetime | None,
     token: UUID | None,
     after: ClaimedRun | None,
+    floors: Floors | None = None,
 ) -> dict[str, Any]:
     import uuid  # the busy path only: an idle tick claims nothing
 
+    pairs = list(floors.items()) if floors else None
     return {
         "token": token or uuid.uuid4(),
         "job_types": list(job_types),
@@ -242,6 +250,10 @@ def _claim_params(
         # tenant in order (jobrunner_tenant_walk, migration 0021).
         "cursor_priority": -(2**31) if after is None else after.priority,
         "cursor_tenant": "" if after is None else after.tenant_id or "",
+        "floor_priorities": pairs and [pair[0] for pair, _ in pairs],
+        "floor_tenants": pairs and [pair[1] for pair, _ in pairs],
+        "floor_run_ats": pairs and [last[0] for _, last in pairs],
+        "floor_ids": pairs and [last[1] for _, last in pairs],
     }
 
 
@@ -276,10 +288,11 @@ def _claimed_runs(rows: list[Sequence[Any]], token: UUID) -> list[ClaimedRun]:
     decode = _decode_payload
     try:
         # id, job type, payload, tenant, due, attempt, final, schedule, traceparent,
-        # tracestate, result id: unpacked by name, as a starred tail costs a list a run
+        # tracestate, result id, priority, run_at: unpacked by name, as a starred tail costs a
+        # list a run
         return [
-            ClaimedRun(id_, jt, decode(pl), te, due, n, fin, token, sch, tp, ts, res, pr)
-            for id_, jt, pl, te, due, n, fin, sch, tp, ts, res, pr in rows
+            ClaimedRun(id_, jt, decode(pl), te, due, n, fin, token, sch, tp, ts, res, pr, ra)
+            for id_, jt, pl, te, due, n, fin, sch, tp, ts, res, pr, ra in rows
         ]
     except (RecursionError, ValueError):
         # A payload written by someone else's SQL may be valid JSON that Python cannot
@@ -311,6 +324,7 @@ def runs_finalize_and_claim_many(
     now: datetime | None = None,
     token: UUID | None = None,
     after: ClaimedRun | None = None,
+    floors: Floors | None = None,
 ) -> tuple[set[int], list[ClaimedRun]]:
     """Finalize one batch and claim the next in one transaction and one round trip.
 
@@ -320,10 +334,12 @@ def runs_finalize_and_claim_many(
     if not decisions:
         return set(), runs_claim_many(
             conn, job_types=job_types, leases=leases, max_attempts=max_attempts,
-            limit=limit, worker=worker, now=now, token=token, after=after,
+            limit=limit, worker=worker, now=now, token=token, after=after, floors=floors,
         )  # fmt: skip
     _require_autocommit(conn)
-    claim_params = _claim_params(job_types, leases, max_attempts, limit, worker, now, token, after)
+    claim_params = _claim_params(
+        job_types, leases, max_attempts, limit, worker, now, token, after, floors
+    )
     with conn.pipeline(), conn.transaction():
         finalized = conn.execute(*_finalizing(decisions, worker, now))
         conn.execute(queries.RUNS_CLAIM_MANY_PLAN)

@@ -22,6 +22,7 @@ The parts, one role each:
 | `aio`        | `AsyncExecutor`    | one event loop thread for `async def` handlers              |
 | `flight`     | `Flight`           | a run in flight and its handler's result, as values         |
 | `execute`    | `execute()`        | runs one handler and turns what happens into an outcome     |
+| `resume`     | `Resume`           | where the next claim resumes, or that it is a full one      |
 | `leases`     | `LeaseKeeper`      | heartbeats, lost leases, hand-back; the fencing rule        |
 | `shutdown`   | `Shutdown`         | signals, grace, urgency                                     |
 | `connection` | `ConnectionKeeper` | the tick's connection: one statement at a time, reconnect;  |

@@ -32,6 +32,7 @@ from typing import Any
 from cronjob import store
 from cronjob.handlers import HandlerSpec
 from cronjob.models import ClaimedRun, Decision
+from cronjob.tick.resume import Resume
 
 CLAIM_HORIZON = 1.0
 FLUSH_INTERVAL = 0.2  # write decisions at least this often while handlers run
@@ -81,11 +82,14 @@ class Batcher:
         self.pace = Pace(since=clock())
         self._worker = worker
         self._now = now
-        # A claim under way: the decisions it carries, its limit, its lease token.
-        self._sent: tuple[int, int, uuid.UUID] | None = None
+        self._clock = clock
+        # A claim under way: the decisions it carries, its limit, its lease token, whether it
+        # resumes and when it was sent.
+        self._sent: tuple[int, int, uuid.UUID, bool, float] | None = None
         # The last run the last claim handed over: the next claim goes on round-robin from
         # its tenant.
         self._after: ClaimedRun | None = None
+        self._resume = Resume()
         self._last_flush = clock()
         types = sorted(handlers)
         self._claim_args = {
@@ -117,13 +121,16 @@ class Batcher:
         limit = min(self.concurrency + self.backlog(now) - in_flight, self.batch_size)
         decisions = list(self.decisions) if carry else []
         token = uuid.uuid4()
-        self._sent = (len(decisions), limit, token)
+        sent = self._clock()
+        floors = self._resume.floors_for(sent)
+        self._sent = (len(decisions), limit, token, floors is not None, sent)
         return partial(
             store.runs_finalize_and_claim_many,
             decisions=decisions,
             limit=limit,
             token=token,
             after=self._after,
+            floors=floors,
             worker=self._worker,
             now=self._now,
             **self._claim_args,
@@ -137,8 +144,11 @@ class Batcher:
     def claimed(self, runs: list[ClaimedRun]) -> list[Decision]:
         """The claim under way committed: returns the decisions it wrote."""
         assert self._sent is not None
-        (carried, limit, _token), self._sent = self._sent, None
-        self.exhausted = len(runs) < limit
+        (carried, limit, _token, resumed, sent), self._sent = self._sent, None
+        # Only a full claim sees everything due: one that resumed and came back short is
+        # followed by a full one (tick/resume.py).
+        self.exhausted = len(runs) < limit and not resumed
+        self._resume.took(runs, limit=limit, resumed=resumed, sent=sent, now=self._clock())
         if runs:
             self._after = runs[-1]
         return self.written_after_all(carried)
@@ -151,7 +161,7 @@ class Batcher:
         found by that token.
         """
         assert self._sent is not None
-        (carried, _limit, token), self._sent = self._sent, None
+        (carried, _limit, token, _resumed, _at), self._sent = self._sent, None
         return token, carried
 
     def written_check(self, carried: int) -> Finalize:
