@@ -148,8 +148,8 @@ $$;
 -- took of it (`floor_*`, parallel arrays: a pair and its last run's run_at and id). No probe
 -- starts at the front of a tenant's runs, so none walks the dead entries a held snapshot keeps
 -- there. What it cannot see: a tenant the tick has not met since its last full claim, and a
--- run that became due behind a floor (enqueued with an earlier run_at, or passed over while
--- another claim held it); the tick's next full claim finds them (cronjob/tick/resume.py says
+-- run that became due behind a floor (enqueued with a run_at already past, or passed over
+-- while another claim held it); the tick's next full claim finds them (cronjob/tick/resume.py says
 -- when that is). With no floors (NULL) it is the full claim.
 CREATE FUNCTION jobrunner_claimable_resumed(types text[], wanted integer,
                                             cursor_priority integer, cursor_tenant text,

@@ -212,9 +212,12 @@ _CLAIMED_COLUMNS = ", ".join(
 #   types    the tick's types less the paused and the limited ones
 #   limited  the runs of limited types (jobrunner_claimable_limited, migration 0021); skipped
 #            by a one-time filter when none of the tick's types has a limit
-#   fair     the others, at most what is left of `limit` (jobrunner_claimable_fair): the
-#            (priority, tenant) pairs with waiting runs from the cursor on, one index probe
-#            each (jobrunner_tenant_walk), and each tenant's share of its earliest due runs
+#   fair     the others, at most what is left of `limit` (jobrunner_claimable_resumed,
+#            migration 0022). A full claim (jobrunner_claimable_fair): the (priority, tenant)
+#            pairs with waiting runs from the cursor on, one index probe each
+#            (jobrunner_tenant_walk), and each tenant's share of its earliest due runs. A claim
+#            that resumes: the same over the pairs the tick took runs of since its last full
+#            claim, each from after the last run it took (tick/resume.py says why and when)
 #   claimed  the update of the runs taken
 #
 # The runs are handed over in the order the functions give them: by priority, then turn by

@@ -12,8 +12,9 @@ So a tick remembers, for each (priority, tenant) pair, the last run it took, and
 claim resumes after it (jobrunner_claimable_resumed, migration 0022): its cost no longer
 grows with the dead entries behind it. What such a claim cannot see, a full claim finds:
 a tenant the tick has not met since its last full claim, and a run that became due behind
-a floor (enqueued with an earlier run_at, an exclusive run whose turn came, a run another
-claim held and handed back as it was). A tick makes a full claim
+a floor (enqueued with a run_at already past, given an earlier one by --replace, an exclusive
+run whose turn came, a run another tick's claim had locked and left). A tick makes a full
+claim
 
 - first, before it knows any floor;
 - while it meets as many tenants in a claim as a claim holds runs: there may be more, and
