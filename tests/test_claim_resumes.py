@@ -87,8 +87,9 @@ def enqueue_behind(ctx: Any, payload: Any) -> None:
 
 
 def test_a_tick_ends_only_once_a_full_claim_finds_nothing_more(db_url, conn):
+    # The tick's first run enqueues one behind where its claims will have gone on to.
+    insert_run(conn, "test.enqueue_behind", tenant_id="A", run_at=now("-2 minutes"))
     insert_runs(conn, 250, tenant_id="A", run_at=now("-1 minute"))
-    insert_run(conn, "test.enqueue_behind", tenant_id="A", run_at=now("-30 seconds"))
     handlers = {"test.enqueue_behind": registry()["test.enqueue_behind"]}
     report = tick(db_url, "test.ok", handlers=handlers, batch_size=100, concurrency=1)
     assert report.claimed == 252
