@@ -64,9 +64,12 @@ def jobrunner(tree: Path, url: str, *args: str) -> float:
     env = {**os.environ, "PYTHONPATH": str(tree), "JOBRUNNER_DATABASE_URL": url}
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "cronjob", *args], env=env, cwd=tree, capture_output=True,
+        [sys.executable, "-m", "cronjob", *args],
+        env=env,
+        cwd=tree,
+        capture_output=True,
         text=True,
-    )  # fmt: skip
+    )
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
         raise RuntimeError(f"jobrunner {' '.join(args)} failed: {done.stderr[-2000:]}")
@@ -79,8 +82,16 @@ def template(cluster, tree: Path, name: str) -> str:
     return name
 
 
-def drain(cluster, tree: Path, tmpl: str, n: int, flags: list[str], *, tenants: int = 0,
-          limit: list[str] | None = None) -> float:  # fmt: skip
+def drain(
+    cluster,
+    tree: Path,
+    tmpl: str,
+    n: int,
+    flags: list[str],
+    *,
+    tenants: int = 0,
+    limit: list[str] | None = None,
+) -> float:
     """Jobs per second of one tick draining `n` no-op runs on a fresh copy of `tmpl`."""
     import psycopg
 
@@ -98,9 +109,17 @@ def drain(cluster, tree: Path, tmpl: str, n: int, flags: list[str], *, tenants: 
             jobrunner(tree, url, "limit", "noop", *limit)
         cluster.checkpoint()
         seconds = jobrunner(
-            tree, url, "tick", "--handlers", "bench.noop_handlers", "--log-level", "warning",
-            "--max-runtime", "600s", *flags,
-        )  # fmt: skip
+            tree,
+            url,
+            "tick",
+            "--handlers",
+            "bench.noop_handlers",
+            "--log-level",
+            "warning",
+            "--max-runtime",
+            "600s",
+            *flags,
+        )
         with psycopg.connect(url) as conn:
             left = conn.execute("SELECT count(*) FROM job_runs WHERE status <> 'succeeded'")
             assert left.fetchone()[0] == 0, "the tick left runs undone"
@@ -124,8 +143,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {case}: {value:,.1f}", flush=True)
 
     with baseline_tree(args.baseline) as base, throwaway_cluster() as cluster:
-        sides = {"baseline": (base, template(cluster, base, "tmpl_base")),
-                 "this tree": (ROOT, template(cluster, ROOT, "tmpl_this"))}  # fmt: skip
+        sides = {
+            "baseline": (base, template(cluster, base, "tmpl_base")),
+            "this tree": (ROOT, template(cluster, ROOT, "tmpl_this")),
+        }
         for rep in range(args.reps):
             print(f"repetition {rep + 1}", flush=True)
             order = list(sides) if rep % 2 == 0 else list(reversed(sides))

@@ -199,9 +199,12 @@ def add(conn: Any, spec: DefinitionSpec, *, now: datetime | None = None) -> Defi
     with conn.transaction():
         clock = store.clock_now(conn, now=now)
         created = store.definition_insert(
-            conn, spec, enabled=spec.enabled is not False, now=clock,
+            conn,
+            spec,
+            enabled=spec.enabled is not False,
+            now=clock,
             next_fire_at=first_fire_after(spec, clock),
-        )  # fmt: skip
+        )
     if created is None:
         raise DefinitionExists(
             f"schedule {excerpt(spec.name)} already exists "
@@ -244,9 +247,13 @@ def _set_enabled(
         if enabled:
             mark, next_fire_at = _restarted(current, current, clock)
         updated = store.definition_set_enabled(
-            conn, current.id, enabled, now=clock, materialized_through=mark,
+            conn,
+            current.id,
+            enabled,
+            now=clock,
+            materialized_through=mark,
             next_fire_at=next_fire_at,
-        )  # fmt: skip
+        )
     return updated, True
 
 
@@ -436,9 +443,12 @@ def sync(
             if item.action == "add":
                 spec = by_name[item.name]
                 store.definition_insert(
-                    conn, spec, enabled=spec.enabled is not False, now=clock,
+                    conn,
+                    spec,
+                    enabled=spec.enabled is not False,
+                    now=clock,
                     next_fire_at=first_fire_after(spec, clock),
-                )  # fmt: skip
+                )
             elif item.action == "change":
                 _apply_change(conn, current[item.name], by_name[item.name], clock)
             elif item.action == "remove":
@@ -453,6 +463,11 @@ def _apply_change(conn: Any, current: Definition, spec: DefinitionSpec, clock: d
     if not _same_timing(current, spec) or (enabled and not current.enabled):
         mark, next_fire_at = _restarted(current, spec, clock)
     store.definition_update(
-        conn, current.id, spec, enabled=enabled, now=clock, materialized_through=mark,
+        conn,
+        current.id,
+        spec,
+        enabled=enabled,
+        now=clock,
+        materialized_through=mark,
         next_fire_at=next_fire_at,
-    )  # fmt: skip
+    )

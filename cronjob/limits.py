@@ -125,10 +125,13 @@ def declared_limits(tables: Any, *, where: str) -> list[TypeLimit]:
             reason = check_text(reason, what="reason", max_length=1000)
         try:
             limit = parse_limit(
-                job_type, concurrency=table.get("concurrency"), per=table.get("per"),
-                rate=table.get("rate"), reason=reason,
+                job_type,
+                concurrency=table.get("concurrency"),
+                per=table.get("per"),
+                rate=table.get("rate"),
+                reason=reason,
                 names={"concurrency": "concurrency", "per": "per", "rate": "rate"},
-            )  # fmt: skip
+            )
         except BadInput as exc:
             raise BadInput(f"{here}: {exc}") from None
         found.append(limit)

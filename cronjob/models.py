@@ -378,9 +378,17 @@ class Selection:
         """Whether any filter, as opposed to ids alone, narrows the selection."""
         return any(
             v is not None
-            for v in (self.statuses, self.job_types, self.tenants, self.error_types,
-                      self.error_like, self.schedule, self.since, self.until)
-        )  # fmt: skip
+            for v in (
+                self.statuses,
+                self.job_types,
+                self.tenants,
+                self.error_types,
+                self.error_like,
+                self.schedule,
+                self.since,
+                self.until,
+            )
+        )
 
     def as_json(self) -> dict[str, object]:
         """The criteria given, as the audit trail records them."""

@@ -57,9 +57,11 @@ def set_limit(conn: Any, limit: TypeLimit, *, actor: str) -> Done:
     with conn.transaction():
         store.job_type_limit_set(conn, limit, actor=actor)
         selection = {
-            "type": [limit.job_type], "concurrency": limit.concurrency,
-            "rate": limits.rate_text(limit), "per": limits.per_text(limit),
-        }  # fmt: skip
+            "type": [limit.job_type],
+            "concurrency": limit.concurrency,
+            "rate": limits.rate_text(limit),
+            "per": limits.per_text(limit),
+        }
         audit_id = incident.record(
             conn, "limit", actor=actor, reason=limit.reason, changed=1, selection=selection
         )
@@ -71,9 +73,13 @@ def clear_limit(conn: Any, job_type: str, *, actor: str, reason: str | None) -> 
     with conn.transaction():
         cleared = store.job_type_limit_clear(conn, job_type)
         audit_id = incident.record(
-            conn, "limit --clear", actor=actor, reason=reason, changed=int(cleared is not None),
+            conn,
+            "limit --clear",
+            actor=actor,
+            reason=reason,
+            changed=int(cleared is not None),
             selection={"type": [job_type]},
-        )  # fmt: skip
+        )
     return Done((job_type,) if cleared else (), audit_id)
 
 

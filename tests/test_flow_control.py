@@ -46,10 +46,16 @@ class Hosts:
     def _host(self, i: int) -> None:
         while not self.stopping.is_set() and self._left():
             process = jobrunner_process(
-                "tick", "--database-url", self.db_url, "--handlers", HANDLERS,
-                "--log-level", "warning", *self.args,
+                "tick",
+                "--database-url",
+                self.db_url,
+                "--handlers",
+                HANDLERS,
+                "--log-level",
+                "warning",
+                *self.args,
                 env={"JOBRUNNER_TEST_EXEC_LOG": str(self.log)},
-            )  # fmt: skip
+            )
             self.current[i] = process
             _, stderr = process.communicate(timeout=120)
             if process.returncode not in (0, -signal.SIGKILL):
@@ -151,8 +157,14 @@ def test_a_limit_is_set_listed_cleared_and_audited(db_url, conn):
 
 
 def test_a_limit_without_a_number_or_with_a_bad_key_is_refused_and_nothing_is_written(db_url, conn):
-    bad = [[], ["--concurrency", "0"], ["--concurrency", "2", "--per", "account"],
-           ["--rate", "10"], ["--rate", "0/1s"], ["--clear", "--concurrency", "2"]]  # fmt: skip
+    bad = [
+        [],
+        ["--concurrency", "0"],
+        ["--concurrency", "2", "--per", "account"],
+        ["--rate", "10"],
+        ["--rate", "0/1s"],
+        ["--clear", "--concurrency", "2"],
+    ]
     for args in bad:
         result = run_cli("limit", "flow.work", *args, "--database-url", db_url)
         assert result.exit_code == 2, (args, result.stderr)

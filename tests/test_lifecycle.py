@@ -176,9 +176,14 @@ def test_an_error_and_a_lost_lease_on_the_same_attempt_end_in_the_same_status(
     for attempt in range(1, max_attempts + 1):
         now += timedelta(minutes=2)
         held = store.runs_claim_many(
-            conn, job_types=["test.ok"], leases=[60], max_attempts=[5], limit=2, worker="w:1",
+            conn,
+            job_types=["test.ok"],
+            leases=[60],
+            max_attempts=[5],
+            limit=2,
+            worker="w:1",
             now=now,
-        )  # fmt: skip
+        )
         assert sorted(r.id for r in held) == [errored, crashed]
         assert {r.final_attempt for r in held} == {attempt == max_attempts}
         [run] = [r for r in held if r.id == errored]
@@ -335,9 +340,12 @@ def test_duplicate_keys_within_one_batch_get_one_run(conn):
 
     results = store.runs_insert_many(
         conn,
-        [new_run("test.ok", idempotency_key="k"), new_run("test.ok"),
-         new_run("test.ok", idempotency_key="k")],
-    )  # fmt: skip
+        [
+            new_run("test.ok", idempotency_key="k"),
+            new_run("test.ok"),
+            new_run("test.ok", idempotency_key="k"),
+        ],
+    )
     assert results[0].id == results[2].id != results[1].id
     assert [r.created for r in results] == [True, True, False]
     assert count(conn, "SELECT count(*) FROM job_runs") == 2
@@ -450,9 +458,14 @@ def test_a_claim_walks_the_dispatch_index_in_order_even_before_any_statistics(co
 
 def test_a_claimed_payload_reads_as_the_stored_json(conn):
     payload = {
-        "text": "é \u2028 \\ \"q\"", "big": 2**70, "ratio": 0.1, "exp": 1e300,
-        "flags": [True, False, None], "nested": {"a": [1, {"b": []}]}, "": "",
-    }  # fmt: skip
+        "text": 'é \u2028 \\ "q"',
+        "big": 2**70,
+        "ratio": 0.1,
+        "exp": 1e300,
+        "flags": [True, False, None],
+        "nested": {"a": [1, {"b": []}]},
+        "": "",
+    }
     run_id = enqueue(conn, "test.ok", payload)
     [claimed] = claim_as(conn, "someone:1", lease=60)
     stored = conn.execute("SELECT payload FROM job_runs WHERE id = %s", (run_id,)).fetchone()[0]

@@ -11,8 +11,16 @@ from tests.factories import insert_run, insert_runs, now
 
 def limited_backlog(db_url, conn) -> int:
     """flow.work limited to one running at a time, one run running and 20 due for an hour."""
-    result = run_cli("limit", "flow.work", "--concurrency", "1", "--reason", "partner API",
-                     "--database-url", db_url)  # fmt: skip
+    result = run_cli(
+        "limit",
+        "flow.work",
+        "--concurrency",
+        "1",
+        "--reason",
+        "partner API",
+        "--database-url",
+        db_url,
+    )
     assert result.exit_code == 0, result.stderr
     insert_run(conn, "flow.work", status="running", started_at=now("-1 hour"))
     return insert_runs(conn, 20, "flow.work", run_at=now("-1 hour"))[0]

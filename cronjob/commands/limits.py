@@ -27,9 +27,16 @@ from cronjob.errors import BadInput
 @database_url_option
 @reason_option
 @actor_option
-def limit(job_type: str, concurrency: str | None, per: str | None, rate: str | None,
-          clear: bool, database_url: str | None, reason: str | None,
-          actor: str | None) -> None:  # fmt: skip
+def limit(
+    job_type: str,
+    concurrency: str | None,
+    per: str | None,
+    rate: str | None,
+    clear: bool,
+    database_url: str | None,
+    reason: str | None,
+    actor: str | None,
+) -> None:
     """Limit how many runs of TYPE run at once or start per period, on every host.
 
     A run held back waits queued: no attempt spent, no error recorded; it starts when a
@@ -47,8 +54,9 @@ def limit(job_type: str, concurrency: str | None, per: str | None, rate: str | N
         conn = open_connection(database_url)
         with conn:
             done = operations.clear_limit(conn, job_type, actor=who, reason=why)
-        click.echo(f"cleared the limit of {job_type}" if done.changed
-                   else f"{job_type} had no limit")  # fmt: skip
+        click.echo(
+            f"cleared the limit of {job_type}" if done.changed else f"{job_type} had no limit"
+        )
         return
     checked = limits.parse_limit(job_type, concurrency=concurrency, per=per, rate=rate, reason=why)
     conn = open_connection(database_url)
@@ -69,20 +77,39 @@ def list_limits(database_url: str | None, as_json: bool) -> None:
         found = store.job_type_limits_list(conn)
         waiting = store.job_type_limits_throttled(conn)
     if as_json:
-        click.echo(json.dumps([
-            {"job_type": x.job_type, "concurrency": x.concurrency, "rate": limits.rate_text(x),
-             "per": limits.per_text(x), "reason": x.reason, "set_by": x.set_by,
-             "set_at": iso(x.set_at), "due_waiting": waiting.get(x.job_type, 0)}
-            for x in found
-        ], indent=2))  # fmt: skip
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        "job_type": x.job_type,
+                        "concurrency": x.concurrency,
+                        "rate": limits.rate_text(x),
+                        "per": limits.per_text(x),
+                        "reason": x.reason,
+                        "set_by": x.set_by,
+                        "set_at": iso(x.set_at),
+                        "due_waiting": waiting.get(x.job_type, 0),
+                    }
+                    for x in found
+                ],
+                indent=2,
+            )
+        )
         return
     if not found:
         click.echo("no limits")
         return
     rows = [
-        (x.job_type, "" if x.concurrency is None else str(x.concurrency),
-         limits.rate_text(x) or "", limits.per_text(x), str(waiting.get(x.job_type, 0)),
-         when(x.set_at), clip(x.set_by, 30), clip(x.reason or "", 40))
+        (
+            x.job_type,
+            "" if x.concurrency is None else str(x.concurrency),
+            limits.rate_text(x) or "",
+            limits.per_text(x),
+            str(waiting.get(x.job_type, 0)),
+            when(x.set_at),
+            clip(x.set_by, 30),
+            clip(x.reason or "", 40),
+        )
         for x in found
-    ]  # fmt: skip
+    ]
     table(("TYPE", "CONCURRENCY", "RATE", "PER", "DUE", "SET", "BY", "REASON"), rows)

@@ -138,10 +138,16 @@ def _throttled_json(overview: Any) -> list[dict[str, Any]]:
 
     due = {t.job_type: t.due for t in overview.types}
     return [
-        {"job_type": x.job_type, "due": due.get(x.job_type, 0), "concurrency": x.concurrency,
-         "rate": limits.rate_text(x), "per": limits.per_text(x), "reason": x.reason}
+        {
+            "job_type": x.job_type,
+            "due": due.get(x.job_type, 0),
+            "concurrency": x.concurrency,
+            "rate": limits.rate_text(x),
+            "per": limits.per_text(x),
+            "reason": x.reason,
+        }
         for x in overview.throttled
-    ]  # fmt: skip
+    ]
 
 
 def _pauses_json(pauses: Sequence[Any]) -> list[dict[str, Any]]:

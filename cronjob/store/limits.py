@@ -21,10 +21,16 @@ def job_type_limit_set(
 ) -> TypeLimit:
     """Set `limit` on its job type, replacing any it had; returns it as stored."""
     params = {
-        "job_type": limit.job_type, "concurrency": limit.concurrency, "rate": limit.rate,
-        "rate_period": limit.rate_period, "per": limit.per, "per_field": limit.per_field,
-        "reason": limit.reason, "actor": actor, "now": now,
-    }  # fmt: skip
+        "job_type": limit.job_type,
+        "concurrency": limit.concurrency,
+        "rate": limit.rate,
+        "rate_period": limit.rate_period,
+        "per": limit.per,
+        "per_field": limit.per_field,
+        "reason": limit.reason,
+        "actor": actor,
+        "now": now,
+    }
     cursor = conn.cursor(row_factory=class_row(TypeLimit))
     return cursor.execute(queries.JOB_TYPE_LIMIT_SET, params).fetchone()
 

@@ -61,9 +61,13 @@ def manage(
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "manage.py", "jobrunner", *args],
-        cwd=PROJECT, env={**project_env(db_url), **(env or {})}, capture_output=True, text=True,
-        timeout=120, **kwargs,
-    )  # fmt: skip
+        cwd=PROJECT,
+        env={**project_env(db_url), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        **kwargs,
+    )
 
 
 def test_enqueue_joins_the_callers_transaction(project: str) -> None:
@@ -114,9 +118,12 @@ def test_plain_jobrunner_tick_sets_django_up_from_its_settings_module(project: s
     result = add.enqueue(1, 1)
     jobrunner = Path(sys.executable).parent / "jobrunner"
     done = subprocess.run(
-        [str(jobrunner), "tick"], env=project_env(project), capture_output=True, text=True,
+        [str(jobrunner), "tick"],
+        env=project_env(project),
+        capture_output=True,
+        text=True,
         timeout=120,
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stderr
     assert add.get_result(result.id).return_value == 2
 
@@ -162,8 +169,10 @@ def test_larger_django_priorities_run_first(project: str) -> None:
     record.using(priority=50).enqueue("high")
     tick(project)
     assert list(Entry.objects.order_by("id").values_list("label", flat=True)) == [
-        "high", "middle", "low",
-    ]  # fmt: skip
+        "high",
+        "middle",
+        "low",
+    ]
 
 
 def test_queues_select_what_a_tick_runs(project: str) -> None:
@@ -219,9 +228,12 @@ def test_kill_9_between_the_orm_write_and_commit_leaves_neither(
     marker = tmp_path / "written"
     result = place_order_slowly.enqueue("K-1", str(marker))
     process = subprocess.Popen(
-        [sys.executable, "manage.py", "jobrunner", "tick"], cwd=PROJECT,
-        env=project_env(project), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [sys.executable, "manage.py", "jobrunner", "tick"],
+        cwd=PROJECT,
+        env=project_env(project),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 60
         while not marker.exists():
@@ -401,15 +413,23 @@ def test_manage_py_migrate_and_test_make_jobrunners_tables(
     project: str, empty_database_url: str
 ) -> None:
     migrated = subprocess.run(
-        [sys.executable, "manage.py", "migrate", "-v", "0"], cwd=PROJECT,
-        env=project_env(empty_database_url), capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [sys.executable, "manage.py", "migrate", "-v", "0"],
+        cwd=PROJECT,
+        env=project_env(empty_database_url),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert migrated.returncode == 0, migrated.stderr
     assert rows(empty_database_url, "SELECT to_regclass('job_runs') IS NOT NULL") == [(True,)]
     tested = subprocess.run(
-        [sys.executable, "manage.py", "test", "shop", "--noinput", "-v", "1"], cwd=PROJECT,
-        env=project_env(empty_database_url), capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [sys.executable, "manage.py", "test", "shop", "--noinput", "-v", "1"],
+        cwd=PROJECT,
+        env=project_env(empty_database_url),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert tested.returncode == 0, tested.stderr[-3000:]
     assert "Ran 1 test" in tested.stderr
 
@@ -450,9 +470,13 @@ def test_settings_that_do_not_import_are_one_line(project: str, tmp_path: Path) 
     env.update(DJANGO_SETTINGS_MODULE="nowhere.settings")
     jobrunner = Path(sys.executable).parent / "jobrunner"
     done = subprocess.run(
-        [str(jobrunner), "tick"], cwd=tmp_path, env=env, capture_output=True, text=True,
+        [str(jobrunner), "tick"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
         timeout=120,
-    )  # fmt: skip
+    )
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0, done.stderr
     assert "cannot import Django settings 'nowhere.settings'" in done.stderr
@@ -523,8 +547,9 @@ def test_a_connection_lost_behind_djangos_back_costs_only_the_next_run(project: 
     again = place_order.enqueue("later")
     tick(project)  # one worker thread, and persistent connections (the project's settings)
     assert place_order.get_result(atomic_run.id).status in (
-        TaskResultStatus.READY, TaskResultStatus.SUCCESSFUL,
-    )  # fmt: skip
+        TaskResultStatus.READY,
+        TaskResultStatus.SUCCESSFUL,
+    )
     assert record.get_result(plain.id).status == TaskResultStatus.SUCCESSFUL
     assert place_order.get_result(again.id).status == TaskResultStatus.SUCCESSFUL
     assert "later" in Order.objects.values_list("ref", flat=True)
@@ -542,8 +567,12 @@ def test_with_djangos_connection_pool_worker_threads_give_their_connections_back
     env = {**project_env(project), "JOBRUNNER_DJANGO_TEST_POOL": "1"}
     done = subprocess.run(
         [sys.executable, "manage.py", "jobrunner", "tick", "--concurrency", "4", "--json"],
-        cwd=PROJECT, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=PROJECT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[-1])["succeeded"] == 24, done.stderr[-2000:]
 

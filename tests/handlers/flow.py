@@ -19,8 +19,15 @@ def _log(ctx: Any, payload: Any, event: str) -> None:
     if not path:
         return
     key = str(payload.get("account", "-"))
-    words = [event, str(ctx.run_id), str(ctx.attempt), str(os.getpid()),
-             ctx.tenant_id or "-", key, repr(time.time())]  # fmt: skip
+    words = [
+        event,
+        str(ctx.run_id),
+        str(ctx.attempt),
+        str(os.getpid()),
+        ctx.tenant_id or "-",
+        key,
+        repr(time.time()),
+    ]
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, (" ".join(words) + "\n").encode())
