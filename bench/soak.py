@@ -1,7 +1,7 @@
 """A soak: repeated enqueue-and-drain cycles, clean and then while a snapshot is held open.
 
-    python bench/soak.py                        # 8 cycles of 25,000 runs per phase
-    python bench/soak.py --cycles 12 --n 25000 --systems jobrunner
+    python bench/soak.py                        # 12 cycles of 25,000 runs per phase
+    python bench/soak.py --cycles 4 --n 25000 --systems jobrunner
 
 A PostgreSQL queue's worst day is a slow death, not a cold start: an analytics query or a
 forgotten `BEGIN` holds a snapshot for minutes, VACUUM cannot remove the dead rows every
@@ -134,7 +134,7 @@ def report(soaked: list[Soaked], settings: str) -> list[str]:
 def _parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=25_000, help="jobs per cycle (25,000)")
-    parser.add_argument("--cycles", type=int, default=8, help="cycles per phase (8)")
+    parser.add_argument("--cycles", type=int, default=12, help="cycles per phase (12)")
     parser.add_argument(
         "--systems",
         default="jobrunner,graphile-worker",
