@@ -18,7 +18,7 @@ import typing
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Annotated, Any, NamedTuple, TypedDict
 
 from cronjob.errors import BadInput
@@ -46,6 +46,12 @@ class Option(NamedTuple):
     column: str | None  # the job_runs column it is stored in; None: it only shapes another
     # The column's value, from the insert's input row (its options by name, and `{now}`).
     expression: str | None = None
+    # The same value computed by the client, for a COPY: from the run's checked options and
+    # the transaction's clock, read from the database. Given exactly when `expression` is.
+    copied: Callable[[Mapping[str, Any], datetime], Any] | None = None
+    # A key that another run may hold already: a run that sets it goes in by the insert,
+    # whose ON CONFLICT finds the holder; the others may go in by COPY.
+    keyed: bool = False
     # Sent only when a run of the batch sets it: a column a later migration added, so an
     # app upgraded before `jobrunner migrate` ran still enqueues everything else.
     optional: bool = False
@@ -116,6 +122,14 @@ def _result_id(value: Any, what: str) -> uuid.UUID:
         raise BadInput(f"invalid {what} {excerpt(text)}: expected a UUID") from None
 
 
+def _copied_run_at(options: Mapping[str, Any], now: datetime) -> datetime:
+    at = options.get("run_at")
+    if at is not None:
+        return at
+    # As make_interval(secs => delay) counts it: microseconds, rounded half to even.
+    return now + timedelta(microseconds=round(options.get("delay", 0) * 1_000_000))
+
+
 class RunOptions(TypedDict, total=False):
     """The options of a run, by the keyword `enqueue` takes each as."""
 
@@ -127,6 +141,7 @@ class RunOptions(TypedDict, total=False):
             sql_type="timestamptz",
             column="run_at",
             expression="coalesce(run_at, {now} + make_interval(secs => coalesce(delay, 0)))",
+            copied=_copied_run_at,
             flag="--run-at",
             key="run_at",
             metavar="ISO8601",
@@ -153,6 +168,7 @@ class RunOptions(TypedDict, total=False):
             what="idempotency key",
             sql_type="text",
             column="idempotency_key",
+            keyed=True,
             flag="--idempotency-key",
             key="idempotency_key",
             metavar="KEY",
@@ -181,6 +197,7 @@ class RunOptions(TypedDict, total=False):
             sql_type="int",
             column="priority",
             expression="coalesce(priority, 0)",
+            copied=lambda options, now: options.get("priority", 0),
             flag="--priority",
             key="priority",
             metavar="N",
@@ -210,6 +227,7 @@ class RunOptions(TypedDict, total=False):
             sql_type="text",
             column="unique_key",
             optional=True,
+            keyed=True,
             flag="--unique-key",
             key="unique_key",
             metavar="KEY",
@@ -300,6 +318,8 @@ RUN_OPTIONS: dict[str, Option] = {
 }
 # Sent in every insert, in this order; the optional ones follow when a batch sets them.
 ALWAYS_SENT = tuple(name for name, option in RUN_OPTIONS.items() if not option.optional)
+# The options that make a run keyed (Option.keyed).
+KEYED = frozenset(name for name, option in RUN_OPTIONS.items() if option.keyed)
 
 
 @dataclass(frozen=True)
@@ -309,6 +329,11 @@ class NewRun:
     job_type: str
     payload_json: str = "{}"
     options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def keyed(self) -> bool:
+        """Whether it sets a key that another run may hold (`Option.keyed`)."""
+        return not KEYED.isdisjoint(self.options)
 
 
 def check_options(given: Mapping[str, Any], *, names: Mapping[str, str] = {}) -> dict:

@@ -115,25 +115,20 @@ def enqueue(
     click.echo(run_id)
 
 
-def _keyed(run: Any) -> bool:
-    """Whether a run has a key that another batch may hold: it then waits its turn."""
-    return "idempotency_key" in run.options or "unique_key" in run.options
-
-
 def _enqueue_jsonl(stream: IO[bytes], database_url: str | None, lock_wait: float) -> None:
     """Check and insert chunk by chunk in one transaction, and print the ids once it commits.
 
     The first chunk is checked before connecting; a bad line further on rolls everything
-    back, and so does SIGINT or SIGTERM (between two chunks). The ids wait in a temporary
-    file, so memory does not grow with the input.
+    back, and so does SIGINT or SIGTERM (between two chunks). A thread of its own sends each
+    chunk while the next is read and checked: the server stores one while this process
+    decodes the other. The ids wait in a temporary file, so memory does not grow with the
+    input.
     """
     import tempfile
+    from concurrent.futures import ThreadPoolExecutor
     from itertools import chain
 
-    from cronjob import locks
-    from cronjob.api import insert_runs
     from cronjob.commands.progress import on_terminal, watching
-    from cronjob.store import runs_lock_for_keyed_batch
 
     chunks = _jsonl_chunks(stream)
     first = next(chunks, None)
@@ -143,19 +138,43 @@ def _enqueue_jsonl(stream: IO[bytes], database_url: str | None, lock_wait: float
     conn = open_connection(database_url)
     with conn, tempfile.TemporaryFile("w+") as ids:
         progress = watching("enqueueing", told=_nothing_enqueued, total=total)
-        with progress as watch, conn.transaction():
+        # The sender is inner to the transaction: it is done with the connection, whatever
+        # happened, before the transaction ends.
+        with progress as watch, conn.transaction(), ThreadPoolExecutor(1) as sender:
             keyed = False
+            sending = None
             for chunk in chain([first], chunks):
                 watch.checkpoint()
-                if not keyed and any(_keyed(run) for run in chunk):
-                    what = "batch with idempotency keys"
-                    locks.take(conn, runs_lock_for_keyed_batch, what=what, wait=lock_wait)
-                    keyed = True
-                ids.writelines(f"{run_id}\n" for run_id in insert_runs(conn, chunk))
-                watch.advance(len(chunk))
+                lock = not keyed and any(run.keyed for run in chunk)
+                keyed = keyed or lock
+                if sending is not None:
+                    _sent(sending, ids, watch)
+                sending = sender.submit(_send, conn, chunk, lock, lock_wait)
+            if sending is not None:
+                _sent(sending, ids, watch)
         ids.seek(0)
         while block := ids.read(1 << 16):
             click.echo(block, nl=False)
+
+
+def _send(conn: Any, chunk: list[Any], lock: bool, lock_wait: float) -> list[int]:
+    """Insert a chunk; `lock`: take the keyed-batch lock first (a run in it has a key)."""
+    from cronjob import locks
+    from cronjob.api import insert_runs
+    from cronjob.store import runs_lock_for_keyed_batch
+
+    if lock:
+        what = "batch with idempotency keys"
+        locks.take(conn, runs_lock_for_keyed_batch, what=what, wait=lock_wait)
+    return insert_runs(conn, chunk)
+
+
+def _sent(sending: Any, ids: IO[str], watch: Any) -> None:
+    """Wait for a chunk to be sent, and keep its ids."""
+    run_ids = sending.result()
+    ids.write("\n".join(map(str, run_ids)))
+    ids.write("\n")
+    watch.advance(len(run_ids))
 
 
 def _nothing_enqueued(_done: int) -> str:

@@ -105,6 +105,58 @@ def _inserting(runs: Sequence[NewRun], now: datetime | None) -> tuple[str, dict[
     return statement, params
 
 
+def runs_copy_many(
+    conn: Any, runs: Sequence[NewRun], *, now: datetime | None = None
+) -> list[int]:
+    """Insert runs that hold no key (`NewRun.keyed`) by COPY; returns their ids in order.
+
+    The rows are those runs_insert_many writes for the same runs: the columns an option
+    computes (`Option.copied`) from the clock of RUNS_COPY_MANY_IDS, which is the insert's.
+    """
+    if not runs:
+        return []
+    if any(run.keyed for run in runs):
+        raise ValueError("runs_copy_many takes runs that hold no key: insert those")
+    params = {"count": len(runs), "now": now}
+    clock, ids = conn.execute(queries.RUNS_COPY_MANY_IDS, params, binary=True).fetchone()
+    sent = _copied(runs, now)
+    statement = queries.runs_copy_many_sending(sent, stamped=now is not None)
+    with conn.cursor().copy(statement) as copy:
+        write = copy.write_row
+        if not sent and now is None:
+            for run_id, run in zip(ids, runs, strict=True):
+                write((run_id, run.job_type, run.payload_json))
+        else:
+            values = [_copied_value(name) for name in sent]
+            stamps = (clock, clock) if now is not None else ()
+            for run_id, run in zip(ids, runs, strict=True):
+                given = run.options
+                columns = [value(given, clock) for value in values]
+                write((run_id, run.job_type, run.payload_json, *columns, *stamps))
+    return ids
+
+
+def _copied(runs: Sequence[NewRun], now: datetime | None) -> tuple[str, ...]:
+    """The options whose columns a COPY of `runs` sends: none when no run sets any (the
+    columns' defaults are then the insert's values), else those the insert would send."""
+    given = {name for run in runs for name in run.options}
+    if not given and now is None:
+        return ()
+    return tuple(
+        name for name, option in RUN_OPTIONS.items()
+        if option.column is not None and not option.keyed
+        and (name in ALWAYS_SENT or name in given)
+    )  # fmt: skip
+
+
+def _copied_value(name: str) -> Any:
+    """How a COPY computes the column of option `name` from a run's options and the clock."""
+    copied = RUN_OPTIONS[name].copied
+    if copied is not None:
+        return copied
+    return lambda options, _clock: options.get(name)
+
+
 def _work(job_type: str, tenant_id: str | None, key: str) -> tuple[str, str, str]:
     """What an idempotency key is unique for: its job type and tenant (none: '')."""
     return job_type, tenant_id or "", key
