@@ -364,6 +364,8 @@ def encode_payload(value: Any, *, source: str = "payload") -> str:
 
 
 def _is_utf8(text: str) -> bool:
+    if text.isascii():  # a flag of the string: no pass over it
+        return True
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:

@@ -322,7 +322,7 @@ ALWAYS_SENT = tuple(name for name, option in RUN_OPTIONS.items() if not option.o
 KEYED = frozenset(name for name, option in RUN_OPTIONS.items() if option.keyed)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NewRun:
     """A run to enqueue, already checked: its options hold only those that were set."""
 

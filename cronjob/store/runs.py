@@ -105,9 +105,7 @@ def _inserting(runs: Sequence[NewRun], now: datetime | None) -> tuple[str, dict[
     return statement, params
 
 
-def runs_copy_many(
-    conn: Any, runs: Sequence[NewRun], *, now: datetime | None = None
-) -> list[int]:
+def runs_copy_many(conn: Any, runs: Sequence[NewRun], *, now: datetime | None = None) -> list[int]:
     """Insert runs that hold no key (`NewRun.keyed`) by COPY; returns their ids in order.
 
     The rows are those runs_insert_many writes for the same runs: the columns an option
