@@ -248,8 +248,9 @@ def _jsonl_chunks(stream: IO[bytes]) -> Iterator[list[Any]]:
             decode_json(line, source=f"line {number}")  # raises its one-line error
         if not isinstance(fields, dict) or "type" not in fields or not fields.keys() <= JSONL_KEYS:
             _refuse_fields(fields, f"line {number}")
-        options = {JSONL_OPTIONS[k]: value for k, value in fields.items() if k in JSONL_OPTIONS}
-        options.update(trace)
+        options = dict(trace)
+        if len(fields) > 2 or "payload" not in fields:  # more than the type and payload
+            options.update((JSONL_OPTIONS[k], v) for k, v in fields.items() if k in JSONL_OPTIONS)
         try:
             run = checked_run(fields["type"], fields.get("payload"), options)
         except BadInput as exc:
