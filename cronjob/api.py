@@ -1,7 +1,8 @@
 """The Python API for applications: enqueue work inside your own transaction.
 
 What a run can be enqueued with is `cronjob.run_options.RunOptions`: `enqueue`,
-`enqueue_async` and `new_run` take its keys as keywords.
+`enqueue_async` and `new_run` take its keys as keywords; `enqueue_many` takes the runs
+`new_run` checks, any number of them.
 """
 
 from __future__ import annotations
@@ -99,8 +100,8 @@ def _chunks(runs: Iterable[NewRun]) -> Iterator[list[NewRun]]:
 
 
 def insert_runs(conn: Any, runs: Sequence[NewRun]) -> list[int]:
-    """Insert checked runs in the caller's transaction, in one statement (COPY when none
-    holds a key and there are enough of them); returns their ids in order.
+    """Insert checked runs in the caller's transaction, all at once: by COPY when none holds
+    a key and there are enough of them, else by one insert; returns their ids in order.
 
     A run whose idempotency key a run of the same job type and tenant holds already is not
     inserted: that run's id is returned. `enqueue_many` takes any number of runs.

@@ -48,9 +48,7 @@ def every_option(result_ids: bool = False) -> list[Any]:
 
 
 def rows(conn: psycopg.Connection[Any], ids: list[int]) -> list[tuple[Any, ...]]:
-    found = conn.execute(
-        f"SELECT id, {COLUMNS} FROM job_runs WHERE id = ANY(%s)", [ids]
-    ).fetchall()
+    found = conn.execute(f"SELECT id, {COLUMNS} FROM job_runs WHERE id = ANY(%s)", [ids]).fetchall()
     by_id = {row[0]: row[1:] for row in found}
     return [by_id[run_id] for run_id in ids]
 
@@ -71,6 +69,13 @@ def test_runs_that_set_no_option_are_copied_as_the_insert_writes_them(db_url):
         inserted = [e.id for e in store.runs_insert_many(conn, runs)]
         copied = store.runs_copy_many(conn, runs)
         assert rows(conn, copied) == rows(conn, inserted)
+
+
+def test_every_column_the_insert_computes_a_copy_computes_too():
+    from cronjob.run_options import RUN_OPTIONS
+
+    computed = {name for name, option in RUN_OPTIONS.items() if option.expression}
+    assert computed == {name for name, option in RUN_OPTIONS.items() if option.copied}
 
 
 def test_a_result_id_is_copied(db_url, conn):
@@ -161,9 +166,14 @@ def test_jsonl_of_keyed_and_plain_lines_prints_ids_in_input_order(db_url, conn, 
 def test_jsonl_records_the_callers_trace_on_every_copied_run(db_url, conn):
     lines = "\n".join(json.dumps({"type": "t", "delay": "1h"}) for _ in range(50))
     result = run_cli(
-        "enqueue", "--jsonl", "-", "--database-url", db_url, input=lines,
+        "enqueue",
+        "--jsonl",
+        "-",
+        "--database-url",
+        db_url,
+        input=lines,
         env={"TRACEPARENT": TRACEPARENT, "TRACESTATE": "vendor=1"},
-    )  # fmt: skip
+    )
     assert result.exit_code == 0, result.stderr
     traced = conn.execute(
         "SELECT count(*) FROM job_runs WHERE traceparent = %s AND tracestate = 'vendor=1'"

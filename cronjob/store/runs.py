@@ -158,10 +158,10 @@ def _copied(runs: Sequence[NewRun], now: datetime | None) -> tuple[str, ...]:
     if not given and now is None:
         return ()
     return tuple(
-        name for name, option in RUN_OPTIONS.items()
-        if option.column is not None and not option.keyed
-        and (name in ALWAYS_SENT or name in given)
-    )  # fmt: skip
+        name
+        for name, option in RUN_OPTIONS.items()
+        if option.column is not None and not option.keyed and (name in ALWAYS_SENT or name in given)
+    )
 
 
 def _copied_value(name: str) -> Any:
