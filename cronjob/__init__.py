@@ -7,15 +7,24 @@ from typing import TYPE_CHECKING, Any
 from cronjob.handlers import Backoff, Fail, Retry, handler
 
 if TYPE_CHECKING:
-    from cronjob.api import enqueue, enqueue_async
+    from cronjob.api import enqueue, enqueue_async, enqueue_many, new_run
 
-__all__ = ["Backoff", "Fail", "Retry", "enqueue", "enqueue_async", "handler"]
+__all__ = [
+    "Backoff",
+    "Fail",
+    "Retry",
+    "enqueue",
+    "enqueue_async",
+    "enqueue_many",
+    "handler",
+    "new_run",
+]
 
 
 def __getattr__(name: str) -> Any:
     # enqueue pulls in the database layer; handler modules that only declare
     # handlers should not pay for it at import.
-    if name in ("enqueue", "enqueue_async"):
+    if name in ("enqueue", "enqueue_async", "enqueue_many", "new_run"):
         from cronjob import api
 
         return getattr(api, name)

@@ -3,7 +3,9 @@
 Every door derives from `RunOptions`. `enqueue()` and `enqueue_async()` take its keys as
 keywords; `jobrunner enqueue` makes an option of each key that has a `flag`; a `--jsonl`
 line takes each key's `key`; the Django backend fills the keys a task sets; and the
-insert statement (queries.runs) sends each key's array and writes its `column`. An
+insert statement (queries.runs) sends each key's array and writes its `column`. Runs that
+set no `keyed` option may go in by COPY instead, which writes the same columns: what the
+insert computes with an option's `expression`, the COPY computes with its `copied`. An
 option that can be enqueued is one entry below, plus the migration that adds its column
 and that column in the enqueuer role's INSERT grant (deploy/roles.sql).
 
@@ -18,7 +20,7 @@ import typing
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Annotated, Any, NamedTuple, TypedDict
 
 from cronjob.errors import BadInput
@@ -46,6 +48,12 @@ class Option(NamedTuple):
     column: str | None  # the job_runs column it is stored in; None: it only shapes another
     # The column's value, from the insert's input row (its options by name, and `{now}`).
     expression: str | None = None
+    # The same value computed by the client, for a COPY: from the run's checked options and
+    # the transaction's clock, read from the database. Given exactly when `expression` is.
+    copied: Callable[[Mapping[str, Any], datetime], Any] | None = None
+    # A key that another run may hold already: a run that sets it goes in by the insert,
+    # whose ON CONFLICT finds the holder; the others may go in by COPY.
+    keyed: bool = False
     # Sent only when a run of the batch sets it: a column a later migration added, so an
     # app upgraded before `jobrunner migrate` ran still enqueues everything else.
     optional: bool = False
@@ -116,6 +124,14 @@ def _result_id(value: Any, what: str) -> uuid.UUID:
         raise BadInput(f"invalid {what} {excerpt(text)}: expected a UUID") from None
 
 
+def _copied_run_at(options: Mapping[str, Any], now: datetime) -> datetime:
+    at = options.get("run_at")
+    if at is not None:
+        return at
+    # As make_interval(secs => delay) counts it: microseconds, rounded half to even.
+    return now + timedelta(microseconds=round(options.get("delay", 0) * 1_000_000))
+
+
 class RunOptions(TypedDict, total=False):
     """The options of a run, by the keyword `enqueue` takes each as."""
 
@@ -127,6 +143,7 @@ class RunOptions(TypedDict, total=False):
             sql_type="timestamptz",
             column="run_at",
             expression="coalesce(run_at, {now} + make_interval(secs => coalesce(delay, 0)))",
+            copied=_copied_run_at,
             flag="--run-at",
             key="run_at",
             metavar="ISO8601",
@@ -153,6 +170,7 @@ class RunOptions(TypedDict, total=False):
             what="idempotency key",
             sql_type="text",
             column="idempotency_key",
+            keyed=True,
             flag="--idempotency-key",
             key="idempotency_key",
             metavar="KEY",
@@ -181,6 +199,7 @@ class RunOptions(TypedDict, total=False):
             sql_type="int",
             column="priority",
             expression="coalesce(priority, 0)",
+            copied=lambda options, now: options.get("priority", 0),
             flag="--priority",
             key="priority",
             metavar="N",
@@ -210,6 +229,7 @@ class RunOptions(TypedDict, total=False):
             sql_type="text",
             column="unique_key",
             optional=True,
+            keyed=True,
             flag="--unique-key",
             key="unique_key",
             metavar="KEY",
@@ -300,15 +320,22 @@ RUN_OPTIONS: dict[str, Option] = {
 }
 # Sent in every insert, in this order; the optional ones follow when a batch sets them.
 ALWAYS_SENT = tuple(name for name, option in RUN_OPTIONS.items() if not option.optional)
+# The options that make a run keyed (Option.keyed).
+KEYED = frozenset(name for name, option in RUN_OPTIONS.items() if option.keyed)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NewRun:
     """A run to enqueue, already checked: its options hold only those that were set."""
 
     job_type: str
     payload_json: str = "{}"
     options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def keyed(self) -> bool:
+        """Whether it sets a key that another run may hold (`Option.keyed`)."""
+        return not KEYED.isdisjoint(self.options)
 
 
 def check_options(given: Mapping[str, Any], *, names: Mapping[str, str] = {}) -> dict:
@@ -337,11 +364,9 @@ def checked_run(
     """A run to enqueue, every part checked (`check_options` for `options` and `names`);
     raises BadInput naming the first problem."""
     check_text(job_type, what="job type", max_length=200)
-    return NewRun(
-        job_type=job_type,
-        payload_json=encode_payload({} if payload is None else payload),
-        options=check_options(options, names=names),
-    )
+    payload_json = encode_payload({} if payload is None else payload)
+    # Most runs of a bulk enqueue set no option: a check that finds nothing, skipped.
+    return NewRun(job_type, payload_json, check_options(options, names=names) if options else {})
 
 
 def unknown(given: Mapping[str, Any]) -> list[str]:

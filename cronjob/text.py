@@ -156,3 +156,14 @@ def one_line(text: str, *, limit: int | None = None, longest_word: int | None = 
         words = [w if len(w) <= longest_word else f"[{len(w)} characters]" for w in words]
     line = " ".join(words)
     return line if limit is None or len(line) <= limit else line[: limit - 3] + "..."
+
+
+# COPY's text format: a backslash starts an escape, a tab ends a column and a newline a row.
+_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def copy_text(text: str) -> str:
+    """`text` as a column of COPY's text format."""
+    if "\\" in text or "\t" in text or "\n" in text or "\r" in text:
+        return text.translate(_COPY_ESCAPES)
+    return text

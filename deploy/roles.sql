@@ -25,12 +25,13 @@
 --                     job_definitions; reads job_type_pauses, job_type_limits,
 --                     job_schedule_health; counts starts in job_rate_windows. Nothing of the
 --                     audit trail.
--- jobrunner_enqueuer  apps: enqueue() and enqueue_async(), `jobrunner enqueue` (--jsonl too),
---                     Django's Task.enqueue(). Inserts into job_runs the columns an enqueue
---                     sets, and reads back id, job_type, tenant_id, idempotency_key,
---                     unique_key, finished_at and created_at: the id of the run that holds
---                     a key. Replaces a waiting run's payload and run_at only through
---                     jobrunner_replace_waiting (--unique-key with --replace). Nothing else.
+-- jobrunner_enqueuer  apps: enqueue(), enqueue_async() and enqueue_many(), `jobrunner enqueue`
+--                     (--jsonl too), Django's Task.enqueue(). Inserts into job_runs the
+--                     columns an enqueue sets (by COPY too, in bulk), and reads back id,
+--                     job_type, tenant_id, idempotency_key, unique_key, finished_at and
+--                     created_at: the id of the run that holds a key. Replaces a waiting
+--                     run's payload and run_at only through jobrunner_replace_waiting
+--                     (--unique-key with --replace). Nothing else.
 -- jobrunner_reader    status, list, show, metrics, check, audit, limits, schedule list/show/preview,
 --                     Django's get_result(). Reads every table but job_effects.
 -- jobrunner_operator  retry, cancel, prune, pause, resume, limit, schedule add/pause/resume/

@@ -248,6 +248,24 @@ def test_the_enqueuer_reads_no_payload_error_or_result_and_changes_no_run(world:
     assert refused(url, "INSERT INTO job_type_pauses (job_type, paused_by) VALUES ('t', 'x')")
 
 
+def test_the_enqueuer_bulk_enqueues_by_copy(world: World) -> None:
+    from cronjob.api import enqueue_many, new_run
+
+    lines = "".join(json.dumps({"type": "bulk", "payload": {"i": i}}) + "\n" for i in range(50))
+    result = as_role(world, ENQUEUER, "enqueue", "--jsonl", world.file(lines))
+    assert result.exit_code == 0, result.stderr
+    runs = [new_run("bulk", {"i": i}, tenant_id="acme", delay=60) for i in range(50)]
+    with psycopg.connect(world.logins[ENQUEUER]) as conn:
+        ids = enqueue_many(conn, runs)
+    with psycopg.connect(world.db.admin) as conn:
+        found = conn.execute(
+            "SELECT count(*) FILTER (WHERE tenant_id = 'acme' AND id = ANY(%s)), count(*)"
+            " FROM job_runs WHERE job_type = 'bulk'",
+            [ids],
+        ).fetchone()
+    assert found == (50, 100)
+
+
 def test_the_enqueuer_may_insert_exactly_the_columns_an_enqueue_sets(world: World) -> None:
     from cronjob.run_options import RUN_OPTIONS
 

@@ -126,6 +126,25 @@ ORDER BY i.ord
 # What most batches send: every option but those later migrations added.
 RUNS_INSERT_MANY = runs_insert_many_sending(ALWAYS_SENT)
 
+# Runs that hold no key (run_options' keyed ones) conflict with nothing, and go in by COPY,
+# at a fraction of the insert's cost: the ids drawn first, in one statement, with the clock
+# the copied columns of run_options are computed from (`Option.copied`).
+RUNS_COPY_MANY_IDS = f"""
+SELECT {_NOW},
+       ARRAY(SELECT nextval('job_runs_id_seq') FROM generate_series(1, %(count)s::int))
+"""
+
+
+@functools.cache
+def runs_copy_many_sending(sent: tuple[str, ...], *, stamped: bool) -> str:
+    """The COPY of runs whose options `sent` (names of run_options.RUN_OPTIONS with a column)
+    travel; the columns left out take their defaults, which are the insert's values for runs
+    that set none of them. `stamped`: created_at and updated_at travel too (a given `now`)."""
+    columns = "".join(f", {RUN_OPTIONS[name].column}" for name in sent)
+    stamps = ", created_at, updated_at" if stamped else ""
+    return f"COPY job_runs (id, job_type, payload{columns}{stamps}) FROM STDIN"
+
+
 # The runs that hold the keys of input rows the insert found taken but could not see.
 RUNS_INSERT_MANY_IDS_BY_KEY = f"""
 SELECT k.job_type, k.tenant_id, k.idempotency_key, r.id

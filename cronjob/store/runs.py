@@ -30,6 +30,7 @@ from cronjob.models import (
 from cronjob.queries import runs as queries
 from cronjob.run_options import ALWAYS_SENT, RUN_OPTIONS, NewRun
 from cronjob.store.preflight import advisory_lock
+from cronjob.text import copy_text
 
 if TYPE_CHECKING:
     from uuid import UUID
@@ -104,6 +105,48 @@ def _inserting(runs: Sequence[NewRun], now: datetime | None) -> tuple[str, dict[
     for name in sent:
         params[name] = [run.options.get(name) for run in runs]
     return statement, params
+
+
+def runs_copy_many(conn: Any, runs: Sequence[NewRun], *, now: datetime | None = None) -> list[int]:
+    """Insert runs that hold no key (`NewRun.keyed`) by COPY; returns their ids in order. The
+    rows are those runs_insert_many writes: what it computes from the clock with an option's
+    `expression`, this computes with its `copied` from the clock of RUNS_COPY_MANY_IDS."""
+    if any(run.keyed for run in runs):
+        raise ValueError("runs_copy_many takes runs that hold no key: insert those")
+    params = {"count": len(runs), "now": now}
+    clock, ids = conn.execute(queries.RUNS_COPY_MANY_IDS, params, binary=True).fetchone()
+    sent = _copied(runs, now)
+    statement = queries.runs_copy_many_sending(tuple(sent), stamped=now is not None)
+    with conn.cursor().copy(statement) as copy:
+        if not sent and now is None:
+            # In one write: a row at a time, the thread that sends a chunk takes the
+            # interpreter's lock for each buffer it fills, and the server waits between two.
+            copy.write(
+                "".join(
+                    f"{run_id}\t{copy_text(run.job_type)}\t{copy_text(run.payload_json)}\n"
+                    for run_id, run in zip(ids, runs, strict=True)
+                )
+            )
+            return ids
+        stamps = (clock, clock) if now is not None else ()
+        for run_id, run in zip(ids, runs, strict=True):
+            columns = [value(run.options, clock) for value in sent.values()]
+            copy.write_row((run_id, run.job_type, run.payload_json, *columns, *stamps))
+    return ids
+
+
+def _copied(runs: Sequence[NewRun], now: datetime | None) -> dict[str, Any]:
+    """The options whose columns a COPY of `runs` sends, each with how it computes its value:
+    none when no run sets any (the columns' defaults are then the insert's values), else
+    those the insert would send."""
+    given = {name for run in runs for name in run.options}
+    if not given and now is None:
+        return {}
+    return {
+        name: option.copied or (lambda options, _clock, name=name: options.get(name))
+        for name, option in RUN_OPTIONS.items()
+        if option.column is not None and not option.keyed and (name in ALWAYS_SENT or name in given)
+    }
 
 
 def _work(job_type: str, tenant_id: str | None, key: str) -> tuple[str, str, str]:

@@ -36,10 +36,19 @@ def pgbench_path() -> str | None:
     return shutil.which("pgbench", path=str(PG_BIN)) or shutil.which("pgbench")
 
 
-def schema_sql(repo_dir: Path) -> str:
+def schema_sql(repo_dir: Path) -> list[str]:
     """jobrunner's migrations in order, read from the repository at run time: the same
-    tables, indexes and storage settings a tick works on."""
-    return "\n".join(path.read_text() for path in sorted((repo_dir / "sql").glob("[0-9]*.sql")))
+    tables, indexes and storage settings a tick works on. Each is one script, but those
+    PostgreSQL refuses to run in a transaction (`CREATE INDEX CONCURRENTLY`), which
+    jobrunner applies a statement at a time: their statements each end a line with `;`."""
+    scripts = []
+    for path in sorted((repo_dir / "sql").glob("[0-9]*.sql")):
+        text = path.read_text()
+        if text.startswith("-- jobrunner: no transaction"):
+            scripts.extend(part + ";" for part in text.split(";\n") if part.strip(" \n;"))
+        else:
+            scripts.append(text)
+    return scripts
 
 
 class Ceiling(System):
@@ -103,7 +112,8 @@ class Ceiling(System):
 
     def setup(self, dburl: str) -> None:
         with self.connect(dburl) as conn:
-            conn.execute(schema_sql(self.ctx.repo_dir))
+            for script in schema_sql(self.ctx.repo_dir):
+                conn.execute(script)
 
     def enqueue(self, dburl: str, n: int) -> None:
         with self.connect(dburl) as conn:
