@@ -325,9 +325,15 @@ def _payload_encoder() -> Callable[[Any], str]:
         return _ENCODER.encode
     enc = _ENCODER
     settings = (
-        enc.default, json.encoder.encode_basestring, enc.indent, enc.key_separator,
-        enc.item_separator, enc.sort_keys, enc.skipkeys, enc.allow_nan,
-    )  # fmt: skip
+        enc.default,
+        json.encoder.encode_basestring,
+        enc.indent,
+        enc.key_separator,
+        enc.item_separator,
+        enc.sort_keys,
+        enc.skipkeys,
+        enc.allow_nan,
+    )
 
     def encode(value: Any) -> str:
         return "".join(make({}, *settings)(value, 0))

@@ -246,7 +246,7 @@ def _jsonl_chunks(stream: IO[bytes]) -> Iterator[list[Any]]:
         try:
             fields = loads(line)
         except (ValueError, RecursionError):
-            decode_json(line, source=f"line {number}")  # raises its one-line error
+            fields = decode_json(line, source=f"line {number}")  # raises its one-line error
         if not isinstance(fields, dict) or "type" not in fields or not fields.keys() <= JSONL_KEYS:
             _refuse_fields(fields, f"line {number}")
         options = dict(trace)
