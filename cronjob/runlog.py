@@ -26,7 +26,7 @@ from collections import deque
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from cronjob.text import redact
+from cronjob.text import printable, redact
 
 MAX_EVENTS = 100
 MAX_BYTES = 32_768
@@ -186,3 +186,23 @@ def _record_event(record: logging.LogRecord) -> dict[str, Any]:
     if record.exc_info and record.exc_info[0] is not None:
         event["exception"] = "".join(traceback.format_exception(*record.exc_info))
     return event
+
+
+def event_line(event: dict[str, Any]) -> tuple[str, str | None]:
+    """One kept event as `show` and the dashboard print it: its time of day, level, message
+    and the fields beyond the run's own (the attempt's line says those) on one line; and its
+    exception's text, if it has one. Both printable: a kept event is whatever was logged."""
+    event = dict(event)
+    moment = str(event.pop("timestamp", "") or "")
+    level = str(event.pop("level", "") or "")
+    message = str(event.pop("event", "") or "")
+    exception = event.pop("exception", None)
+    shown = [(key, value) for key, value in event.items() if key not in RUN_FIELDS]
+    extra = "  ".join(f"{key}={_shown(value)}" for key, value in shown)
+    line = f"{moment[11:23] or '?':<12}  {level:<7}  {message}" + (f"  {extra}" if extra else "")
+    text = printable(str(exception).rstrip(), keep_newlines=True) if exception else None
+    return printable(line.rstrip()), text
+
+
+def _shown(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)

@@ -258,3 +258,27 @@ def test_commands_but_web_import_nothing_of_the_dashboard_or_its_libraries(db_ur
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_runs_page_shows_what_each_attempt_logged_as_show_prints_it(db_url, conn):
+    run_id = insert_run(conn, "test.chatty")
+    conn.execute(
+        "INSERT INTO job_run_logs (run_id, attempt, worker, outcome, events, trimmed)"
+        " VALUES (%s, 1, 'host:7', 'failed', %s, 3)",
+        [
+            run_id,
+            '[{"timestamp": "2026-11-26T10:00:00.123456Z", "level": "warning",'
+            ' "event": "<script>alert(1)</script> slow", "run_id": 1, "bank": "acme",'
+            ' "exception": "Traceback:\\n  boom"}, "not an object"]',
+        ],
+    )
+    with serving(dashboard(db_url)) as base:
+        page = request(f"{base}/runs/{run_id}").body
+    logged = page.split('id="run-log-1">', 1)[1].split("</pre>", 1)[0]
+    assert logged.splitlines() == [
+        "10:00:00.123  warning  &lt;script&gt;alert(1)&lt;/script&gt; slow  bank=acme",
+        "    Traceback:",
+        "      boom",
+    ]
+    assert "Attempt #1 <small>failed, worker host:7" in page
+    assert "3 earlier events not kept." in page

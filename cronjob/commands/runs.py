@@ -540,31 +540,16 @@ def _moment(pair: tuple[Any, Any]) -> Any:
 def _echo_events(log: Any) -> None:
     """A run log's events, one a line, deeper than the attempt's own line; the run's own
     fields, which `ctx.log` binds to each of them, are the attempt's line already."""
-    from cronjob.runlog import RUN_FIELDS
+    from cronjob.runlog import event_line
 
     if log.trimmed:
         click.echo(f"{TEXT_INDENT}({log.trimmed} earlier events not kept)")
     for event in log.events:
-        if not isinstance(event, dict):
-            continue
-        event = dict(event)
-        moment = str(event.pop("timestamp", "") or "")
-        level = str(event.pop("level", "") or "")
-        message = str(event.pop("event", "") or "")
-        exception = event.pop("exception", None)
-        shown = [(key, value) for key, value in event.items() if key not in RUN_FIELDS]
-        extra = "  ".join(f"{key}={_shown(value)}" for key, value in shown)
-        line = f"{moment[11:23] or '?':<12}  {level:<7}  {message}" + (
-            f"  {extra}" if extra else ""
-        )
-        click.echo(TEXT_INDENT + printable(line.rstrip()))
-        if exception:
-            text = printable(str(exception).rstrip(), keep_newlines=True)
-            click.echo(_indented(_indented(text)))
-
-
-def _shown(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        if isinstance(event, dict):
+            line, exception = event_line(event)
+            click.echo(TEXT_INDENT + line)
+            if exception:
+                click.echo(_indented(_indented(exception)))
 
 
 def _indented(text: str) -> str:
