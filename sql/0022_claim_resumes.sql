@@ -85,7 +85,11 @@ END
 $$;
 
 -- The full claim (as in 0021), each tenant's scan starting at the first waiting run the walk
--- found for it rather than at the front of its dead entries.
+-- found for it rather than at the front of its dead entries. The job type is tested as
+-- `(... = ANY(types)) IS TRUE`, which no index can answer: else, with the scan's start key on
+-- (run_at, id), job_runs_waiting_by_type answers every condition, and a planner without
+-- statistics (a fresh table after a burst of enqueues) takes it and sorts a type's whole
+-- backlog, where job_runs_dispatch gives the runs in order and stops after the share.
 CREATE OR REPLACE FUNCTION jobrunner_claimable_fair(types text[], wanted integer,
                                                     cursor_priority integer, cursor_tenant text,
                                                     now timestamptz)
@@ -113,7 +117,7 @@ BEGIN
             WHERE r.status IN ('queued', 'failed') AND r.priority = walked.priority
               AND coalesce(r.tenant_id, '') = walked.tenant
               AND (r.run_at, r.id) >= (walked.first_run_at, walked.first_id)
-              AND r.run_at <= now AND r.job_type = ANY(types)
+              AND r.run_at <= now AND (r.job_type = ANY(types)) IS TRUE
               AND (NOT r.exclusive OR jobrunner_exclusive_run_is_next(r))
             ORDER BY r.run_at, r.id
             LIMIT ceil(wanted::numeric / walked.peers)
@@ -133,7 +137,7 @@ BEGIN
         handed := handed || ARRAY(
             SELECT r.id FROM job_runs r
             WHERE r.status IN ('queued', 'failed') AND r.run_at <= now
-              AND r.job_type = ANY(types) AND r.id <> ALL(ids)
+              AND (r.job_type = ANY(types)) IS TRUE AND r.id <> ALL(ids)
               AND (NOT r.exclusive OR jobrunner_exclusive_run_is_next(r))
             ORDER BY r.priority, coalesce(r.tenant_id, ''), r.run_at, r.id
             LIMIT wanted - cardinality(handed)
@@ -150,7 +154,8 @@ $$;
 -- there. What it cannot see: a tenant the tick has not met since its last full claim, and a
 -- run that became due behind a floor (enqueued with a run_at already past, or passed over
 -- while another claim held it); the tick's next full claim finds them (cronjob/tick/resume.py says
--- when that is). With no floors (NULL) it is the full claim.
+-- when that is). With no floors (NULL) it is the full claim. The job type is tested as in
+-- jobrunner_claimable_fair, for the same reason.
 CREATE FUNCTION jobrunner_claimable_resumed(types text[], wanted integer,
                                             cursor_priority integer, cursor_tenant text,
                                             now timestamptz, floor_priorities integer[],
@@ -197,7 +202,7 @@ BEGIN
             WHERE r.status IN ('queued', 'failed') AND r.priority = walked.priority
               AND coalesce(r.tenant_id, '') = walked.tenant
               AND (r.run_at, r.id) > (walked.run_at, walked.id)
-              AND r.run_at <= now AND r.job_type = ANY(types)
+              AND r.run_at <= now AND (r.job_type = ANY(types)) IS TRUE
               AND (NOT r.exclusive OR jobrunner_exclusive_run_is_next(r))
             ORDER BY r.run_at, r.id
             LIMIT ceil(wanted::numeric / walked.peers)

@@ -435,8 +435,11 @@ def test_a_claim_walks_the_dispatch_index_in_order_even_before_any_statistics(co
 
     claim = {"job_types": ["test.ok"], "leases": [60], "max_attempts": [5], "worker": "w:1"}
     first = store.runs_claim_many(conn, limit=100, **claim)
+    # The second claim resumes after the first (tick/resume.py).
+    floors = {(run.priority, run.tenant_id or ""): (run.run_at, run.id) for run in first}
+    done = [transitions.succeeded(r) for r in first]
     store.runs_finalize_and_claim_many(
-        conn, [transitions.succeeded(r) for r in first], limit=100, **claim
+        conn, done, limit=100, floors=floors, after=first[-1], **claim
     )
 
     # Each claim locks its runs in one statement: a range scan of one tenant's runs.
