@@ -3,7 +3,7 @@
 Every door derives from `RunOptions`. `enqueue()` and `enqueue_async()` take its keys as
 keywords; `jobrunner enqueue` makes an option of each key that has a `flag`; a `--jsonl`
 line takes each key's `key`; the Django backend fills the keys a task sets; and the
-insert statement (queries.runs) sends each key's array and writes its `column`. Runs that
+insert statement (queries.enqueue) sends each key's array and writes its `column`. Runs that
 set no `keyed` option may go in by COPY instead, which writes the same columns: what the
 insert computes with an option's `expression`, the COPY computes with its `copied`. An
 option that can be enqueued is one entry below, plus the migration that adds its column

@@ -43,7 +43,7 @@
 -- Every role reads jobrunner_migrations (each command checks the schema version); none but
 -- the owner can create, alter, drop or truncate anything. The enqueuer reads the id, type,
 -- tenant and key of runs through column grants rather than a SECURITY DEFINER function: the
--- insert of cronjob/queries/runs.py stays one statement, whatever options a release adds,
+-- insert of cronjob/queries/enqueue.py stays one statement, whatever options a release adds,
 -- and the role sees no payload, error, traceback or return value. The operator does not
 -- read payloads either: give a person who operates jobrunner_reader as well.
 --

@@ -11,7 +11,7 @@ import psycopg
 
 from cronjob import store
 from cronjob.api import insert_runs, new_run
-from cronjob.queries.runs import RUNS_INSERT_MANY, runs_insert_many_sending
+from cronjob.queries.enqueue import RUNS_INSERT_MANY, runs_insert_many_sending
 from cronjob.queries.tasks import TASK_RESULT_GET_BY_RESULT_ID, TASK_TYPES_WAITING
 from tests.factories import insert_runs as insert_runs_by_sql
 

@@ -6,8 +6,9 @@ One module per table or concern, each run by the store module of the same name
 | module        | its statements                                                          |
 |---------------|-------------------------------------------------------------------------|
 | `preflight`   | what an idle tick and migrate ask: is there work, the migrations, waits |
-| `runs`        | a run's life: insert, claim, finalize, heartbeat, hand back, rescue,    |
-|               | read, retry and cancel by id, the handler's transaction, prune          |
+| `enqueue`     | a run's enqueue: insert (or find who holds its key), bulk copy, replace |
+| `runs`        | a run's life: claim, finalize, heartbeat, hand back, rescue, read,      |
+|               | retry and cancel by id, the handler's transaction, prune                |
 | `definitions` | schedules: definitions, materializing, health, pings, skips, sync lock  |
 | `incidents`   | an operator's selections of runs, paused job types, the audit trail     |
 | `limits`      | job type limits: set, cleared, listed, what they hold back              |

@@ -41,7 +41,7 @@ MIGRATIONS_LOCK_ALONE_TRY = "SELECT pg_try_advisory_xact_lock(29958816149106291)
 MIGRATIONS_LOCK_ALONE_HOLD = "SELECT set_config('idle_in_transaction_session_timeout', '0', true)"
 
 # -- waiting for another host: for the migration lock, the sync lock (queries.definitions)
-# or the keyed batch lock of enqueue (queries.runs) --
+# or the keyed batch lock of enqueue (queries.enqueue) --
 
 # A host that queues behind another's migration, sync or batch waits for as long as the
 # caller allows rather than the runner's 5 s lock_timeout (and 30 s statement_timeout);

@@ -10,8 +10,8 @@ All of them are reached through this one, `store.<name>`:
 - `preflight`, what runs before anything is known: migrating, checking the schema
   version, asking whether a tick has work. It builds no models, so an idle tick,
   which asks and leaves, never imports them.
-- the rest (`runs`, `definitions`, `tally`, `effects`, `incidents`, `limits`, `tasks`,
-  `server`, `dashboard`), which read and write as models: each imported the first time one
+- the rest (`runs`, `enqueue`, `definitions`, `tally`, `effects`, `incidents`, `limits`,
+  `tasks`, `server`, `dashboard`), which read and write as models: each imported the first time one
   of its names is used.
 """
 
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from cronjob.store.dashboard import *  # noqa: F403
     from cronjob.store.definitions import *  # noqa: F403
     from cronjob.store.effects import *  # noqa: F403
+    from cronjob.store.enqueue import *  # noqa: F403
     from cronjob.store.incidents import *  # noqa: F403
     from cronjob.store.limits import *  # noqa: F403
     from cronjob.store.runs import *  # noqa: F403
@@ -63,6 +64,7 @@ __all__ = [
 # after its own.
 _MODULES = (
     "runs",
+    "enqueue",
     "definitions",
     "tally",
     "effects",
