@@ -1,10 +1,10 @@
 """Pure decisions: what a handler's outcome means for its run.
 
 Every legal move of a run's status, and the statement that makes it: in queries.runs,
-but the enqueue (queries.enqueue), materializing (queries.definitions) and an operator's retry or cancel of a selection
-(queries.incidents). [fenced]: the write happens only while the row is `running` under the
-caller's lease token (the lease fence, `queries._lease_fence`), so a worker that lost its
-lease can never overwrite a newer outcome.
+but the enqueue (queries.enqueue), materializing (queries.definitions) and an operator's
+retry or cancel of a selection (queries.incidents). [fenced]: the write happens only while
+the row is `running` under the caller's lease token (the lease fence,
+`queries._lease_fence`), so a worker that lost its lease can never overwrite a newer outcome.
 
   enqueue (RUNS_INSERT_MANY), materialize (RUNS_MATERIALIZE_*)
       (new row)                     -> queued

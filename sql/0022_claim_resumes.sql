@@ -103,6 +103,11 @@ DECLARE
     turns integer[] := '{}';
     steps integer[] := '{}';
     handed bigint[];
+    -- The lowest first waiting run among the pairs walked: where the fill below starts.
+    low_priority integer;
+    low_tenant text;
+    low_run_at timestamptz;
+    low_id bigint;
 BEGIN
     IF wanted <= 0 OR cardinality(types) = 0 THEN
         RETURN '{}';
@@ -112,6 +117,14 @@ BEGIN
                count(*) OVER (PARTITION BY w.priority) AS peers
         FROM jobrunner_tenant_walk(cursor_priority, cursor_tenant, wanted) w
     LOOP
+        IF low_priority IS NULL
+           OR (walked.priority, walked.tenant, walked.first_run_at, walked.first_id)
+              < (low_priority, low_tenant, low_run_at, low_id) THEN
+            low_priority := walked.priority;
+            low_tenant := walked.tenant;
+            low_run_at := walked.first_run_at;
+            low_id := walked.first_id;
+        END IF;
         got := ARRAY(
             SELECT r.id FROM job_runs r
             WHERE r.status IN ('queued', 'failed') AND r.priority = walked.priority
@@ -131,12 +144,14 @@ BEGIN
         SELECT u.id FROM unnest(ids, priorities, turns, steps) AS u(id, priority, turn, step)
         ORDER BY u.priority, u.turn, u.step
         LIMIT wanted);
-    IF cardinality(handed) < wanted THEN
+    IF cardinality(handed) < wanted AND low_priority IS NOT NULL THEN
         -- Runs this claim locked and left (a share rounded up) are its own: SKIP LOCKED would
-        -- not skip them.
+        -- not skip them. From the lowest first run walked, not from the front of the dead.
         handed := handed || ARRAY(
             SELECT r.id FROM job_runs r
             WHERE r.status IN ('queued', 'failed') AND r.run_at <= now
+              AND (r.priority, coalesce(r.tenant_id, ''), r.run_at, r.id)
+                  >= (low_priority, low_tenant, low_run_at, low_id)
               AND (r.job_type = ANY(types)) IS TRUE AND r.id <> ALL(ids)
               AND (NOT r.exclusive OR jobrunner_exclusive_run_is_next(r))
             ORDER BY r.priority, coalesce(r.tenant_id, ''), r.run_at, r.id

@@ -59,10 +59,17 @@ def test_a_claim_that_resumes_reads_no_more_for_every_run_claimed_behind_a_held_
         full = store.runs_claim_many(conn, limit=100, after=runs[-1], **CLAIM)
         full_read = entries_read(conn) - before
         assert len(full) == 100
+        # A full claim that comes back short fills from the first waiting run the walk found,
+        # not from the front again.
+        before = entries_read(conn)
+        last = store.runs_claim_many(conn, limit=1000, after=full[-1], **CLAIM)
+        last_read = entries_read(conn) - before
+        assert len(last) == 300
     # 2,500 dead entries later, a claim that resumes reads what the first one did: about the
     # runs it takes. A full claim walks the dead entries.
     assert max(read) <= 110, read
     assert full_read > 2600, full_read
+    assert last_read < 2 * 2700, last_read
 
 
 def test_a_run_due_behind_the_floors_is_left_to_the_next_full_claim(conn):
