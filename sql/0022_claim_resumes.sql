@@ -84,74 +84,97 @@ BEGIN
 END
 $$;
 
--- The full claim (as in 0021), each tenant's scan starting at the first waiting run the walk
--- found for it rather than at the front of its dead entries. The job type is tested as
+-- What both claims below share: each (priority, tenant) pair given (parallel arrays, in the
+-- order the walk gives them) gets an equal share of `wanted` among the pairs of its priority,
+-- its earliest due runs from (`from_run_ats`, `from_ids`) on, locked. Returns every run locked,
+-- in the order they are handed to the workers: by priority, then turn by turn, pair after pair
+-- (a share rounded up may lock more than `wanted`). The job type is tested as
 -- `(... = ANY(types)) IS TRUE`, which no index can answer: else, with the scan's start key on
 -- (run_at, id), job_runs_waiting_by_type answers every condition, and a planner without
 -- statistics (a fresh table after a burst of enqueues) takes it and sorts a type's whole
 -- backlog, where job_runs_dispatch gives the runs in order and stops after the share.
+CREATE FUNCTION jobrunner_claimable_shares(types text[], wanted integer,
+                                           pair_priorities integer[], pair_tenants text[],
+                                           from_run_ats timestamptz[], from_ids bigint[],
+                                           now timestamptz)
+RETURNS bigint[]
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    pair record;
+    got bigint[];
+    ids bigint[] := '{}';
+    priorities integer[] := '{}';
+    turns integer[] := '{}';
+    steps integer[] := '{}';
+BEGIN
+    FOR pair IN
+        SELECT u.*, count(*) OVER (PARTITION BY u.priority) AS peers
+        FROM unnest(pair_priorities, pair_tenants, from_run_ats, from_ids)
+            WITH ORDINALITY AS u(priority, tenant, run_at, id, step)
+        ORDER BY u.step
+    LOOP
+        got := ARRAY(
+            SELECT r.id FROM job_runs r
+            WHERE r.status IN ('queued', 'failed') AND r.priority = pair.priority
+              AND coalesce(r.tenant_id, '') = pair.tenant
+              AND (r.run_at, r.id) >= (pair.run_at, pair.id)
+              AND r.run_at <= now AND (r.job_type = ANY(types)) IS TRUE
+              AND (NOT r.exclusive OR jobrunner_exclusive_run_is_next(r))
+            ORDER BY r.run_at, r.id
+            LIMIT ceil(wanted::numeric / pair.peers)
+            FOR UPDATE SKIP LOCKED);
+        ids := ids || got;
+        priorities := priorities || array_fill(pair.priority, ARRAY[cardinality(got)]);
+        turns := turns || ARRAY(SELECT generate_series(1, cardinality(got)));
+        steps := steps || array_fill(pair.step::integer, ARRAY[cardinality(got)]);
+    END LOOP;
+    RETURN ARRAY(
+        SELECT u.id FROM unnest(ids, priorities, turns, steps) AS u(id, priority, turn, step)
+        ORDER BY u.priority, u.turn, u.step);
+END
+$$;
+
+-- The full claim (as in 0021): the pairs of the walk, each tenant's scan starting at the first
+-- waiting run the walk found for it rather than at the front of its dead entries; a claim
+-- that comes back short fills up in dispatch order from the lowest of those runs.
 CREATE OR REPLACE FUNCTION jobrunner_claimable_fair(types text[], wanted integer,
                                                     cursor_priority integer, cursor_tenant text,
                                                     now timestamptz)
 RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-    walked record;
-    got bigint[];
-    ids bigint[] := '{}';
-    priorities integer[] := '{}';
-    turns integer[] := '{}';
-    steps integer[] := '{}';
+    walk record;
+    low record;
+    ids bigint[];
     handed bigint[];
-    -- The lowest first waiting run among the pairs walked: where the fill below starts.
-    low_priority integer;
-    low_tenant text;
-    low_run_at timestamptz;
-    low_id bigint;
 BEGIN
     IF wanted <= 0 OR cardinality(types) = 0 THEN
         RETURN '{}';
     END IF;
-    FOR walked IN
-        SELECT w.priority, w.tenant, w.step, w.first_run_at, w.first_id,
-               count(*) OVER (PARTITION BY w.priority) AS peers
-        FROM jobrunner_tenant_walk(cursor_priority, cursor_tenant, wanted) w
-    LOOP
-        IF low_priority IS NULL
-           OR (walked.priority, walked.tenant, walked.first_run_at, walked.first_id)
-              < (low_priority, low_tenant, low_run_at, low_id) THEN
-            low_priority := walked.priority;
-            low_tenant := walked.tenant;
-            low_run_at := walked.first_run_at;
-            low_id := walked.first_id;
-        END IF;
-        got := ARRAY(
-            SELECT r.id FROM job_runs r
-            WHERE r.status IN ('queued', 'failed') AND r.priority = walked.priority
-              AND coalesce(r.tenant_id, '') = walked.tenant
-              AND (r.run_at, r.id) >= (walked.first_run_at, walked.first_id)
-              AND r.run_at <= now AND (r.job_type = ANY(types)) IS TRUE
-              AND (NOT r.exclusive OR jobrunner_exclusive_run_is_next(r))
-            ORDER BY r.run_at, r.id
-            LIMIT ceil(wanted::numeric / walked.peers)
-            FOR UPDATE SKIP LOCKED);
-        ids := ids || got;
-        priorities := priorities || array_fill(walked.priority, ARRAY[cardinality(got)]);
-        turns := turns || ARRAY(SELECT generate_series(1, cardinality(got)));
-        steps := steps || array_fill(walked.step, ARRAY[cardinality(got)]);
-    END LOOP;
-    handed := ARRAY(
-        SELECT u.id FROM unnest(ids, priorities, turns, steps) AS u(id, priority, turn, step)
-        ORDER BY u.priority, u.turn, u.step
-        LIMIT wanted);
-    IF cardinality(handed) < wanted AND low_priority IS NOT NULL THEN
+    SELECT array_agg(w.priority ORDER BY w.step) AS priorities,
+           array_agg(w.tenant ORDER BY w.step) AS tenants,
+           array_agg(w.first_run_at ORDER BY w.step) AS run_ats,
+           array_agg(w.first_id ORDER BY w.step) AS ids
+    INTO walk
+    FROM jobrunner_tenant_walk(cursor_priority, cursor_tenant, wanted) w;
+    IF walk.priorities IS NULL THEN  -- nothing waits
+        RETURN '{}';
+    END IF;
+    ids := jobrunner_claimable_shares(types, wanted, walk.priorities, walk.tenants,
+                                      walk.run_ats, walk.ids, now);
+    handed := ids[1:wanted];
+    IF cardinality(handed) < wanted THEN
+        SELECT u.* INTO low
+        FROM unnest(walk.priorities, walk.tenants, walk.run_ats, walk.ids)
+            AS u(priority, tenant, run_at, id)
+        ORDER BY u.priority, u.tenant, u.run_at, u.id LIMIT 1;
         -- Runs this claim locked and left (a share rounded up) are its own: SKIP LOCKED would
-        -- not skip them. From the lowest first run walked, not from the front of the dead.
+        -- not skip them.
         handed := handed || ARRAY(
             SELECT r.id FROM job_runs r
             WHERE r.status IN ('queued', 'failed') AND r.run_at <= now
               AND (r.priority, coalesce(r.tenant_id, ''), r.run_at, r.id)
-                  >= (low_priority, low_tenant, low_run_at, low_id)
+                  >= (low.priority, low.tenant, low.run_at, low.id)
               AND (r.job_type = ANY(types)) IS TRUE AND r.id <> ALL(ids)
               AND (NOT r.exclusive OR jobrunner_exclusive_run_is_next(r))
             ORDER BY r.priority, coalesce(r.tenant_id, ''), r.run_at, r.id
@@ -168,9 +191,8 @@ $$;
 -- starts at the front of a tenant's runs, so none walks the dead entries a held snapshot keeps
 -- there. What it cannot see: a tenant the tick has not met since its last full claim, and a
 -- run that became due behind a floor (enqueued with a run_at already past, or passed over
--- while another claim held it); the tick's next full claim finds them (cronjob/tick/resume.py says
--- when that is). With no floors (NULL) it is the full claim. The job type is tested as in
--- jobrunner_claimable_fair, for the same reason.
+-- while another claim held it); the tick's next full claim finds them (cronjob/tick/resume.py
+-- says when that is). With no floors (NULL) it is the full claim.
 CREATE FUNCTION jobrunner_claimable_resumed(types text[], wanted integer,
                                             cursor_priority integer, cursor_tenant text,
                                             now timestamptz, floor_priorities integer[],
@@ -179,12 +201,7 @@ CREATE FUNCTION jobrunner_claimable_resumed(types text[], wanted integer,
 RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-    walked record;
-    got bigint[];
-    ids bigint[] := '{}';
-    priorities integer[] := '{}';
-    turns integer[] := '{}';
-    steps integer[] := '{}';
+    known record;
 BEGIN
     IF floor_priorities IS NULL THEN
         RETURN jobrunner_claimable_fair(types, wanted, cursor_priority, cursor_tenant, now);
@@ -194,43 +211,26 @@ BEGIN
     END IF;
     -- The pairs in the order the walk would give them: the priorities before the cursor's,
     -- that priority's tenants after the cursor's and then up to it, the priorities after.
-    FOR walked IN
-        SELECT k.*, count(*) OVER (PARTITION BY k.priority) AS peers
-        FROM (
-            SELECT f.priority, f.tenant, f.run_at, f.id,
-                   row_number() OVER (ORDER BY f.phase, f.priority, f.tenant)::integer AS step
-            FROM (
-                SELECT u.*, CASE WHEN u.priority < cursor_priority THEN 1
-                                 WHEN u.priority = cursor_priority
-                                      AND u.tenant > cursor_tenant THEN 2
-                                 WHEN u.priority = cursor_priority THEN 3
-                                 ELSE 4 END AS phase
-                FROM unnest(floor_priorities, floor_tenants, floor_run_ats, floor_ids)
-                    AS u(priority, tenant, run_at, id)
-            ) f
-            ORDER BY step LIMIT wanted
-        ) k
-        ORDER BY k.step
-    LOOP
-        got := ARRAY(
-            SELECT r.id FROM job_runs r
-            WHERE r.status IN ('queued', 'failed') AND r.priority = walked.priority
-              AND coalesce(r.tenant_id, '') = walked.tenant
-              AND (r.run_at, r.id) > (walked.run_at, walked.id)
-              AND r.run_at <= now AND (r.job_type = ANY(types)) IS TRUE
-              AND (NOT r.exclusive OR jobrunner_exclusive_run_is_next(r))
-            ORDER BY r.run_at, r.id
-            LIMIT ceil(wanted::numeric / walked.peers)
-            FOR UPDATE SKIP LOCKED);
-        ids := ids || got;
-        priorities := priorities || array_fill(walked.priority, ARRAY[cardinality(got)]);
-        turns := turns || ARRAY(SELECT generate_series(1, cardinality(got)));
-        steps := steps || array_fill(walked.step, ARRAY[cardinality(got)]);
-    END LOOP;
-    RETURN ARRAY(
-        SELECT u.id FROM unnest(ids, priorities, turns, steps) AS u(id, priority, turn, step)
-        ORDER BY u.priority, u.turn, u.step
-        LIMIT wanted);
+    -- Each from just after its floor: ids are whole numbers, so > (run_at, id) is
+    -- >= (run_at, id + 1).
+    SELECT array_agg(k.priority ORDER BY k.step) AS priorities,
+           array_agg(k.tenant ORDER BY k.step) AS tenants,
+           array_agg(k.run_at ORDER BY k.step) AS run_ats,
+           array_agg(k.id + 1 ORDER BY k.step) AS ids
+    INTO known
+    FROM (
+        SELECT u.*, row_number() OVER (
+            ORDER BY CASE WHEN u.priority < cursor_priority THEN 1
+                          WHEN u.priority = cursor_priority AND u.tenant > cursor_tenant THEN 2
+                          WHEN u.priority = cursor_priority THEN 3
+                          ELSE 4 END,
+                     u.priority, u.tenant) AS step
+        FROM unnest(floor_priorities, floor_tenants, floor_run_ats, floor_ids)
+            AS u(priority, tenant, run_at, id)
+        ORDER BY step LIMIT wanted
+    ) k;
+    RETURN (jobrunner_claimable_shares(types, wanted, known.priorities, known.tenants,
+                                       known.run_ats, known.ids, now))[1:wanted];
 END
 $$;
 
