@@ -582,7 +582,9 @@ def test_results_read_without_time_zones_when_use_tz_is_off(project: str) -> Non
     from shop.tasks import explode
 
     result = explode.enqueue("boom")
-    tick(project)
+    # At a fixed now: its retry, due up to a second later (backoff with full jitter), waits
+    # for the next tick however long this one takes to end.
+    tick(project, now=db_now(project))
     with override_settings(USE_TZ=False):
         read = explode.get_result(result.id)
         assert read.enqueued_at.tzinfo is None and read.last_attempted_at.tzinfo is None
