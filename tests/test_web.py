@@ -282,3 +282,70 @@ def test_a_runs_page_shows_what_each_attempt_logged_as_show_prints_it(db_url, co
     ]
     assert "Attempt #1 <small>failed, worker host:7" in page
     assert "3 earlier events not kept." in page
+
+
+class _Recorded:
+    """The statements a connection ran, with their parameters (its cursors record them)."""
+
+    statements: list = []
+
+    @classmethod
+    def cursor_class(cls):
+        import psycopg
+
+        class Recording(psycopg.Cursor):
+            def execute(self, query, params=None, **kwargs):
+                cls.statements.append((query, params))
+                return super().execute(query, params, **kwargs)
+
+        return Recording
+
+
+def _rows_read(plan: dict) -> int:
+    """Rows the scans of an EXPLAIN ANALYZE plan read: those they kept and those they threw
+    away, every loop of each."""
+    read = 0
+    if "Scan" in plan["Node Type"]:
+        kept = plan["Actual Rows"] + plan.get("Rows Removed by Filter", 0)
+        read += int((kept + plan.get("Rows Removed by Index Recheck", 0)) * plan["Actual Loops"])
+    return read + sum(_rows_read(child) for child in plan.get("Plans", []))
+
+
+@pytest.mark.parametrize(
+    "filters",
+    [
+        {"status": "queued", "type": "hog"},
+        {"status": "queued,failed", "tenant": "acme"},
+        {"status": "queued,running", "type": "hog", "tenant": "acme"},
+        {"status": "queued"},
+    ],
+)
+def test_a_page_of_waiting_runs_reads_a_window_however_long_the_backlog(db_url, filters):
+    import json
+
+    import psycopg
+
+    from cronjob import store
+    from cronjob.web import pages
+
+    backlog = 100_000
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        insert_runs(conn, 50_000, "done", status="succeeded", tenant_id="acme")
+        insert_runs(conn, backlog, "hog", tenant_id="acme")
+        insert_runs(conn, 10, "hog", status="running", tenant_id="acme")
+        conn.execute("ANALYZE job_runs")
+        conn.cursor_factory = _Recorded.cursor_class()
+        _Recorded.statements.clear()
+        selection = pages.run_selection(conn, filters)
+        page = store.runs_list_page(
+            conn,
+            selection,
+            before=None,
+            limit=pages.PAGE_SIZE,
+            window=pages.run_window(selection),
+        )
+        query, params = _Recorded.statements[-1]
+        [[plan]] = conn.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {query}", params).fetchone()
+    assert len(page.runs) == pages.PAGE_SIZE
+    read = _rows_read(plan["Plan"])
+    assert read <= pages.RUN_WINDOW + 100, json.dumps(plan, indent=1)

@@ -49,7 +49,10 @@ LIMIT %(limit)s
 
 # A page of unfinished runs only: each arm names the statuses of a partial index (runnable,
 # running) in its own words, so that the index is what finds its rows whatever the history,
-# rather than a walk down the primary key past every finished run.
+# rather than a walk down the primary key past every finished run. Neither index is in id
+# order, so an arm reads all it finds to sort it: the running arm as many runs as are
+# running, the waiting arm the ids of the window at most (`floor`, through the primary key),
+# whatever the backlog.
 RUNS_LIST_PAGE_UNFINISHED = f"""
 SELECT * FROM (
     SELECT {_RUN_PAGE_COLUMNS} FROM job_runs
@@ -58,7 +61,7 @@ SELECT * FROM (
     SELECT {_RUN_PAGE_COLUMNS} FROM job_runs
     WHERE status = 'running' AND status = ANY(%(statuses)s::text[]){_RUNS_PAGE_FILTER}
 ) AS unfinished
-WHERE id < %(before)s
+WHERE id < %(before)s AND id >= %(floor)s
 ORDER BY id DESC
 LIMIT %(limit)s
 """

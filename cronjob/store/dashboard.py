@@ -19,6 +19,8 @@ from cronjob.store.incidents import AUDIT_SAMPLE
 NO_ID_ABOVE = 2**63 - 1
 # The statuses the partial indexes over runnable and running runs hold.
 UNFINISHED = frozenset({"queued", "failed", "running"})
+# The status of the runs that hold a lease: as many as the ticks run at once.
+RUNNING = frozenset({"running"})
 
 
 @dataclass(frozen=True)
@@ -50,8 +52,9 @@ def runs_list_page(
 
     With a `window`, the page reads at most that many ids below its start: the next page
     (`older`) goes on below them. Without one, the page reads down to the oldest run, which
-    only an indexed selection should ask for: none at all (the primary key), or unfinished
-    statuses only (the partial indexes over them).
+    only a selection an index bounds should ask for: none at all (the primary key), or
+    running runs only (their partial index). Waiting runs have no index in id order: a page
+    of them needs the window however long the backlog (the primary key's range bounds it).
     """
     lowest, highest = conn.execute(queries.RUNS_LIST_PAGE_BOUNDS).fetchone()
     if highest is None:

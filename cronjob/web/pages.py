@@ -193,7 +193,7 @@ def runs(request: Any) -> Any:
     with _connection(request) as conn:
         selection = run_selection(conn, params)
         page = store.runs_list_page(
-            conn, selection, before=before, limit=PAGE_SIZE, window=_window(selection)
+            conn, selection, before=before, limit=PAGE_SIZE, window=run_window(selection)
         )
         view = health.read_overview(conn)
     filters = {name: params.get(name, "") for name in RUN_FILTERS}
@@ -203,7 +203,7 @@ def runs(request: Any) -> Any:
         page=page,
         filters=filters,
         filtered=selection.filtered,
-        windowed=_window(selection) is not None,
+        windowed=run_window(selection) is not None,
         before=before,
         now=view.now,
         counts=_counts_for(view, selection),
@@ -212,14 +212,16 @@ def runs(request: Any) -> Any:
     )
 
 
-def _window(selection: Selection) -> int | None:
-    """No window when an index finds the runs whatever the history: no filter at all (the
-    primary key), or unfinished statuses only (the partial indexes over them)."""
+def run_window(selection: Selection) -> int | None:
+    """No window when an index finds the runs whatever the history and the backlog: no
+    filter at all (the primary key), or running runs only (their partial index holds as many
+    as are running). Waiting runs are as many as were enqueued: no index lists them newest
+    first, so a page of them searches a window of ids, as a filter over history does."""
     from cronjob import store
 
     if not selection.filtered:
         return None
-    if selection.statuses and set(selection.statuses) <= store.UNFINISHED:
+    if selection.statuses and set(selection.statuses) <= store.RUNNING:
         return None
     return RUN_WINDOW
 
