@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from cronjob.errors import BadInput
-from cronjob.web.pages import RUN_FILTERS, base_path, dashboard_of, link, render
+from cronjob.web.pages import RUN_FILTERS, base_path, checked_parameter, dashboard_of, link, render
 
 # A form of the dashboard's is a few fields; anything much larger is not one of its forms.
 MAX_FORM_BYTES = 64_000
@@ -208,7 +208,7 @@ async def act_on_schedule(request: Any) -> Any:
 
     def work(conn: Any, form: dict[str, str], actor: str) -> str:
         command = _chosen(form.get("command"), SCHEDULE_COMMANDS)
-        name, reason = form.get("name", ""), _reason(form)
+        name, reason = checked_parameter(form.get("name", ""), "schedule name"), _reason(form)
         if command == "pause":
             audit_id = operations.pause_schedule(conn, name, actor=actor, reason=reason).audit_id
         elif command == "resume":

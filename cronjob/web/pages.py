@@ -42,6 +42,8 @@ RUN_FILTERS = {
     "until": "until",
 }
 RECENT_SHOWN = 10
+# The longest query parameter a filter takes: a list of job types or tenants.
+MAX_PARAMETER = 10_000
 UPCOMING_SHOWN = 5
 
 
@@ -176,11 +178,23 @@ def run_selection(conn: Any, params: Mapping[str, str]) -> Selection:
     from cronjob import incident
     from cronjob.inputs import parse_statuses
 
-    given = {name: params[name].strip() for name in RUN_FILTERS if params.get(name, "").strip()}
+    given = {
+        name: checked_parameter(params[name], name).strip()
+        for name in RUN_FILTERS
+        if params.get(name, "").strip()
+    }
     statuses = parse_statuses(given["status"]) if "status" in given else None
     options = {RUN_FILTERS[name]: value for name, value in given.items() if name != "status"}
     selection = incident.build_selection(None, statuses or None, options)
     return incident.with_clock(conn, selection, options)
+
+
+def checked_parameter(value: str, name: str) -> str:
+    """A query parameter or form field as text a filter or name may hold: none holds a NUL
+    (which no column can store), and none is longer than a few lists of names."""
+    from cronjob.inputs import check_text
+
+    return check_text(value, what=name, max_length=MAX_PARAMETER, allow_empty=True)
 
 
 def runs(request: Any) -> Any:
@@ -268,7 +282,7 @@ def schedule(request: Any) -> Any:
     from cronjob import definitions, store
     from cronjob.staleness import assess
 
-    name = request.path_params["name"]
+    name = checked_parameter(request.path_params["name"], "schedule name")
     with _connection(request) as conn:
         found = definitions.get(conn, name)
         health_row = store.definition_get_health(conn, found.id)
