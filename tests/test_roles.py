@@ -477,18 +477,21 @@ def test_the_reader_serves_every_page_of_the_dashboard(world: World) -> None:
 def test_a_reader_who_does_not_operate_cannot_act_from_the_dashboard(world: World) -> None:
     pytest.importorskip("starlette")
     from cronjob.web import app
-    from tests.web_server import request, serving
+    from tests.web_server import cookie_pair, request, serving
 
     run_id = world.run(status="dead", attempts=1)
-    with serving(app(world.logins[READER], allow_actions=True)) as base:
-        page = request(f"{base}/runs/{run_id}")
-        cookie = page.headers["set-cookie"].split(";")[0]
+    login = "a-login-token-for-the-tests"
+    dashboard = app(world.logins[READER], allow_actions=True, login_token=login)
+    with serving(dashboard) as base:
+        session = cookie_pair(request(f"{base}/?token={login}"), "jobrunner_session")
+        page = request(f"{base}/runs/{run_id}", headers={"Cookie": session})
+        cookie = cookie_pair(page, "jobrunner_csrf")
         token = re.search(r'name="csrf_token" value="([^"]+)"', page.body).group(1)
         answer = request(
             f"{base}/actions/runs/{run_id}",
             method="POST",
             form={"command": "retry", "csrf_token": token},
-            headers={"Cookie": cookie},
+            headers={"Cookie": f"{cookie}; {session}"},
         )
 
     assert answer.status == 403

@@ -12,9 +12,11 @@ import pytest
 
 from tests.conftest import count, run_cli
 from tests.factories import insert_run, insert_runs
-from tests.web_server import request, serving
+from tests.web_server import cookie_pair, request, serving
 
 pytest.importorskip("starlette")
+
+LOGIN_TOKEN = "a-login-token-for-the-tests"
 
 
 def dashboard(db_url: str, **options):
@@ -23,12 +25,20 @@ def dashboard(db_url: str, **options):
     return app(db_url, **options)
 
 
-def _token(base: str, path: str = "/runs/1") -> tuple[str, str]:
-    """A page's form token and the cookie that goes with it, as a browser would hold them."""
-    answer = request(base + path)
-    cookie = answer.headers["set-cookie"].split(";")[0]
+def _login(base: str) -> str:
+    """The session cookie a browser gets from the login link."""
+    answer = request(f"{base}/?token={LOGIN_TOKEN}")
+    assert answer.status == 303 and answer.headers["location"] == "/"
+    return cookie_pair(answer, "jobrunner_session")
+
+
+def _token(base: str, path: str = "/runs/1", session: str = "") -> tuple[str, str]:
+    """A page's form token and the cookies that go with it (the session's too), as a
+    browser would hold them."""
+    answer = request(base + path, headers={"Cookie": session} if session else {})
+    cookie = cookie_pair(answer, "jobrunner_csrf")
     token = re.search(r'name="csrf_token" value="([^"]+)"', answer.body).group(1)
-    return token, cookie
+    return token, "; ".join(filter(None, [cookie, session]))
 
 
 def test_every_answer_carries_the_security_headers_not_found_and_refusals_too(db_url):
@@ -65,13 +75,19 @@ def test_read_only_refuses_every_state_changing_method_and_changes_nothing(db_ur
 
 def test_a_post_without_this_browsers_form_token_is_refused(db_url, conn):
     [run_id] = insert_runs(conn, 1, "mail", status="dead")
-    with serving(dashboard(db_url, allow_actions=True)) as base:
-        token, cookie = _token(base, f"/runs/{run_id}")
-        other, _ = _token(base, f"/runs/{run_id}")
+    with serving(dashboard(db_url, allow_actions=True, login_token=LOGIN_TOKEN)) as base:
+        session = _login(base)
+        token, cookie = _token(base, f"/runs/{run_id}", session)
+        other, _ = _token(base, f"/runs/{run_id}", session)
         url = f"{base}/actions/runs/{run_id}"
         refused = [
             request(url, method="POST", form={"command": "retry"}, headers={"Cookie": cookie}),
-            request(url, method="POST", form={"command": "retry", "csrf_token": token}),
+            request(
+                url,
+                method="POST",
+                form={"command": "retry", "csrf_token": token},
+                headers={"Cookie": session},
+            ),
             request(
                 url,
                 method="POST",
@@ -118,7 +134,7 @@ def test_basic_authentication_lets_in_its_user_alone_and_records_them_as_the_act
         page = request(base + "/", headers=auth("alice:s3cret"))
         assert page.status == 200
         token = re.search(r'name="csrf_token" value="([^"]+)"', page.body).group(1)
-        cookie = page.headers["set-cookie"].split(";")[0]
+        cookie = cookie_pair(page, "jobrunner_csrf")
         paused = request(
             base + "/actions/types",
             method="POST",
@@ -160,6 +176,64 @@ def test_mounted_under_a_prefix_its_links_keep_the_prefix_and_the_hosts_user_act
         )
     assert done.status == 303 and done.headers["location"] == f"/ops/jobs/runs/{run_id}"
     assert conn.execute("SELECT actor FROM job_audit").fetchall() == [("carol",)]
+
+
+def _host_app(db_url: str, user: str | None, **options):
+    """The dashboard mounted at /ops/jobs in an application whose authentication middleware
+    lets in `user`, or, with None, an anonymous visitor (Starlette's UnauthenticatedUser)."""
+    from starlette.applications import Starlette
+    from starlette.authentication import AuthCredentials, AuthenticationBackend, SimpleUser
+    from starlette.middleware import Middleware
+    from starlette.middleware.authentication import AuthenticationMiddleware
+    from starlette.routing import Mount
+
+    class HostLogin(AuthenticationBackend):
+        async def authenticate(self, conn):
+            if user is None:
+                return None
+            return AuthCredentials(["authenticated"]), SimpleUser(user)
+
+    return Starlette(
+        routes=[Mount("/ops/jobs", app=dashboard(db_url, **options))],
+        middleware=[Middleware(AuthenticationMiddleware, backend=HostLogin())],
+    )
+
+
+def test_mounted_an_anonymous_user_of_the_host_application_is_refused_every_page(db_url, conn):
+    [run_id] = insert_runs(conn, 1, "mail", status="dead", tenant_id="acme")
+    with serving(_host_app(db_url, None, allow_actions=True)) as base:
+        answers = [
+            request(f"{base}/ops/jobs{path}") for path in ("/", f"/runs/{run_id}", "/healthz")
+        ]
+        posted = request(
+            f"{base}/ops/jobs/actions/runs/{run_id}",
+            method="POST",
+            form={"command": "retry", "csrf_token": "x"},
+        )
+    for answer in [*answers, posted]:
+        assert (answer.status, answer.body) == (403, "sign in to the application first\n")
+    assert count(conn, "SELECT count(*) FROM job_audit") == 0
+
+
+def test_mounted_without_a_known_user_actions_are_refused_and_no_button_shows(db_url, conn):
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    [run_id] = insert_runs(conn, 1, "mail", status="dead")
+    host = Starlette(routes=[Mount("/ops/jobs", app=dashboard(db_url, allow_actions=True))])
+    with serving(host) as base:
+        page = request(f"{base}/ops/jobs/runs/{run_id}")
+        posted = request(
+            f"{base}/ops/jobs/actions/runs/{run_id}",
+            method="POST",
+            form={"command": "retry", "csrf_token": "x"},
+        )
+    assert page.status == 200 and 'name="csrf_token"' not in page.body
+    assert "sign in to your application" in page.body
+    assert posted.status == 403
+    assert "actions need a known user" in posted.body
+    assert count(conn, "SELECT count(*) FROM job_runs WHERE status = 'dead'") == 1
+    assert count(conn, "SELECT count(*) FROM job_audit") == 0
 
 
 def test_healthz_answers_the_queues_headline_numbers_as_json(db_url, conn):
@@ -260,7 +334,7 @@ def test_commands_but_web_import_nothing_of_the_dashboard_or_its_libraries(db_ur
     assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
-def test_a_runs_page_shows_what_each_attempt_logged_as_show_prints_it(db_url, conn):
+def test_a_runs_page_shows_what_each_attempt_logged_as_show_prints_it_when_shown(db_url, conn):
     run_id = insert_run(conn, "test.chatty")
     conn.execute(
         "INSERT INTO job_run_logs (run_id, attempt, worker, outcome, events, trimmed)"
@@ -272,7 +346,7 @@ def test_a_runs_page_shows_what_each_attempt_logged_as_show_prints_it(db_url, co
             ' "exception": "Traceback:\\n  boom"}, "not an object"]',
         ],
     )
-    with serving(dashboard(db_url)) as base:
+    with serving(dashboard(db_url, show_logs=True)) as base:
         page = request(f"{base}/runs/{run_id}").body
     logged = page.split('id="run-log-1">', 1)[1].split("</pre>", 1)[0]
     assert logged.splitlines() == [

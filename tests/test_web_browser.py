@@ -17,7 +17,7 @@ from psycopg import sql
 
 from tests.conftest import ROOT, count
 from tests.factories import insert_run, insert_runs, now
-from tests.web_server import serving
+from tests.web_server import jobrunner_web, serving
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = [
@@ -28,6 +28,8 @@ CHROMIUM_FLAGS = [
     "--disable-component-update",
     "--disable-sync",
     "--no-first-run",
+    # A name a DNS rebinding attack has pointed at this machine.
+    "--host-resolver-rules=MAP rebind.test 127.0.0.1",
 ]
 SCREENSHOTS = ROOT / "docs"
 
@@ -55,10 +57,19 @@ def page(browser: Any) -> Iterator[Any]:
     context.close()
 
 
+LOGIN_TOKEN = "a-login-token-for-the-browser-tests"
+
+
 def dashboard(db_url: str, **options: Any) -> Any:
     from cronjob.web import app
 
-    return app(db_url, actor="operator-on-call", **options)
+    return app(db_url, actor="operator-on-call", login_token=LOGIN_TOKEN, **options)
+
+
+def _log_in(page: Any, base: str) -> None:
+    """Open the login link, as the operator who started the dashboard does."""
+    page.goto(f"{base}/?token={LOGIN_TOKEN}")
+    assert page.url == base + "/"
 
 
 def _seed_a_day(conn: Any) -> dict[str, int]:
@@ -129,7 +140,7 @@ def _shoot(page: Any, name: str, tmp_path: Path) -> None:
 
 def test_each_page_shows_the_seeded_runs_schedules_and_audit_rows(db_url, conn, page, tmp_path):
     seeded = _seed_a_day(conn)
-    with serving(dashboard(db_url)) as base:
+    with serving(dashboard(db_url, show_logs=True)) as base:
         page.goto(base + "/")
         assert page.inner_text("#count-dead") == "7"
         assert page.inner_text("#count-succeeded") == "520"
@@ -203,8 +214,9 @@ def test_hostile_stored_text_shows_as_text_and_runs_nothing(db_url, conn, page):
         " VALUES (%s, 1, %s, %s, %s)",
         (run_id, HOSTILE["error_type"], HOSTILE["last_error"], "<script>alert('tb')</script>"),
     )
-    app = dashboard(db_url, allow_actions=True, show_payloads=True)
+    app = dashboard(db_url, allow_actions=True, show_payloads=True, show_logs=True)
     with serving(app) as base:
+        _log_in(page, base)
         for path in (
             "/",
             "/runs",
@@ -234,6 +246,7 @@ def test_retrying_a_filtered_set_changes_exactly_what_its_dry_run_counted(db_url
     others = insert_runs(conn, 3, "send_email", status="dead", error_type="Bounce")
     insert_runs(conn, 2, "send_email", status="succeeded", error_type="SMTPError")
     with serving(dashboard(db_url, allow_actions=True)) as base:
+        _log_in(page, base)
         page.goto(base + "/runs?status=dead&type=send_email&error_type=SMTPError")
         page.click("#retry-selection")
         assert page.inner_text("#dry-run-count") == "7"
@@ -284,6 +297,7 @@ def test_without_allow_actions_the_same_post_changes_nothing(db_url, conn, page)
 def test_a_cross_site_post_is_refused(db_url, conn, page):
     [run_id] = insert_runs(conn, 1, "send_email", status="dead")
     with serving(dashboard(db_url, allow_actions=True)) as base, serving(_blank_page()) as evil:
+        _log_in(page, base)
         page.goto(f"{base}/runs/{run_id}")  # the operator's browser holds the form token
         token = page.get_attribute("#run-actions input[name=csrf_token]", "value")
         page.goto(evil + "/")
@@ -294,6 +308,60 @@ def test_a_cross_site_post_is_refused(db_url, conn, page):
     assert status == 403
     assert count(conn, "SELECT count(*) FROM job_runs WHERE status = 'dead'") == 1
     assert count(conn, "SELECT count(*) FROM job_audit") == 0
+
+
+def test_actions_need_the_login_link_jobrunner_web_printed(db_url, conn, page):
+    [run_id] = insert_runs(conn, 1, "send_email", status="dead")
+    with jobrunner_web(db_url, "--allow-actions", "--actor", "ann") as web:
+        page.goto(f"{web.base}/runs/{run_id}")
+        assert "open the link jobrunner web printed" in page.inner_text("#login-needed")
+        assert page.locator("form[method=post], #run-actions").count() == 0
+
+        page.goto(web.login_link)
+        assert page.url == web.base + "/"  # the token is not left in the address or history
+        assert page.locator("#login-needed").count() == 0
+        page.goto(f"{web.base}/runs/{run_id}")
+        page.fill("#run-actions input[name=reason]", "SMTP fixed")
+        page.click("#retry-run")
+        assert page.url == f"{web.base}/runs/{run_id}"
+        assert page.dialogs == []
+    assert conn.execute("SELECT actor, command, reason FROM job_audit").fetchall() == [
+        ("ann", "retry", "SMTP fixed")
+    ]
+    assert count(conn, "SELECT count(*) FROM job_runs WHERE status = 'queued'") == 1
+
+
+def test_a_page_under_a_rebinding_name_gets_nothing_of_the_dashboard(db_url, conn, page):
+    insert_run(conn, "send_email", status="dead", tenant_id="acme-secret-tenant")
+    with jobrunner_web(db_url) as web:
+        for path in ("/", "/runs?status=dead", "/healthz"):
+            answer = page.goto(f"http://rebind.test:{web.port}{path}")
+            assert answer.status == 400, path
+            assert "unknown host" in page.inner_text("body")
+            assert "acme-secret-tenant" not in page.content()
+        page.goto(f"http://localhost:{web.port}/runs?status=dead")
+        assert "acme-secret-tenant" in page.inner_text("#runs")
+
+
+def test_a_runs_page_says_where_its_logs_and_traceback_are_when_hidden(db_url, conn, page):
+    run_id = insert_run(conn, "billing.charge", status="dead", attempts=1)
+    conn.execute(
+        "INSERT INTO job_attempts (run_id, attempt, error_type, message, traceback)"
+        " VALUES (%s, 1, 'CardError', 'declined', 'Traceback: card=4111111111111111')",
+        (run_id,),
+    )
+    event = '{"level": "info", "event": "key sk_live_abc123", "timestamp": "2026-01-01T00:00:00Z"}'
+    conn.execute(
+        "INSERT INTO job_run_logs (run_id, attempt, outcome, events) VALUES (%s, 1, 'dead', %s)",
+        (run_id, f"[{event}]"),
+    )
+    with jobrunner_web(db_url) as web:
+        page.goto(f"{web.base}/runs/{run_id}")
+        assert "--show-logs" in page.inner_text("#run-log-hidden")
+        assert "--show-logs" in page.inner_text("#traceback-hidden")
+        assert "declined" in page.inner_text("#attempts")
+        content = page.content()
+    assert "4111111111111111" not in content and "sk_live_abc123" not in content
 
 
 def _blank_page() -> Any:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import re
+from typing import Any
 
 import click
 
@@ -25,6 +28,13 @@ from cronjob.errors import BadInput
     "--show-payloads", is_flag=True, help="Show runs' payloads (hidden by default; clipped)."
 )
 @click.option(
+    "--show-logs",
+    is_flag=True,
+    help="Show what handlers logged and the last traceback on a run's page (hidden by "
+    "default: a handler may log anything, card numbers and keys too). Error messages show "
+    "either way.",
+)
+@click.option(
     "--basic-auth-env",
     metavar="VAR",
     help="Require HTTP basic authentication with the user:password held in the environment "
@@ -34,7 +44,27 @@ from cronjob.errors import BadInput
     "--no-auth",
     is_flag=True,
     help="Serve without authentication on an address other than loopback (logs a warning): "
-    "for a dashboard behind a proxy that authenticates.",
+    "for a dashboard behind a proxy that authenticates. Actions still need the login link.",
+)
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME[:PORT]",
+    envvar="JOBRUNNER_WEB_ALLOWED_HOSTS",
+    help="Another name the dashboard answers to (its Host header, and its forms' Origin), "
+    "any port unless one is given; repeatable, or comma-separated [env: "
+    "JOBRUNNER_WEB_ALLOWED_HOSTS]. It always answers to --host, localhost, 127.0.0.1 and "
+    "[::1] with --port, and to no other name: a page of another (DNS rebinding) gets 400.",
+)
+@click.option(
+    "--forwarded-allow-ips",
+    metavar="IPS",
+    envvar="JOBRUNNER_WEB_FORWARDED_ALLOW_IPS",
+    help="Comma-separated addresses of the proxies in front of the dashboard, whose "
+    "X-Forwarded-Proto and X-Forwarded-For are believed [env: "
+    "JOBRUNNER_WEB_FORWARDED_ALLOW_IPS]: behind TLS, cookies are then Secure, and failed "
+    "logins are counted per client rather than per proxy. Without it they are ignored.",
 )
 @tenants_sql_option
 @actor_option
@@ -44,15 +74,23 @@ def web(
     port: int,
     allow_actions: bool,
     show_payloads: bool,
+    show_logs: bool,
     basic_auth_env: str | None,
     no_auth: bool,
+    allowed_hosts: tuple[str, ...],
+    forwarded_allow_ips: str | None,
     tenants_sql: str | None,
     actor: str | None,
 ) -> None:
     """Serve the dashboard: the queue at a glance, read-only unless --allow-actions.
 
-    Listens on 127.0.0.1:8080. Any other address needs --basic-auth-env VAR, or --no-auth
-    for a dashboard behind a proxy that authenticates. Imports no handler module.
+    Listens on 127.0.0.1:8080 and answers to that address and localhost only (see
+    --allowed-host). Any other address needs --basic-auth-env VAR, or --no-auth for a
+    dashboard behind a proxy that authenticates. With --allow-actions, actions need a
+    login: basic authentication's, or else the link printed on stdout at start, whose
+    token gives the browser that opens it a session; the audit names the basic
+    authentication user, or --actor for the link's sessions. Ten failed logins from an
+    address within 5 minutes make it wait (429). Imports no handler module.
     """
     from cronjob import log
     from cronjob.web.guard import is_loopback
@@ -65,16 +103,93 @@ def web(
             f"--host {host} is reachable from other machines: protect the dashboard with "
             "--basic-auth-env VAR, or pass --no-auth if a proxy in front of it authenticates"
         )
-    app = _app(database_url, allow_actions, show_payloads, credentials, tenants_sql, actor)
+    names = _allowed_hosts(host, port, allowed_hosts)
+    proxies = _proxies(forwarded_allow_ips)
+    token = _login_token() if allow_actions and credentials is None else None
+    options = {
+        "allow_actions": allow_actions,
+        "show_payloads": show_payloads,
+        "show_logs": show_logs,
+        "basic_auth": credentials,
+        "tenants_sql": tenants_sql,
+        "actor": actor,
+        "allowed_hosts": names,
+        "login_token": token,
+    }
+    app = _app(database_url, options)
     if no_auth and not is_loopback(host):
         log.log_event("warning", "dashboard served without authentication", host=host, port=port)
+    if host in WILDCARDS and not allowed_hosts:
+        log.log_event(
+            "warning",
+            "dashboard answers to this machine's loopback names only: give --allowed-host "
+            "NAME for each name its users reach it by",
+            host=host,
+        )
+    url = f"http://{_shown(host)}:{port}/"
     log.info(
         "dashboard listening",
-        url=f"http://{_shown(host)}:{port}/",
+        url=url,
         actions=allow_actions,
+        login=_login_kind(allow_actions, credentials),
         payloads=show_payloads,
+        logs=show_logs,
     )
-    _serve(app, host, port)
+    if token is not None:
+        # On stdout, not in the log: the link is a secret, and logs travel further.
+        click.echo(f"{url}?token={token}")
+    _serve(app, host, port, proxies)
+
+
+# Addresses that listen on every interface: what names clients use cannot be known.
+WILDCARDS = frozenset({"0.0.0.0", "::", "[::]"})
+
+
+def _allowed_hosts(host: str, port: int, given: tuple[str, ...]) -> list[str]:
+    """The names the dashboard answers to: its own, and --allowed-host's (comma- or
+    space-separated too, as the environment variable holds them); BadInput for a bad one."""
+    from cronjob.web.guard import AllowedHosts
+
+    extra = [name for value in given for name in re.split(r"[,\s]+", value) if name]
+    try:
+        allowed = AllowedHosts.of_server(host, port, extra)
+    except ValueError as exc:
+        raise BadInput(f"invalid --allowed-host: {exc}") from None
+    return [n.name if n.port is None else f"{n.name}:{n.port}" for n in allowed.names]
+
+
+def _proxies(value: str | None) -> str | None:
+    """--forwarded-allow-ips, as uvicorn reads it: addresses or networks, or `*`."""
+    import ipaddress
+
+    if value is None:
+        return None
+    items = [item.strip() for item in value.split(",") if item.strip()]
+    for item in items:
+        if item == "*":
+            continue
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            raise BadInput(
+                f"invalid --forwarded-allow-ips {item[:100]!r}: expected IP addresses or "
+                "networks, comma-separated, or *"
+            ) from None
+    if not items:
+        raise BadInput("invalid --forwarded-allow-ips: empty")
+    return ",".join(items)
+
+
+def _login_token() -> str:
+    import secrets
+
+    return secrets.token_urlsafe(32)
+
+
+def _login_kind(allow_actions: bool, credentials: str | None) -> str | None:
+    if not allow_actions:
+        return None
+    return "basic authentication" if credentials is not None else "the link printed on stdout"
 
 
 def _credentials(variable: str | None) -> str | None:
@@ -86,14 +201,7 @@ def _credentials(variable: str | None) -> str | None:
     return value
 
 
-def _app(
-    database_url: str | None,
-    allow_actions: bool,
-    show_payloads: bool,
-    credentials: str | None,
-    tenants_sql: str | None,
-    actor: str | None,
-) -> object:
+def _app(database_url: str | None, options: dict[str, Any]) -> object:
     """The dashboard on the database every command uses, opened and checked once first."""
     from cronjob.commands import open_database
     from cronjob.settings import Settings
@@ -106,23 +214,14 @@ def _app(
         ) from None
     database, conn = open_database(Settings.build(database_url))
     conn.close()
-    return cronjob.web.app(
-        database=database,
-        allow_actions=allow_actions,
-        show_payloads=show_payloads,
-        actor=actor,
-        basic_auth=credentials,
-        tenants_sql=tenants_sql,
-    )
+    return cronjob.web.app(database=database, **options)
 
 
 def _shown(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def _serve(app: object, host: str, port: int) -> None:
-    import logging
-
+def _serve(app: object, host: str, port: int, proxies: str | None) -> None:
     import uvicorn
 
     # uvicorn's own log setup would write plain text beside jobrunner's lines: its records go
@@ -130,6 +229,24 @@ def _serve(app: object, host: str, port: int) -> None:
     from cronjob.log import capture_library_logs
 
     capture_library_logs(("uvicorn", "uvicorn.error", "uvicorn.access"), level=logging.INFO)
+    logging.getLogger("uvicorn.access").addFilter(_HideLoginToken())
     uvicorn.run(
-        app, host=host, port=port, log_config=None, server_header=False, proxy_headers=False
+        app,
+        host=host,
+        port=port,
+        log_config=None,
+        server_header=False,
+        proxy_headers=proxies is not None,
+        forwarded_allow_ips=proxies,
     )
+
+
+class _HideLoginToken(logging.Filter):
+    """The access log line of the login link, its token left out."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) > 2 and isinstance(args[2], str):
+            path = re.sub(r"([?&]token=)[^&#]*", r"\1***", args[2])
+            record.args = (*args[:2], path, *args[3:])
+        return True

@@ -1,13 +1,15 @@
 """The dashboard (extra `web`): the queue at a glance, and, when asked, the operator's actions.
 
-`jobrunner web` serves it; `app()` builds it as an ASGI application that a Starlette or
-FastAPI application mounts under a prefix, behind its own authentication:
+`jobrunner web` serves it (its actions behind basic authentication or the login link it
+prints); `app()` builds it as an ASGI application that a Starlette or FastAPI application
+mounts under a prefix, behind its own authentication:
 
     from cronjob.web import app as jobrunner_dashboard
     api.mount("/jobs", jobrunner_dashboard(allow_actions=True))
 
 Its parts: `application` (settings, the guard in front of every request, connections,
-templates), `guard` (authentication, form tokens, the same-origin check, security headers),
+templates), `guard` (the names it answers to, authentication and its throttle, login
+sessions, form tokens, the same-origin check, security headers),
 `pages` (what each URL shows), `actions` (what a button changes, through the command line's
 own functions), `present` and `charts` (how values and the last day are drawn), and
 `templates/`, `static/` (served by the package itself: no script, no CDN). Nothing here
@@ -16,6 +18,7 @@ imports handler modules, and nothing of the command line.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from cronjob.db import Database
@@ -27,21 +30,30 @@ def app(
     database: Database | None = None,
     allow_actions: bool = False,
     show_payloads: bool = False,
+    show_logs: bool = False,
     actor: str | None = None,
     basic_auth: str | None = None,
     tenants_sql: str | None = None,
+    allowed_hosts: Sequence[str] | None = None,
+    login_token: str | None = None,
 ) -> Any:
     """The dashboard as an ASGI application.
 
     The database is `database`, else `database_url`, else found as every command finds it
     (JOBRUNNER_DATABASE_URL, a Django project's, DATABASE_URL, the embedded server). It is
-    read-only unless `allow_actions`; payloads are hidden unless `show_payloads`. Actions are
-    recorded under the user the host application authenticated (`scope["user"]`), or the
-    `basic_auth` user (`"user:password"`, which every request must then give), else `actor`
-    (JOBRUNNER_ACTOR, user@host).
+    read-only unless `allow_actions`; payloads are hidden unless `show_payloads`, what
+    handlers logged and tracebacks unless `show_logs`.
+
+    Who may act, and is recorded as the actor: the `basic_auth` user (`"user:password"`,
+    which every request must then give), else the user the host application authenticated
+    (`scope["user"]`; one that is not authenticated is refused every page), else, in a
+    browser that opened `?token=<login_token>`, `actor` (JOBRUNNER_ACTOR, user@host). With
+    none of them, actions are refused. `allowed_hosts` (`name[:port]`, no port for any) are
+    the names it answers to, and the origins its forms may come from; None leaves the check
+    of names to the host application.
     """
     from cronjob.web.application import Settings, build
-    from cronjob.web.guard import BasicAuth
+    from cronjob.web.guard import AllowedHosts, BasicAuth
 
     if database is None:
         from cronjob.location import resolve_url
@@ -56,12 +68,17 @@ def app(
 
         tenants_sql = check_tenants_sql(tenants_sql)
     auth = BasicAuth.from_credentials(basic_auth) if basic_auth is not None else None
+    if login_token is not None and len(login_token) < 16:
+        raise ValueError("login_token: at least 16 characters")
     settings = Settings(
         database=database,
         allow_actions=allow_actions,
         show_payloads=show_payloads,
+        show_logs=show_logs,
         actor=actor,
         basic_auth=auth,
         tenants_sql=tenants_sql,
+        allowed_hosts=AllowedHosts.parse(allowed_hosts) if allowed_hosts is not None else None,
+        login_token=login_token,
     )
     return build(settings)

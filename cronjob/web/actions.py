@@ -4,8 +4,9 @@ schedule, and run a schedule now.
 
 Each is the command line's own function (cronjob.incident, cronjob.operations) and writes
 the same `job_audit` row, its actor the authenticated user (basic authentication, or the
-host application's) or else `--actor`. Every post reaches here only through the guard
-(cronjob.web.application: actions on, same origin) and carries this browser's form token.
+host application's) or, for a session of the login link `jobrunner web` prints, `--actor`.
+Every post reaches here only through the guard (cronjob.web.application: actions on, a
+known login, same origin) and carries this browser's form token.
 """
 
 from __future__ import annotations
@@ -37,15 +38,13 @@ def routes() -> list[Any]:
 
 
 def actor_of(request: Any) -> str:
-    """Who acts: the user basic authentication or the host application proved, else the
-    dashboard's --actor (JOBRUNNER_ACTOR, user@host)."""
+    """Who acts: the user basic authentication or the host application proved, else, for a
+    session of the login link, the dashboard's --actor (JOBRUNNER_ACTOR, user@host): who
+    started it, and was shown the link. The guard let no action through without one."""
     from cronjob.incident import actor_name
+    from cronjob.web.application import logged_in
 
-    user = request.scope.get("jobrunner.user")
-    host_user = request.scope.get("user")
-    if user is None and getattr(host_user, "is_authenticated", False):
-        user = getattr(host_user, "display_name", None) or str(host_user)
-    return actor_name(user or dashboard_of(request).settings.actor)
+    return actor_name(logged_in(request.scope) or dashboard_of(request).settings.actor)
 
 
 def _chosen(value: str | None, allowed: tuple[str, ...]) -> str:

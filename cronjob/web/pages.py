@@ -82,18 +82,24 @@ def render(request: Any, template: str, *, status_code: int = 200, **values: Any
     """A page: the template with what every page shows, and this browser's form token."""
     from starlette.responses import HTMLResponse
 
+    from cronjob.web.application import logged_in
     from cronjob.web.guard import CSRF_COOKIE
 
     dashboard = dashboard_of(request)
     settings = dashboard.settings
+    # Buttons, and the form token, for a known login only: the guard refuses the rest.
+    actions = settings.allow_actions and logged_in(request.scope) is not None
     token = request.cookies.get(CSRF_COOKIE)
-    fresh = settings.allow_actions and not dashboard.csrf.valid(token)
+    fresh = actions and not dashboard.csrf.valid(token)
     if fresh:
         token = dashboard.csrf.issue()
     html = dashboard.templates.get_template(template).render(
         base=base_path(request),
-        actions=settings.allow_actions,
+        actions=actions,
+        login_needed=settings.allow_actions and not actions,
+        login_link=settings.login_token is not None,
         show_payloads=settings.show_payloads,
+        show_logs=settings.show_logs,
         csrf_token=token or "",
         link=link,
         **values,
@@ -247,18 +253,20 @@ def _counts_for(view: Any, selection: Selection) -> dict[str, int]:
 
 
 def run(request: Any) -> Any:
-    """One run: every field, its failed attempts, the last traceback, the payload if shown,
-    and what its handler logged in each attempt (as `show` prints it)."""
+    """One run: every field, its failed attempts, and, when shown, the payload, the last
+    traceback and what its handler logged in each attempt (as `show` prints it)."""
     from cronjob import store
     from cronjob.runlog import event_line
 
     run_id = request.path_params["run_id"]
+    show_logs = dashboard_of(request).settings.show_logs
     with _connection(request) as conn:
         found = store.run_get(conn, run_id)
         if found is None:
             raise RunNotFound(f"run {run_id} not found")
         attempts = store.run_attempts_get(conn, run_id)
-        logs = store.run_logs_get(conn, run_id)
+        # A handler logs what it likes (a card number, a key): not read unless shown.
+        logs = store.run_logs_get(conn, run_id) if show_logs else []
         now = store.clock_now(conn)
     # A kept event that is no object was written by someone else's SQL: left out, as by `show`.
     logged = [(log, [event_line(e) for e in log.events if isinstance(e, dict)]) for log in logs]
