@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -119,3 +120,81 @@ def test_every_statement_that_changes_a_runs_status_sets_the_columns_tied_to_it(
         if not re.search(rf"\b{column}\s*=", clause)
     }
     assert unset == {}
+
+
+@pytest.fixture
+def claims_of_fault_work_rejected(db_url: str) -> Iterator[None]:
+    """A constraint of the test's own on job_runs: a claim of a fault.work run is rejected
+    for its row, as a claim was for the race above, on a connection that works."""
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute(
+            "ALTER TABLE job_runs ADD CONSTRAINT test_work_never_runs"
+            " CHECK (status <> 'running' OR job_type <> 'fault.work') NOT VALID"
+        )
+    try:
+        yield
+    finally:
+        with psycopg.connect(db_url, autocommit=True) as c:
+            c.execute("ALTER TABLE job_runs DROP CONSTRAINT test_work_never_runs")
+
+
+def _lines_until(process: subprocess.Popen[str], event: str) -> list[dict[str, Any]]:
+    """The JSON lines `process` writes on stderr, up to the first of `event` (or its end)."""
+    assert process.stderr is not None
+    lines = []
+    for line in process.stderr:
+        lines.append(json.loads(line) if line.startswith("{") else {"text": line})
+        if lines[-1].get("event") == event:
+            break
+    return lines
+
+
+def test_a_claim_rejected_for_its_rows_lets_running_handlers_finish_under_their_leases(
+    db_url, conn, tmp_path, claims_of_fault_work_rejected
+):
+    # The first claim takes the gated run alone (a batch of one); the second takes the
+    # fault.work run, and pauses at its rate count (the lock held on job_rate_windows) until
+    # the gated run's handler has started. Then its row is rejected. The handler is let go
+    # only once the tick says it claims nothing more.
+    exec_log, release = tmp_path / "exec.log", tmp_path / "release"
+    gated = TypeLimit("fault.gated", concurrency=10, rate=None, rate_period=None, per="type",
+                      per_field=None)  # fmt: skip
+    rated = TypeLimit("fault.work", concurrency=None, rate=100, rate_period=60.0, per="type",
+                      per_field=None)  # fmt: skip
+    for limit in (gated, rated):
+        store.job_type_limit_set(conn, limit, actor="tests")
+    running = insert_run(conn, "fault.gated", payload={"release": str(release)})
+    rejected = insert_run(conn, "fault.work", payload={"ms": 0})
+    with psycopg.connect(db_url) as holder:
+        holder.execute("LOCK TABLE job_rate_windows IN SHARE MODE")
+        tick = jobrunner_process(
+            "tick", "--database-url", db_url, "--handlers", "tests.handlers.faults",
+            "--batch-size", "1", "--grace", "60s", "--json",
+            env={"JOBRUNNER_TEST_EXEC_LOG": str(exec_log)},
+        )  # fmt: skip
+        try:
+            wait_for(lambda: _executions(exec_log), "the gated run's handler to start")
+            wait_for(lambda: _waiting_for(conn, "job_rate_windows", tick), "the claim to wait")
+        except BaseException:
+            tick.kill()
+            raise
+        holder.rollback()
+    lines = _lines_until(tick, "stopping: claiming nothing more")
+    release.touch()
+    _out, err = tick.communicate(timeout=60)
+
+    assert [line.get("sqlstate") for line in lines if line.get("event") == "database error"] == [
+        "23514"
+    ]
+    assert tick.returncode == 1, err[-2000:]
+    assert err.splitlines()[-1] == (
+        "jobrunner: error: the database refused the tick's claim: new row for relation"
+        ' "job_runs" violates check constraint "test_work_never_runs"; every run it claimed'
+        " was recorded or handed back"
+    )
+    [stopped] = [line for line in map(json.loads, err.splitlines()[:-1])
+                 if line["event"] == "tick stopped"]  # fmt: skip
+    assert (stopped["succeeded"], stopped["handed_back"]) == (1, 0)
+    assert _executions(exec_log) == [(running, 1)]  # once, and never handed back to run again
+    assert (run_row(conn, running).status, run_row(conn, running).attempts) == ("succeeded", 1)
+    assert (run_row(conn, rejected).status, run_row(conn, rejected).attempts) == ("queued", 0)

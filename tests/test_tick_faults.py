@@ -309,6 +309,21 @@ def test_a_server_turned_read_only_with_no_other_to_go_to_refuses_the_statement(
         assert keeper.conn is conn and not conn.closed
 
 
+def test_a_statement_rejected_for_its_rows_refuses_nothing_else_of_the_tick(db_url):
+    # A row that breaks a constraint of job_runs: the server answers, and takes the next
+    # statement on the same connection.
+    with connect(db_url) as conn:
+        keeper = ConnectionKeeper(conn, Database(db_url), Log())
+        with pytest.raises(StatementFailed) as failed:
+            keeper.run(
+                "claim",
+                lambda c: c.execute("INSERT INTO job_runs (job_type, status) VALUES ('x', 'odd')"),
+            )
+        assert failed.value.failure is Failure.REJECTED
+        assert not failed.value.retryable and not failed.value.refuses_the_tick
+        assert keeper.run("finalize", lambda c: c.execute("SELECT 1").fetchone()) == (1,)
+
+
 def test_a_tick_the_database_refuses_stops_at_once_and_says_what_became_of_its_runs(db_url, conn):
     # The claim is refused: the runs it would have taken stay queued, untouched.
     @handler("refused.probe")
