@@ -299,3 +299,7 @@ def _whose_privileges(exc: Any) -> str:
 UNDEFINED_TABLE = "42P01"
 INSUFFICIENT_PRIVILEGE = "42501"
 READ_ONLY_SQL_TRANSACTION = "25006"
+# The classes of error (a code's first two characters) of a statement whose own rows were
+# at fault: a value the server cannot take (data exception), a constraint they broke
+# (integrity constraint violation). The server takes other statements all the same.
+ROWS_REJECTED_CLASSES = ("22", "23")

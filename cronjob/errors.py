@@ -69,7 +69,9 @@ class ConnectionLost(DatabaseUnavailable):
 class DatabaseRefused(DatabaseError):
     """The database refused the tick's statements for a reason no retry on it cures: it is
     read-only (a failover, a demoted primary, a standby), a permission was revoked, a table
-    or the schema is gone. The tick stopped at once, handing back what it could.
+    or the schema is gone. The tick stopped at once, handing back what it could. Or it
+    rejected one statement for its own rows (a claim whose row broke a constraint): the
+    tick claimed nothing more, and recorded what its running handlers returned.
 
     `report` is the tick's report up to that point, so the summary can still be shown.
     """

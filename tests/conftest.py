@@ -52,6 +52,14 @@ def _test_server() -> Iterator[str]:
         server.stop()
 
 
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The tests' own account, made as root (tests/pgserver.py), goes with the last session
+    that used it."""
+    pgserver = sys.modules.get("tests.pgserver")
+    if pgserver is not None:
+        pgserver.leave_accounts()
+
+
 def _with_dbname(url: str, dbname: str) -> str:
     params = conninfo.conninfo_to_dict(url)
     params["dbname"] = dbname

@@ -11,6 +11,7 @@ the tests' own first.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import glob
 import os
 import pwd
@@ -26,6 +27,13 @@ from pathlib import Path
 from typing import Any
 
 ACCOUNT = "jobrunner-test"
+# Every test session that uses an account holds a shared lock on its file here for as long
+# as it runs, and a session that made the account says so in the file: the last session to
+# leave removes an account the tests made, once no process of it runs (`leave_account`).
+# /run is root's alone, so no other account can put a link where the file goes.
+ACCOUNT_LOCKS = Path("/run")
+MADE_BY_THE_TESTS = b"made by jobrunner's tests\n"
+_joined: dict[str, int] = {}  # account name: this process's descriptor of its lock file
 
 
 def server_binaries() -> Path | None:
@@ -45,15 +53,86 @@ def server_binaries() -> Path | None:
 
 
 def account(name: str = ACCOUNT) -> pwd.struct_passwd:
-    """An unprivileged account, created (no home, no login shell) if it does not exist."""
+    """An unprivileged account, created (no home, no login shell) if it does not exist, and
+    used by this session until `leave_account`."""
+    lock = _join(name)
     with contextlib.suppress(KeyError):
         return pwd.getpwnam(name)
-    subprocess.run(
+    made = subprocess.run(
         ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-        check=True,
+        check=False,
         capture_output=True,
     )
+    if made.returncode not in (0, USERADD_EXISTS):  # made meanwhile by another session
+        raise RuntimeError(f"useradd {name} failed: {made.stderr.decode(errors='replace')}")
+    if made.returncode == 0 and lock is not None:
+        os.pwrite(lock, MADE_BY_THE_TESTS, 0)
     return pwd.getpwnam(name)
+
+
+# The exit statuses of useradd and userdel for an account that exists, and that does not.
+USERADD_EXISTS = 9
+USERDEL_NO_SUCH_USER = 6
+
+
+def _join(name: str) -> int | None:
+    """This session uses the account `name` from now on: its lock file held shared, opened
+    once a process. None where there is no such file to be had (/run not root's own)."""
+    if name in _joined:
+        return _joined[name]
+    try:
+        if ACCOUNT_LOCKS.stat().st_uid != 0 or ACCOUNT_LOCKS.stat().st_mode & 0o022:
+            return None
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        lock = os.open(ACCOUNT_LOCKS / f"{name}.lock", flags, 0o600)
+    except OSError:
+        return None
+    fcntl.flock(lock, fcntl.LOCK_SH)  # waits while the last session to leave removes it
+    _joined[name] = lock
+    return lock
+
+
+def leave_account(name: str = ACCOUNT) -> None:
+    """This session is done with the account `name`. The last session to leave (no other
+    holds the lock) removes it if the tests made it and no process of it runs; else it
+    stays, for the sessions still running or for the last of them to remove."""
+    lock = _joined.pop(name, None)
+    if lock is None:
+        return
+    try:
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return  # another session uses it
+        if os.pread(lock, len(MADE_BY_THE_TESTS), 0) != MADE_BY_THE_TESTS or _runs(name):
+            return
+        removed = subprocess.run(["userdel", name], check=False, capture_output=True)
+        if removed.returncode in (0, USERDEL_NO_SUCH_USER):
+            os.ftruncate(lock, 0)
+    finally:
+        os.close(lock)
+
+
+def leave_accounts() -> None:
+    """This session is done with every account it used (`leave_account`)."""
+    for name in list(_joined):
+        leave_account(name)
+
+
+def _runs(name: str) -> bool:
+    """Whether a process of the account `name` runs (a server another session started as it,
+    from a version of the tests that took no lock)."""
+    try:
+        uid = pwd.getpwnam(name).pw_uid
+    except KeyError:
+        return False
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):  # ended meanwhile
+                if entry.stat().st_uid == uid:
+                    return True
+    return False
 
 
 def as_account(user: pwd.struct_passwd | None) -> dict[str, Any]:

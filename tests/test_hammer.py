@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
+import subprocess
 from collections import Counter
+from typing import Any
 
+import psycopg
 import pytest
 from psycopg import sql
 
-from tests.conftest import count, jobrunner_process
+from tests.conftest import count, jobrunner_process, wait_for
 from tests.factories import insert_runs
 
 JOBS = 5000
 TICKS = 8
+
+
+def _waiting(conn: psycopg.Connection[Any], ticks: list[subprocess.Popen[str]]) -> int:
+    """How many sessions wait for a lock on job_runs; fails at once if a tick ended."""
+    for tick in ticks:
+        if tick.poll() is not None:
+            raise AssertionError(f"a tick ended before the gate opened: {tick.communicate()[1]}")
+    return count(
+        conn,
+        "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'job_runs'::regclass",
+    )
 
 
 @pytest.mark.parametrize(
@@ -24,6 +38,10 @@ def test_eight_concurrent_ticks_execute_each_of_5000_jobs_exactly_once(
 ):
     insert_runs(conn, JOBS, job_type, payload=sql.SQL("jsonb_build_object('i', i)"))
     exec_log = tmp_path / "executions.log"
+    # Every tick waits at the table until all of them are there: one that started first
+    # would otherwise drain the backlog alone on a machine fast enough.
+    gate = psycopg.connect(db_url)
+    gate.execute("LOCK TABLE job_runs IN ACCESS EXCLUSIVE MODE")
     ticks = [
         jobrunner_process(
             "tick",
@@ -41,6 +59,11 @@ def test_eight_concurrent_ticks_execute_each_of_5000_jobs_exactly_once(
         )
         for _ in range(TICKS)
     ]
+    try:
+        wait_for(lambda: _waiting(conn, ticks) >= TICKS, "every tick to wait at the gate", 60)
+    finally:
+        gate.rollback()
+        gate.close()
     for tick in ticks:
         _, stderr = tick.communicate(timeout=180)
         assert tick.returncode == 0, stderr[-2000:]

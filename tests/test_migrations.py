@@ -9,7 +9,7 @@ a concurrent build waits for every older writer to end) until the server shows i
 
 from __future__ import annotations
 
-import subprocess
+import contextlib
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -123,31 +123,39 @@ def test_an_index_left_invalid_by_an_interrupted_build_is_built_again(before_the
     assert recorded(url) == [ALONE]
 
 
-def test_hosts_migrating_at_once_wait_for_the_one_building_the_index(before_the_build):
+def test_hosts_migrating_at_once_wait_for_the_one_building_the_index(before_the_build, tmp_path):
     url = before_the_build
     writer = a_writer(url)
-    hosts = [jobrunner_process("migrate", "--database-url", url) for _ in range(3)]
+    logs = [tmp_path / f"host-{n}.log" for n in range(3)]
+    with contextlib.ExitStack() as files:
+        hosts = [
+            jobrunner_process(
+                "migrate", "--database-url", url, stderr=files.enter_context(log.open("w"))
+            )
+            for log in logs
+        ]
+
+    def waited() -> list[str]:
+        said = [log.read_text() for log in logs]
+        return [err for err in said if "waiting for another host's migration" in err]
+
     try:
         with psycopg.connect(url, autocommit=True) as watcher:
             wait_for(lambda: building(watcher), "one host to build the index")
-            time.sleep(1)  # the others have long found the build going on by now
+            # The build waits for the writer: the others find it going on, however long
+            # they take to start.
+            wait_for(lambda: len(waited()) >= 2, "the other hosts to wait for the build")
             assert [host.poll() for host in hosts] == [None, None, None]
             assert recorded(url) == []
     finally:
         writer.rollback()
         writer.close()
-    results = [_finished(host) for host in hosts]
+    codes = [host.wait(60) for host in hosts]
 
-    assert [code for code, _ in results] == [0, 0, 0], results
-    waited = [err for _, err in results if "waiting for another host's migration" in err]
-    assert len(waited) >= 2
+    assert codes == [0, 0, 0], [log.read_text() for log in logs]
+    assert len(waited()) >= 2
     assert indexes(url) == {NEW_INDEX: True}
     assert recorded(url) == [ALONE]
-
-
-def _finished(process: subprocess.Popen[str]) -> tuple[int, str]:
-    _, stderr = process.communicate(timeout=60)
-    return process.returncode, stderr
 
 
 def test_a_migration_building_an_index_shows_the_transaction_it_waits_for(before_the_build):

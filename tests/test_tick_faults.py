@@ -19,8 +19,9 @@ from cronjob.db import Database, connect
 from cronjob.errors import ConnectionLost, DatabaseRefused, DatabaseUnavailable
 from cronjob.handlers import handler, registry
 from cronjob.tick.connection import ConnectionKeeper, Failure, StatementFailed
-from tests.conftest import count
+from tests.conftest import count, wait_for
 from tests.factories import tick
+from tests.test_effects import Background
 from tests.test_lifecycle import db_now
 
 
@@ -49,10 +50,32 @@ def test_a_run_is_leased_for_its_handlers_lease_unless_the_tick_overrides_it(db_
     assert seen == {"own": 420.0, "overridden": 45.0}
 
 
-def test_max_runtime_hands_back_runs_no_worker_has_started(db_url, conn):
-    ids = [enqueue(conn, "fault.sleep", {"seconds": 1}) for _ in range(3)]
+# A deadline far past the tick's first claim, however slow the machine: the runs it finds
+# held are those of that claim.
+MAX_RUNTIME = 2.0
 
-    report = tick(db_url, "fault.sleep", concurrency=1, max_runtime=0.3, grace=10)
+
+def _handed_back(conn: psycopg.Connection[Any], run_id: int) -> bool:
+    """The run was claimed, then went back untouched."""
+    return count(
+        conn,
+        "SELECT count(*) FROM job_runs WHERE id = %s AND status = 'queued'"
+        " AND started_at IS NULL AND updated_at > created_at",
+        run_id,
+    )
+
+
+def test_max_runtime_hands_back_runs_no_worker_has_started(db_url, conn, tmp_path, monkeypatch):
+    # The first run's handler holds until the run claimed behind it went back at the
+    # deadline: what the deadline finds does not depend on how long a handler takes.
+    exec_log, release = tmp_path / "exec.log", tmp_path / "release"
+    monkeypatch.setenv("JOBRUNNER_TEST_EXEC_LOG", str(exec_log))
+    ids = [enqueue(conn, "fault.gated", {"release": str(release)}) for _ in range(3)]
+    ticking = Background(db_url, "fault.gated", concurrency=1, max_runtime=MAX_RUNTIME, grace=30)
+    wait_for(lambda: exec_log.exists(), "the first handler to start")
+    wait_for(lambda: _handed_back(conn, ids[1]), "the run waiting for the worker to go back")
+    release.touch()
+    report = ticking.join()
 
     assert report.stopped_by == "max-runtime"
     # One started; the one claimed to wait for the worker goes back untouched,
@@ -67,7 +90,7 @@ def test_max_runtime_hands_back_runs_no_worker_has_started(db_url, conn):
 
 def test_the_summary_says_what_was_handed_back_and_why(db_url, conn):
     ids = [enqueue(conn, "fault.sleep", {"seconds": 30}) for _ in range(2)]
-    report = tick(db_url, "fault.sleep", concurrency=1, max_runtime=0.2, grace=0.2)
+    report = tick(db_url, "fault.sleep", concurrency=1, max_runtime=MAX_RUNTIME, grace=0.2)
     summary = report.summary()
     assert summary["stopped_by"] == "max-runtime"
     assert summary["handed_back"] == 2 and sorted(summary["handed_back_ids"]) == ids
@@ -307,6 +330,21 @@ def test_a_server_turned_read_only_with_no_other_to_go_to_refuses_the_statement(
             keeper.run("finalize", _read_only)
         assert failed.value.failure is Failure.REFUSED and not failed.value.retryable
         assert keeper.conn is conn and not conn.closed
+
+
+def test_a_statement_rejected_for_its_rows_refuses_nothing_else_of_the_tick(db_url):
+    # A row that breaks a constraint of job_runs: the server answers, and takes the next
+    # statement on the same connection.
+    with connect(db_url) as conn:
+        keeper = ConnectionKeeper(conn, Database(db_url), Log())
+        with pytest.raises(StatementFailed) as failed:
+            keeper.run(
+                "claim",
+                lambda c: c.execute("INSERT INTO job_runs (job_type, status) VALUES ('x', 'odd')"),
+            )
+        assert failed.value.failure is Failure.REJECTED
+        assert not failed.value.retryable and not failed.value.refuses_the_tick
+        assert keeper.run("finalize", lambda c: c.execute("SELECT 1").fetchone()) == (1,)
 
 
 def test_a_tick_the_database_refuses_stops_at_once_and_says_what_became_of_its_runs(db_url, conn):

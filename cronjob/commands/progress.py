@@ -6,7 +6,8 @@ sync`, `migrate`.
 The bar is click's, on stderr, and only when stderr is a terminal and the command was not
 asked for --json: piped, under cron or with --json, a command prints exactly what it did
 before there was a bar. It appears once the work has gone on for half a second (quick work
-shows none), and is redrawn at most five times a second.
+shows none; JOBRUNNER_PROGRESS_DELAY, a duration, changes how long: `0` shows it from the
+first step, whatever the speed of the machine), and is redrawn at most five times a second.
 
 The first SIGINT or SIGTERM asks the work to stop before its next batch (cronjob.progress);
 the command then says what was done, that the rest is untouched, and exits 130 or 143. That
@@ -17,6 +18,7 @@ always did, and stops the command at once (the batch under way rolls back).
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import sys
@@ -31,7 +33,8 @@ from cronjob.errors import Interrupted
 from cronjob.progress import Progress, Stopped
 from cronjob.text import printable
 
-DELAY = 0.5  # seconds of work before the bar appears
+DELAY = 0.5  # seconds of work before the bar appears, unless JOBRUNNER_PROGRESS_DELAY says
+DELAY_VARIABLE = "JOBRUNNER_PROGRESS_DELAY"
 REFRESH = 0.2  # seconds between two redraws, at least
 BAR_WIDTH = 20
 
@@ -52,16 +55,24 @@ class Watch(Progress):
     thread of its own (a migration) may tell it from there: a lock keeps the bar whole."""
 
     def __init__(
-        self, label: str, *, unit: str, total: int | None, shown: bool, timed: bool
+        self,
+        label: str,
+        *,
+        unit: str,
+        total: int | None,
+        shown: bool,
+        timed: bool,
+        delay: float = DELAY,
     ) -> None:
         self.label, self.unit, self.total = label, unit, total
         self.shown = self.watched = shown
         self.timed = timed
+        self.delay = delay
         self.done = 0
         self.signum: int | None = None
         self._text = ""
         self._started = time.monotonic()
-        self._drawn = 0.0
+        self._drawn = -math.inf
         self._bar: Any = None
         self._lock = threading.Lock()
 
@@ -98,7 +109,7 @@ class Watch(Progress):
         if not self.shown:
             return
         now = time.monotonic()
-        if not final and (now - self._started < DELAY or now - self._drawn < REFRESH):
+        if not final and (now - self._started < self.delay or now - self._drawn < REFRESH):
             return
         self._drawn = now
         if self._bar is None:
@@ -147,6 +158,17 @@ class Watch(Progress):
         return _clipped("  ".join(parts), _columns() - drawn - 1)
 
 
+def _delay() -> float:
+    """How long work goes on before its bar appears: JOBRUNNER_PROGRESS_DELAY, else DELAY.
+    Read only where a bar may be drawn: under cron the variable changes nothing."""
+    text = os.environ.get(DELAY_VARIABLE, "").strip()
+    if not text:
+        return DELAY
+    from cronjob.inputs import parse_duration
+
+    return parse_duration(text, what=DELAY_VARIABLE)
+
+
 def _columns() -> int:
     try:
         return os.get_terminal_size(sys.stderr.fileno()).columns
@@ -180,7 +202,9 @@ def watching(
     names what the work counts, `total` how many there are when known; without `timed`, no
     rate and no time left are shown (a count of migrations has neither).
     """
-    watch = Watch(label, unit=unit, total=total, shown=shown and on_terminal(as_json), timed=timed)
+    shown = shown and on_terminal(as_json)
+    delay = _delay() if shown else DELAY
+    watch = Watch(label, unit=unit, total=total, shown=shown, timed=timed, delay=delay)
     with _signals_stop(watch):
         try:
             yield watch

@@ -139,9 +139,18 @@ chosen AS MATERIALIZED (
 # arrays. `id = ANY(array)` finds them by primary key whatever the table's size. One lease
 # token covers the whole claim: ids tell its runs apart, and a fresh uuid per row would be
 # a third of the statement's cost.
+#
+# Every column the table's constraints tie to the status is set here (finished_at, and the
+# lease), whatever the run's row was: the functions lock each run through a snapshot later
+# than the statement's, and the update builds its new row from the version the statement
+# sees. A run an operator retried in between (cancelled or dead in that version, queued in
+# the one locked) gets its row built from the finished version first, and PostgreSQL checks
+# the constraints on that row before it moves on to the newer version and builds the row
+# again from it. Left as it was, finished_at would fail the whole claim there.
 _CLAIM_UPDATE = f"""claimed AS (
     UPDATE job_runs r
     SET status = 'running',
+        finished_at = NULL,
         attempts = r.attempts + 1,
         max_attempts = coalesce(
             r.max_attempts,
@@ -237,12 +246,15 @@ WHERE r.id = ANY(%(ids)b::bigint[])
 RETURNING r.id, r.locked_until
 """
 
-# Unfinished work goes back as if never claimed: due now, the attempt not counted.
+# Unfinished work goes back as if never claimed: due now, the attempt not counted. As the
+# claim does, it sets every column the constraints tie to the status, whatever row it is
+# built from.
 _HAND_BACK = f"""
 UPDATE job_runs r
 SET status = CASE WHEN r.attempts > 1 THEN 'failed' ELSE 'queued' END,
     attempts = r.attempts - 1,
     run_at = {_NOW},
+    finished_at = NULL,
     {_LEASE_RELEASE},
     started_at = NULL,
     updated_at = {_NOW}

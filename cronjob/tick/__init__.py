@@ -41,8 +41,9 @@ Who owns what:
   the connection, from `store`) and have the keeper run it: the batcher hands its
   statements to the loop, the lease keeper is handed the keeper by the loop. A
   failed statement raises `StatementFailed`, its kind decided by the keeper once
-  (interrupted, moved to a server that takes writes, or refused); the loop decides
-  what it means (the tick stops claiming, at once after a refusal), and only where a
+  (interrupted, moved to a server that takes writes, rejected for its own rows, or
+  refused); the loop decides what it means (the tick stops claiming, at once after a
+  refusal, and never gives up running handlers for a rejected claim), and only where a
   failure changes nothing does the part that asked swallow it (a heartbeat that
   meets a locked row, a hand-back of a claim whose answer was lost). The tally ends
   the tick with one error when the database refused it or a run went unrecorded.

@@ -19,6 +19,9 @@ every error the driver raises:
 | `MOVED`       | the server turned read-only (a failover, a   | has replaced the       |
 |               | demoted primary), and a fresh connection     | connection with the    |
 |               | reached one that takes writes                | fresh one              |
+| `REJECTED`    | the statement's own rows: a constraint they  | keeps the connection   |
+|               | broke, a value the server cannot take; the   |                        |
+|               | database takes the tick's other statements   |                        |
 | `REFUSED`     | anything else: read-only with no server that | keeps the connection   |
 |               | takes writes, a permission revoked, a table  |                        |
 |               | or the schema gone                           |                        |
@@ -37,7 +40,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from cronjob.db import READ_ONLY_SQL_TRANSACTION, Database, database_errors, describe
+from cronjob.db import (
+    READ_ONLY_SQL_TRANSACTION,
+    ROWS_REJECTED_CLASSES,
+    Database,
+    database_errors,
+    describe,
+)
 from cronjob.errors import DatabaseError, DatabaseInterrupted, JobrunnerError
 
 if TYPE_CHECKING:
@@ -55,6 +64,7 @@ class Failure(enum.Enum):
 
     INTERRUPTED = "interrupted"
     MOVED = "moved"
+    REJECTED = "rejected"
     REFUSED = "refused"
 
 
@@ -78,7 +88,13 @@ class StatementFailed(JobrunnerError):
     @property
     def retryable(self) -> bool:
         """Trying again, on the connection the keeper holds now, may succeed."""
-        return self.failure is not Failure.REFUSED
+        return self.failure in (Failure.INTERRUPTED, Failure.MOVED)
+
+    @property
+    def refuses_the_tick(self) -> bool:
+        """The database takes none of the tick's writes: nothing a running handler returns
+        could be recorded. A statement rejected for its own rows says nothing of the others."""
+        return self.failure is Failure.REFUSED
 
 
 class ReconnectFailed(JobrunnerError):
@@ -187,6 +203,8 @@ class ConnectionKeeper:
             return Failure.INTERRUPTED
         if exc.sqlstate == READ_ONLY_SQL_TRANSACTION and self._move_to_a_writable_server():
             return Failure.MOVED
+        if exc.sqlstate is not None and exc.sqlstate[:2] in ROWS_REJECTED_CLASSES:
+            return Failure.REJECTED
         return Failure.REFUSED
 
     def _move_to_a_writable_server(self) -> bool:

@@ -13,9 +13,12 @@ A failed statement stops the claiming (`_failed`), whatever its kind: running
 handlers get the grace period, and what the tick holds is written and handed back
 once the connection keeper has done what it can (reconnected, or moved to a server
 that takes writes). A refusal makes the stop urgent: no handler is waited for, since
-nothing it returns could be recorded, and each write is tried once. Writes and
-heartbeats that failed wait `RETRY_PAUSE` before the loop tries them again, so a
-database that fails every statement at once is not asked in a busy loop.
+nothing it returns could be recorded, and each write is tried once. A statement
+rejected for its own rows (a claim whose row broke a constraint) refuses nothing
+else: the handlers running under their leases are never abandoned for it, and their
+outcomes are written as at any other stop. Writes and heartbeats that failed wait
+`RETRY_PAUSE` before the loop tries them again, so a database that fails every
+statement at once is not asked in a busy loop.
 """
 
 from __future__ import annotations
@@ -85,8 +88,9 @@ class Drain:
             self.writer.close()
 
     def _failed(self, failed: StatementFailed) -> None:
-        """Stop claiming; after a refusal, at once. Told to the tally, which ends the tick."""
-        self.shutdown.request("database error", urgent=not failed.retryable)
+        """Stop claiming; after a refusal of the tick, at once. Told to the tally, which ends
+        the tick."""
+        self.shutdown.request("database error", urgent=failed.refuses_the_tick)
         self.tally.database_failed(failed)
         self._quiet_until = time.monotonic() + RETRY_PAUSE
 

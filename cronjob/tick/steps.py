@@ -91,7 +91,7 @@ class Steps:
         try:
             self.connection.run(name, lambda conn: step(conn, self.tally.report, self.options))
         except StatementFailed as failed:
-            self.shutdown.request("database error", urgent=not failed.retryable)
+            self.shutdown.request("database error", urgent=failed.refuses_the_tick)
             self.tally.database_failed(failed)
         except ReconnectFailed as exc:
             raise self.tally.connection_lost(str(exc)) from None

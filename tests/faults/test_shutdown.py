@@ -15,17 +15,21 @@ def _started(exec_log, ids: list[int], n: int) -> bool:
 
 
 def test_sigterm_lets_running_handlers_finish_and_hands_back_the_rest(
-    db_url, conn, start_tick, exec_log
+    db_url, conn, start_tick, exec_log, tmp_path
 ):
     """Scenario: SIGTERM while 2 handlers run and others wait; the 2 finish, the rest go back.
 
     The tick holds only what its workers start soon (two waiting here, one per
-    worker); those go back untouched, and the runs it never claimed stay queued.
+    worker); those go back untouched, and the runs it never claimed stay queued. The
+    handlers run until the tick says it is stopping, however long the signal takes.
     """
-    ids = [enqueue(conn, "fault.sleep", {"seconds": 2}) for _ in range(6)]
+    release = tmp_path / "release"
+    ids = [enqueue(conn, "fault.gated", {"release": str(release)}) for _ in range(6)]
     t = start_tick(db_url, "--concurrency", "2", "--grace", "20s")
     wait_for(lambda: _started(exec_log, ids, 2), "two handlers to start")
     t.signal(signal.SIGTERM)
+    wait_for(lambda: t.events("stopping"), "the tick to stop claiming")
+    release.touch()
 
     assert t.wait() == 0
     summary = t.summary()
