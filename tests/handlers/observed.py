@@ -64,3 +64,10 @@ def logs_then_hangs(ctx: Any, payload: Any) -> None:
     ctx.log.info("about to hang")
     ctx.cancelled.wait(5)
     ctx.log.info("too late to be kept")
+
+
+@handler("test.log_wide")
+def log_wide(ctx: Any, payload: Any) -> None:
+    """Logs `events` events of `width` characters of three bytes each in UTF-8."""
+    for i in range(payload.get("events", 100)):
+        ctx.log.info("日本語" * (payload.get("width", 300) // 3), n=i)
