@@ -1,5 +1,10 @@
-"""Text safety, for every layer: passwords out of text, control characters escaped, and
-one line out of many.
+"""Text safety, for every layer: secrets out of text (`redact`) and out of structured values
+(`json_ready` for what jobrunner encodes, `redact_value` for what another library does),
+text PostgreSQL can store, control characters escaped, and one line out of many.
+
+Redaction works on values, before they are encoded (JSON, COPY, HTML): a pattern applied
+to encoded text can eat the quote that ends a string, and turn a valid line into an
+invalid one.
 
 A leaf: it imports nothing of jobrunner, so the driver's adapter, the log and the
 command line can all use it without depending on each other.
@@ -211,7 +216,11 @@ def _hidden_value(match: re.Match[str]) -> str:
 
 def _hidden_aws_secret(match: re.Match[str]) -> str:
     key = match.group()
-    return "***" if _UPPER.search(key) and _LOWER.search(key) else key
+    # One that starts with a slash is taken for a path (in a traceback, say): such a key
+    # is still removed after its name (`aws_secret_access_key=`).
+    if key[0] == "/" or not (_UPPER.search(key) and _LOWER.search(key)):
+        return key
+    return "***"
 
 
 def storable(text: str) -> str:
@@ -222,36 +231,6 @@ def storable(text: str) -> str:
     if text.isascii():
         return text
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-# An escape jsonb refuses (NUL, or half of a surrogate pair), where the backslash before it
-# is not itself escaped: an even number of backslashes, none, before it.
-_JSONB_REFUSED_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u(?:0000|[dD][89a-fA-F])")
-# Longer numbers than these are refused here: PostgreSQL's numeric takes more, Python's
-# parser may not, and no event made by `json_ready` holds one.
-_LONGEST_NUMBER = 1_000
-
-
-def jsonb_accepts(text: str) -> bool:
-    """Whether PostgreSQL's jsonb takes `text`: valid UTF-8 and valid JSON, with no NaN or
-    infinity, no \\u0000, no surrogate escapes, no number of thousands of digits. Errs on
-    the side of refusing."""
-    try:
-        text.encode("utf-8")
-        json.loads(text, parse_constant=_refused, parse_int=_number, parse_float=_number)
-    except (ValueError, RecursionError):  # a UnicodeEncodeError is a ValueError
-        return False
-    return _JSONB_REFUSED_ESCAPE.search(text) is None
-
-
-def _refused(constant: str) -> Any:
-    raise ValueError(f"{constant} is not JSON")
-
-
-def _number(digits: str) -> int:
-    if len(digits) > _LONGEST_NUMBER:
-        raise ValueError("too long a number")
-    return 0
 
 
 # The deepest nesting `json_ready` keeps: deeper values are shown as their kind.
@@ -292,11 +271,7 @@ def _ready(value: Any, depth: int, secret: bool) -> Any:
         return _ready(int.__int__(value), depth, secret)
     if isinstance(value, float):
         return _ready(float.__float__(value), depth, secret)
-    try:
-        text = repr(value)
-    except Exception:
-        text = f"<{kind.__name__} whose repr raised>"
-    return _ready(text, depth, secret)
+    return _ready(_repr(value), depth, secret)
 
 
 def _container(value: Any, depth: int, secret: bool) -> Any:
@@ -336,7 +311,7 @@ def _ready_name(name: str) -> tuple[str, bool]:
     """A field's name, ready, and whether it names a secret."""
     ready = _READY_NAMES.get(name)
     if ready is None:
-        ready = (_ready_text(name), SECRET_NAME.search(name) is not None)
+        ready = (_ready_text(name), _names_a_secret_field(name))
         if len(name) <= _CACHED_LENGTH:
             if len(_READY_NAMES) >= _CACHED_TEXTS:
                 _READY_NAMES.clear()
@@ -345,12 +320,90 @@ def _ready_name(name: str) -> tuple[str, bool]:
 
 
 def _key_text(key: Any) -> str:
-    ready = _ready(key, MAX_DEPTH, False)
-    return ready if isinstance(ready, str) else json.dumps(ready)
+    """A key that is not a text: a number, true, false or null as the JSON encoder writes
+    it (`2` is "2"); anything else, its repr."""
+    if key is None or isinstance(key, bool | int | float):
+        ready = _ready(key, 0, False)
+        return ready if isinstance(ready, str) else json.dumps(ready)
+    return str.__str__(key) if isinstance(key, str) else _repr(key)
+
+
+def _repr(value: Any) -> str:
+    try:
+        return repr(value)
+    except Exception:  # anyone's object: its repr may raise
+        return f"<{type(value).__name__} whose repr raised>"
 
 
 def _long_int(value: int) -> str:
     return f"<int of {value.bit_length()} bits>"
+
+
+def redact_value(value: Any) -> Any:
+    """`value` with every text in it redacted (`redact`), through dicts, lists and tuples,
+    and a text or number under a key that names a secret (`password`, `token`,
+    `authorization`...) replaced by `***`; everything else as it is (a datetime stays one):
+    for a structure another library encodes (an error report). Nested deeper than
+    `MAX_DEPTH`, a value is left out."""
+    return _redacted(value, 0, False)
+
+
+def _redacted(value: Any, depth: int, secret: bool) -> Any:
+    if isinstance(value, str):
+        return "***" if secret else redact(value)
+    if isinstance(value, dict | list | tuple):
+        if depth >= MAX_DEPTH:
+            return f"<{type(value).__name__} nested deeper than {MAX_DEPTH}>"
+        if isinstance(value, dict):
+            return {
+                redact(k) if isinstance(k, str) else k: _redacted(
+                    v, depth + 1, secret or (isinstance(k, str) and _names_a_secret_field(k))
+                )
+                for k, v in value.items()
+            }
+        items = [_redacted(v, depth + 1, secret) for v in value]
+        return items if isinstance(value, list) else tuple(items)
+    if secret and isinstance(value, int | float) and not isinstance(value, bool):
+        return "***"
+    return value
+
+
+# Besides what SECRET_NAME matches, a field that holds credentials whole: an HTTP header's.
+_SECRET_HEADER = re.compile(r"(?i)authorization|cookie")
+
+
+def _names_a_secret_field(name: str) -> bool:
+    return SECRET_NAME.search(name) is not None or _SECRET_HEADER.search(name) is not None
+
+
+# An escape jsonb refuses (NUL, or half of a surrogate pair), where the backslash before it
+# is not itself escaped: an even number of backslashes, none, before it.
+_JSONB_REFUSED_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u(?:0000|[dD][89a-fA-F])")
+# Longer numbers than these are refused here: PostgreSQL's numeric takes more, Python's
+# parser may not, and no event made by `json_ready` holds one.
+_LONGEST_NUMBER = 1_000
+
+
+def jsonb_accepts(text: str) -> bool:
+    """Whether PostgreSQL's jsonb takes `text`: valid UTF-8 and valid JSON, with no NaN or
+    infinity, no \\u0000, no surrogate escapes, no number of thousands of digits. Errs on
+    the side of refusing."""
+    try:
+        text.encode("utf-8")
+        json.loads(text, parse_constant=_refused, parse_int=_number, parse_float=_number)
+    except (ValueError, RecursionError):  # a UnicodeEncodeError is a ValueError
+        return False
+    return _JSONB_REFUSED_ESCAPE.search(text) is None
+
+
+def _refused(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _number(digits: str) -> int:
+    if len(digits) > _LONGEST_NUMBER:
+        raise ValueError("too long a number")
+    return 0
 
 
 # Control characters (C0, DEL, C1) and the bidirectional overrides that reorder what a
