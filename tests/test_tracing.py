@@ -259,3 +259,18 @@ def test_a_failed_attempts_span_holds_no_secret_the_stored_error_does_not(db_url
     shown = json.dumps([span.attributes, span.event_attributes, span.status_message])
     for secret in [*secrets.values(), "tok-7-secret"]:
         assert secret not in shown
+
+
+def test_exception_attributes_are_there_for_apps_own_spans():
+    from cronjob.tracing import exception_attributes
+
+    try:
+        raise ConnectionError("postgresql://shop:hunter2-secret@db/shop Authorization: Bearer x1")
+    except ConnectionError as exc:
+        attributes = exception_attributes(exc)
+    assert attributes["exception.type"] == "ConnectionError"
+    assert attributes["exception.message"] == (
+        "postgresql://shop:***@db/shop Authorization: Bearer ***"
+    )
+    assert "hunter2" not in attributes["exception.stacktrace"]
+    assert "Traceback" in attributes["exception.stacktrace"]
