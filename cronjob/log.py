@@ -6,11 +6,13 @@ so stdout stays free for machine output.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import json
 import logging
 import sys
 import traceback
+import warnings
 from datetime import UTC, datetime
 from typing import Any
 
@@ -252,9 +254,31 @@ class _LibraryRecords(_Records):
 def write_unhandled_records() -> None:
     """Standard `logging` records no handler takes (an app that configured no logging) are
     written as jobrunner's events, at warning and above, as Python's last resort writes
-    them: its plain text would be a line that is not JSON, with nothing redacted."""
+    them: its plain text would be a line that is not JSON, with nothing redacted. Python's
+    warnings (`warnings.warn`) become such records (logger `py.warnings`, as
+    `logging.captureWarnings` names them), for the same reason."""
     if not isinstance(logging.lastResort, _Records):
         logging.lastResort = _Records(logging.WARNING)
+    if warnings.showwarning is not _show_warning:
+        warnings.showwarning = _show_warning
+
+
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
+    # As logging.captureWarnings shows one, without the handler it adds that drops the
+    # record where the app set none: the last resort above writes it then.
+    text = warnings.formatwarning(message, category, filename, lineno, line)
+    if file is not None:  # asked for somewhere of its own, as Python writes it there
+        with contextlib.suppress(OSError):
+            file.write(text)
+        return
+    logging.getLogger("py.warnings").warning("%s", text.rstrip("\n"))
 
 
 _LIBRARY_LEVELS = frozenset({"debug", "info", "warning", "error", "critical"})

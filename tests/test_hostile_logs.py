@@ -107,6 +107,8 @@ def test_every_line_on_stderr_is_one_json_object_whatever_a_handler_logs(db_url,
     assert (odd["nan"], odd["infinity"]) == ("nan", "-inf")
     assert odd["mapping"]["db_password"] == "***"
     assert [e["level"] for e in mine if e["event"] == "it failed"] == ["error"]
+    [warned] = [e for e in events if e.get("logger") == "py.warnings"]
+    assert 'UserWarning: a warning: "password=***' in warned["event"]
     assert events[-1]["event"] == "tick finished"
 
 

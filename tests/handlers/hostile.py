@@ -5,6 +5,7 @@ line of stderr. Each execution is recorded outside the database (tests/exec_log.
 from __future__ import annotations
 
 import logging
+import warnings
 from typing import Any
 
 from cronjob import handler
@@ -66,6 +67,7 @@ def poisoned(ctx: Any, payload: Any) -> None:
         ctx.log.info(text, detail=text)
         shop.warning(text)
         shop.warning("%s", text)
+    warnings.warn('a warning: "password=hunter2"', stacklevel=1)
     ctx.log.info("huge", line="x" * HUGE + "password=hunter2")
     shop.warning("y" * HUGE)
     ctx.log.info(
