@@ -222,9 +222,10 @@ def json_option(func: Callable[..., Any]) -> Callable[..., Any]:
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: library errors become one line on stderr and an exit code."""
     _skip_collection_at_exit()
-    from cronjob.log import capture_library_logs
+    from cronjob.log import capture_library_logs, write_unhandled_records
 
     capture_library_logs()
+    write_unhandled_records()
     try:
         with database_errors():
             code = cli.main(args=argv, prog_name="jobrunner", standalone_mode=False)

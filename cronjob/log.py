@@ -6,13 +6,17 @@ so stdout stays free for machine output.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import logging
 import sys
+import traceback
+import warnings
 from datetime import UTC, datetime
 from typing import Any
 
-from cronjob.text import printable, redact
+from cronjob.text import json_ready, printable
 
 _configured = False
 # One encoder for every event: json.dumps with options builds a new one per call,
@@ -55,10 +59,12 @@ _min_level = logging.INFO
 
 class _Stderr:
     """Whatever sys.stderr is at the moment of writing (tests swap it), and the one way
-    log lines leave the program: the database password is removed here, once."""
+    log lines leave the program. What it writes was made of values already redacted
+    (`_ready_values`): a pattern applied to the encoded line could eat the quote that
+    ends a JSON string."""
 
     def write(self, text: str) -> int:
-        return sys.stderr.write(redact(text))
+        return sys.stderr.write(text)
 
     def flush(self) -> None:
         sys.stderr.flush()
@@ -84,6 +90,13 @@ def _utc_timestamp() -> str:
     return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
+def _ready_values(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    """Every value of the event redacted and made JSON's and PostgreSQL's (text.json_ready),
+    before anything encodes it: whatever a handler logs, the line is one valid JSON object,
+    and the run log that keeps it can be stored."""
+    return json_ready(event_dict)  # type: ignore[no-any-return]
+
+
 def _render_json(_logger: Any, _method: str, event_dict: dict[str, Any]) -> str:
     return _JSON_ENCODER.encode(event_dict)
 
@@ -91,8 +104,26 @@ def _render_json(_logger: Any, _method: str, event_dict: dict[str, Any]) -> str:
 def _render_json_line(_logger: Any, _method: str, event_dict: dict[str, Any]) -> str:
     """`_render_json` for structlog: the line goes into the current run log too, if any."""
     line = _JSON_ENCODER.encode(event_dict)
-    _capture_json_line(line)
+    if not _record_written.get():
+        _capture_json_line(line)
     return line
+
+
+def _capture_console_event(logger: Any, method: str, event_dict: dict[str, Any]) -> Any:
+    """runlog.capture_structlog_event, for an event that is not a record's (see below)."""
+    if _record_written.get():
+        return event_dict
+    from cronjob import runlog
+
+    return runlog.capture_structlog_event(logger, method, event_dict)
+
+
+# Set while a standard `logging` record is written as an event (`_Records`): the run log
+# has it already, from the record factory (runlog.capture_logging_records), and must not
+# keep it twice.
+_record_written: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "jobrunner_record_written", default=False
+)
 
 
 def _no_run_log(_line: str) -> None:
@@ -142,6 +173,7 @@ def configure(level: str | None = None, *, json: bool | None = None) -> None:
             _add_level,
             _add_utc_timestamp,
             structlog.processors.format_exc_info,
+            _ready_values,
             _render_json_line,  # a handler's events go into its run log too
         ]
     else:
@@ -149,7 +181,8 @@ def configure(level: str | None = None, *, json: bool | None = None) -> None:
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="%H:%M:%S", utc=False),
             structlog.processors.format_exc_info,
-            runlog.capture_structlog_event,
+            _ready_values,
+            _capture_console_event,
             _printable_values,
             structlog.dev.ConsoleRenderer(colors=True),
         ]
@@ -190,12 +223,13 @@ def log_event(level: str, event: str, **fields: Any) -> None:
         return
     event_dict = _add_level(None, level, {**fields, "event": event})
     event_dict = _add_utc_timestamp(None, level, event_dict)
+    event_dict = _ready_values(None, level, event_dict)
     _Stderr().write(_render_json(None, level, event_dict) + "\n")
     sys.stderr.flush()
 
 
-class _LibraryRecords(logging.Handler):
-    """A library's log records, written as jobrunner's own events."""
+class _Records(logging.Handler):
+    """Standard `logging` records, written as jobrunner's own events."""
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -203,7 +237,48 @@ class _LibraryRecords(logging.Handler):
         except Exception:  # a library's bad format string must not lose the record
             message = str(record.msg)
         level = record.levelname.lower()
-        log_event(level if level in _LIBRARY_LEVELS else "warning", message, logger=record.name)
+        fields: dict[str, Any] = {"logger": record.name}
+        if record.exc_info and record.exc_info[0] is not None:
+            fields["exception"] = "".join(traceback.format_exception(*record.exc_info))
+        token = _record_written.set(True)
+        try:
+            log_event(level if level in _LIBRARY_LEVELS else "warning", message, **fields)
+        finally:
+            _record_written.reset(token)
+
+
+class _LibraryRecords(_Records):
+    """A library's log records (see `capture_library_logs`)."""
+
+
+def write_unhandled_records() -> None:
+    """Standard `logging` records no handler takes (an app that configured no logging) are
+    written as jobrunner's events, at warning and above, as Python's last resort writes
+    them: its plain text would be a line that is not JSON, with nothing redacted. Python's
+    warnings (`warnings.warn`) become such records (logger `py.warnings`, as
+    `logging.captureWarnings` names them), for the same reason."""
+    if not isinstance(logging.lastResort, _Records):
+        logging.lastResort = _Records(logging.WARNING)
+    if warnings.showwarning is not _show_warning:
+        warnings.showwarning = _show_warning
+
+
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
+    # As logging.captureWarnings shows one, without the handler it adds that drops the
+    # record where the app set none: the last resort above writes it then.
+    text = warnings.formatwarning(message, category, filename, lineno, line)
+    if file is not None:  # asked for somewhere of its own, as Python writes it there
+        with contextlib.suppress(OSError):
+            file.write(text)
+        return
+    logging.getLogger("py.warnings").warning("%s", text.rstrip("\n"))
 
 
 _LIBRARY_LEVELS = frozenset({"debug", "info", "warning", "error", "critical"})
@@ -259,8 +334,10 @@ def log_many(logger: Any, level: str, event: str, records: list[dict[str, Any]])
         return
     import structlog
 
-    context = structlog.get_context(logger)
-    tail = {"event": event, "level": level, "timestamp": _utc_timestamp()}
+    # Redacted and made JSON's value by value, as the processors do for a single event.
+    context = json_ready(structlog.get_context(logger))
+    tail = json_ready({"event": event, "level": level, "timestamp": _utc_timestamp()})
+    records = [json_ready(record) for record in records]
     encode = _JSON_ENCODER.encode
     # The context and the tail are the same on every line: encoded once. A record
     # that repeats one of their keys goes through the whole-dict path, as the

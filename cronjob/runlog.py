@@ -9,9 +9,12 @@ going where they always go. The tick writes the lot with
 the attempt's outcome, in the same statement (table job_run_logs, migration 0019).
 
 Capped per attempt: the newest `MAX_EVENTS` events and at most `MAX_BYTES` of their JSON
-are kept, and `trimmed` counts the older ones dropped; an event whose JSON alone is over
-`MAX_EVENT_BYTES` keeps its level, time and the start of its message. Every event is
-redacted (`text.redact`) as it is added, as every stored text is.
+(UTF-8 bytes, as stored) are kept, and `trimmed` counts the older ones dropped; an event
+whose JSON alone is over `MAX_EVENT_BYTES` keeps its level, time and the start of its
+message. Every event's values are redacted and made storable (`text.json_ready`) before
+it is encoded, as every stored text is: a line of stderr was made so by `cronjob.log`
+already. What the finalize stores is checked once more (`RunLog.json`): a log PostgreSQL
+would refuse is replaced by a note saying so, and can fail no other run's finalize.
 
 A leaf of the logging layer: it imports nothing of the tick.
 """
@@ -26,12 +29,12 @@ from collections import deque
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from cronjob.text import printable, redact
+from cronjob.text import json_ready, jsonb_accepts, printable
 
 MAX_EVENTS = 100
 MAX_BYTES = 32_768
 MAX_EVENT_BYTES = 4_096
-MESSAGE_CLIP = 1_000  # characters of an oversized event's message kept
+MESSAGE_CLIP = 1_000  # bytes of an oversized event's message kept, at most
 
 # Bound by ctx.log to every event of a run: kept as written, left out where `show` prints.
 RUN_FIELDS = frozenset({"run_id", "job_type", "attempt", "tenant_id"})
@@ -65,21 +68,24 @@ class RunLog:
         return self.events is not None
 
     def add(self, event: dict[str, Any]) -> None:
-        self.add_json(_ENCODE(event))
+        """An event's fields, as logged: made ready (text.json_ready), then encoded."""
+        self.add_json(_ENCODE(json_ready(event)))
 
     def add_json(self, text: str) -> None:
-        """An event already encoded as a JSON object (the line the tick wrote for it)."""
+        """An event already encoded as a JSON object from values made ready
+        (text.json_ready): the line the tick wrote for it."""
         if self.closed:
             return
-        text = redact(text)
-        if len(text) > MAX_EVENT_BYTES:
-            text = redact(_ENCODE(_clipped(json.loads(text), len(text))))
+        size = _utf8_size(text)
+        if size > MAX_EVENT_BYTES:
+            text = _clipped(_decoded(text), size)
+            size = _utf8_size(text)
         if self.events is None:
             self.events = deque()
         self.events.append(text)
-        self.size += len(text) + 1
+        self.size += size + 1
         while len(self.events) > MAX_EVENTS or self.size > MAX_BYTES:
-            self.size -= len(self.events.popleft()) + 1
+            self.size -= _utf8_size(self.events.popleft()) + 1
             self.trimmed += 1
 
     def close(self) -> None:
@@ -87,18 +93,52 @@ class RunLog:
         self.closed = True
 
     def json(self) -> str:
-        """The events as one JSON array, oldest first."""
-        return "[" + ",".join(list(self.events or ())) + "]"
+        """The events as one JSON array, oldest first, as the finalize stores them.
+
+        Checked on its own, before it joins the statement that finalizes a batch: an array
+        PostgreSQL's jsonb would refuse (no event should be one) is replaced by a note, so
+        that this run loses its log, and no other run its finalize.
+        """
+        text = "[" + ",".join(list(self.events or ())) + "]"
+        if jsonb_accepts(text):
+            return text
+        note = {
+            "timestamp": utc_timestamp(),
+            "level": "warning",
+            "event": "this attempt's log could not be stored: dropped",
+            "dropped_events": len(self.events or ()),
+        }
+        return _ENCODE([note])
 
 
-def _clipped(event: dict[str, Any], size: int) -> dict[str, Any]:
+def _decoded(text: str) -> dict[str, Any]:
+    try:
+        event = json.loads(text)
+    except (ValueError, RecursionError):  # not JSON after all: its start kept as a message
+        return {"event": text}
+    return event if isinstance(event, dict) else {}
+
+
+def _utf8_size(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def _clipped(event: dict[str, Any], size: int) -> str:
+    """An oversized event's time, level and the start of its message, encoded within
+    MAX_EVENT_BYTES (its message's escapes may take six bytes a character)."""
     message = str(event.get("event", ""))
-    return {
-        "timestamp": event.get("timestamp"),
-        "level": event.get("level"),
-        "event": message[:MESSAGE_CLIP],
-        "clipped_bytes": size,
-    }
+    clip = MESSAGE_CLIP
+    while True:
+        start = message.encode("utf-8", "surrogatepass")[:clip].decode("utf-8", "ignore")
+        text = _ENCODE({
+            "timestamp": event.get("timestamp"),
+            "level": event.get("level"),
+            "event": start,
+            "clipped_bytes": size,
+        })  # fmt: skip
+        if _utf8_size(text) <= MAX_EVENT_BYTES or not start:
+            return text
+        clip //= 2
 
 
 def capture(holder: Holder) -> contextvars.Token[Holder | None]:

@@ -6,15 +6,24 @@ none of its automatic integrations), or a handler module initialized the SDK its
 What a handler raises is reported once, from the thread (or task) that ran it, with the
 run's fields as tags and context; a `Retry` is no error and is not reported. Reports are
 sent by the SDK's own thread and flushed before the tick exits, within the tick's bound.
+
+A report holds no secret a stored error would not: the SDK the tick initializes sends no
+frame's local variables (a handler's `payload` is one) and redacts every event
+(`before_send`); a report of the tick's, whoever initialized the SDK, is made so by an
+event processor of its own scope. An application that initializes the SDK itself passes
+`include_local_variables=False, before_send=cronjob.sentry.before_send` for its own
+reports to be so too.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 from cronjob.handlers import Retry
 from cronjob.models import Outcome
+from cronjob.text import redact_value
 from cronjob.tick.flight import Flight
 from cronjob.tick.observers import Observer
 
@@ -28,6 +37,30 @@ def configured() -> bool:
     return client is not None and client().is_active()
 
 
+def before_send(event: dict[str, Any], hint: Any = None) -> dict[str, Any]:
+    """A Sentry `before_send` (and `before_send_transaction`): the event without its frames'
+    local variables, every text in it redacted as jobrunner redacts a stored error
+    (cronjob.text.redact: passwords, tokens, keys...), and any field named for a secret
+    (`password`, `api_key`, `Authorization`...) replaced by `***`."""
+    return redact_value(_without_local_variables(event))  # type: ignore[no-any-return]
+
+
+def _without_local_variables(value: Any) -> Any:
+    # Frames are in each exception's stacktrace, each thread's, and the event's own.
+    if isinstance(value, dict):
+        frames = value.get("frames")
+        if isinstance(frames, list):
+            for frame in frames:
+                if isinstance(frame, dict):
+                    frame.pop("vars", None)
+        for item in value.values():
+            _without_local_variables(item)
+    elif isinstance(value, list):
+        for item in value:
+            _without_local_variables(item)
+    return value
+
+
 class Reports(Observer):
     """Reports each handler's exception to Sentry, with the run it happened in."""
 
@@ -35,7 +68,13 @@ class Reports(Observer):
         import sentry_sdk
 
         if not sentry_sdk.get_client().is_active():
-            sentry_sdk.init(default_integrations=False, auto_enabling_integrations=False)
+            sentry_sdk.init(
+                default_integrations=False,
+                auto_enabling_integrations=False,
+                include_local_variables=False,
+                before_send=before_send,  # type: ignore[arg-type]
+                before_send_transaction=before_send,  # type: ignore[arg-type]
+            )
         self._sdk = sentry_sdk
 
     def returned(self, flight: Flight, outcome: Outcome, raised: BaseException | None) -> None:
@@ -51,6 +90,8 @@ class Reports(Observer):
             "scheduled_for": run.scheduled_for.isoformat() if run.scheduled_for else None,
         }
         with self._sdk.new_scope() as scope:
+            # Whoever initialized the SDK: this report holds no more than the stored error.
+            scope.add_event_processor(before_send)
             scope.set_tag("jobrunner.job_type", run.job_type)
             scope.set_tag("jobrunner.run_id", str(run.id))
             scope.set_tag("jobrunner.attempt", str(run.attempt))

@@ -29,6 +29,12 @@ The spans:
   or is retried, shows as such: its attempts are siblings under that span, each its
   own span, however late.
 
+An exception is recorded on its span as an `exception` event whose attributes
+(`exception_attributes`) are redacted as a stored error is: the SDK's own
+`record_exception` would carry the raw message and traceback (a URL's password, a
+payload's values quoted in a message), which a stored error never holds. The status
+message of a failed span is the stored error's message.
+
 Exported before the tick exits, signals and grace period included: the tick closes its
 observers on its way out (`Steps.running`), and this one ends what is left, ends the
 tick span and flushes the provider, waiting at most the tick's bound (5 s; half a
@@ -118,7 +124,10 @@ class Tracing(Observer):
         if token is not None:
             self._context.detach(token)
         if raised is not None and not isinstance(raised, Retry):
-            span.record_exception(raised)
+            if isinstance(outcome, Errored):  # the same text, redacted, as is stored
+                span.add_event("exception", _attributes_of(outcome))
+            else:
+                span.add_event("exception", exception_attributes(raised))
 
     def finished(self, run: ClaimedRun, outcome: str, error: Errored | None) -> None:
         entry = self._attempts.pop(attempt_key(run), None)
@@ -128,13 +137,26 @@ class Tracing(Observer):
     def statement(self, what: str, op: Callable[[Any], T]) -> Callable[[Any], T]:
         tracer, parent = self._tracer, self._in_tick
         attributes = {"db.system.name": "postgresql", "db.operation.name": what}
-        kind = self._trace.SpanKind.CLIENT
+        kind, status = self._trace.SpanKind.CLIENT, self._trace.Status
+        failed = self._trace.StatusCode.ERROR
 
         def traced(conn: Any) -> T:
+            # Not the SDK's own recording of an exception: its message is the raw one.
             with tracer.start_as_current_span(
-                f"jobrunner {what}", context=parent, kind=kind, attributes=attributes
+                f"jobrunner {what}",
+                context=parent,
+                kind=kind,
+                attributes=attributes,
+                record_exception=False,
+                set_status_on_exception=False,
             ) as span:
-                result = op(conn)
+                try:
+                    result = op(conn)
+                except BaseException as exc:
+                    recorded = exception_attributes(exc)
+                    span.add_event("exception", recorded)
+                    span.set_status(status(failed, recorded["exception.message"]))
+                    raise
                 _count(span, result)
                 return result
 
@@ -177,6 +199,27 @@ class Tracing(Observer):
         if outcome in FAILED_OUTCOMES:
             span.set_status(Status(StatusCode.ERROR, error.message if error else outcome))
         span.end(end_time=ended)
+
+
+def exception_attributes(exc: BaseException) -> dict[str, str]:
+    """The attributes of an `exception` span event (OpenTelemetry's semantic conventions:
+    `exception.type`, `exception.message`, `exception.stacktrace`), redacted as jobrunner
+    redacts a stored error (cronjob.text.redact), the traceback trimmed as it is.
+
+    For spans of an application's own: `span.add_event("exception",
+    exception_attributes(exc))` in place of `span.record_exception(exc)`.
+    """
+    from cronjob.tick.execute import errored
+
+    return _attributes_of(errored(exc))
+
+
+def _attributes_of(error: Errored) -> dict[str, str]:
+    return {
+        "exception.type": error.error_type,
+        "exception.message": error.message,
+        "exception.stacktrace": error.traceback or "",
+    }
 
 
 def _count(span: Any, result: Any) -> None:

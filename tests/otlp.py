@@ -29,6 +29,7 @@ class Span:
     status: str
     status_message: str
     events: list[str]
+    event_attributes: list[dict[str, Any]]  # each event's, in the order of `events`
     service: str
     start_ns: int
     end_ns: int
@@ -98,6 +99,10 @@ def _decode(body: bytes) -> list[Span]:
                         status=Status.StatusCode.Name(span.status.code),
                         status_message=span.status.message,
                         events=[event.name for event in span.events],
+                        event_attributes=[
+                            {a.key: _value(a.value) for a in event.attributes}
+                            for event in span.events
+                        ],
                         service=str(resource.get("service.name", "")),
                         start_ns=span.start_time_unix_nano,
                         end_ns=span.end_time_unix_nano,

@@ -79,7 +79,8 @@ def test_each_kept_event_is_the_line_the_tick_wrote_for_it_on_stderr(db_url, con
     err = tick(db_url)
     query = "SELECT events FROM job_run_logs WHERE run_id = %s"
     [events] = conn.execute(query, [run_id]).fetchone()
-    # The logging record goes where the app's logging sends it (Python's own output here).
+    # The logging record goes where the app's logging sends it: with no handler of the app's,
+    # a JSON line of jobrunner's, without the run's fields (ctx.log binds them).
     written = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
     assert events[:2] == [line for line in written if line.get("run_id") == run_id][:2]
     assert events[2]["logger"] == "shop.payments"  # a logging record: not on our stderr
@@ -129,3 +130,24 @@ def test_prune_removes_a_runs_logs_with_it(db_url, conn):
     assert pruned.exit_code == 0, pruned.stderr
     assert count(conn, "SELECT count(*) FROM job_runs") == 0
     assert count(conn, "SELECT count(*) FROM job_run_logs") == 0
+
+
+def test_the_caps_count_utf8_bytes_not_characters(db_url, conn):
+    from cronjob.runlog import MAX_BYTES, MAX_EVENT_BYTES, MAX_EVENTS
+
+    # 100 events of 900 bytes (300 characters): 90 KB, of which at most 32 KB are kept.
+    many = insert_run(conn, "test.log_wide", payload={"events": 100, "width": 300})
+    # One event of 6,000 bytes (2,000 characters): over the 4 KB an event may take.
+    wide = insert_run(conn, "test.log_wide", payload={"events": 1, "width": 2000})
+    tick(db_url)
+
+    query = "SELECT octet_length(events::text), trimmed, events FROM job_run_logs WHERE run_id = %s"
+    size, trimmed, events = conn.execute(query, [many]).fetchone()
+    # jsonb's text writes ", " between events where the cap counts one byte.
+    assert MAX_BYTES // 2 < size <= MAX_BYTES + MAX_EVENTS
+    assert trimmed == 100 - len(events) > 50
+    assert [e["n"] for e in events] == list(range(trimmed, 100))
+    size, trimmed, [event] = conn.execute(query, [wide]).fetchone()
+    assert size <= MAX_EVENT_BYTES and trimmed == 0
+    assert event["clipped_bytes"] > 6000 and event["event"].startswith("日本語")
+    assert len(event["event"].encode()) <= 1000

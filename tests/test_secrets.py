@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import time
 from urllib.parse import quote
 
@@ -218,3 +219,20 @@ def test_no_part_of_a_password_with_an_unencoded_at_is_shown(password):
         assert process.returncode == 1, err
         assert "database" in err
         _assert_no_four_characters_of(password, out + err)
+
+
+# As above, with pieces shorter than any literal replacement would take.
+SHORT_AT_PASSWORDS = ["Qx@ZjK", "QwXzJk@Vq", "Qx@Zj:Kv", "Qx@Zj/Kv", "Qx@Zj,Kv", "QwX@Z@Jk"]
+
+
+@pytest.mark.parametrize("password", SHORT_AT_PASSWORDS)
+def test_no_piece_of_a_password_with_an_unencoded_at_is_shown_however_short(password):
+    url = f"postgresql://app:{password}@db.invalid/app"
+    pieces = [p for p in re.split(r"[@:/,]", password) if p]
+    for args in (["list"], ["tick", "--log-level", "debug"]):
+        process = jobrunner_process(*args, env={"JOBRUNNER_DATABASE_URL": url})
+        out, err = process.communicate(timeout=60)
+        assert process.returncode == 1, err
+        assert "database" in err
+        for piece in pieces:
+            assert piece not in out + err, (piece, err)

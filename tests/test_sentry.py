@@ -87,3 +87,64 @@ def test_a_retry_is_not_reported(db_url, conn, sentry):
     tick(db_url, dsn)
     assert events == []
     assert conn.execute("SELECT status FROM job_runs").fetchone()[0] == "failed"
+
+
+LEAKY_PAYLOAD = {
+    "card": "4111111111111111",
+    "bearer": "bear-9-secret",
+    "password": "hunter2-secret",
+    "token": "tok-7-secret",
+}
+
+
+def _assert_no_secret(event: dict[str, Any]) -> None:
+    text = json.dumps(event)
+    for secret in LEAKY_PAYLOAD.values():
+        assert secret not in text, secret
+    frames = event["exception"]["values"][0]["stacktrace"]["frames"]
+    assert frames and not any("vars" in frame for frame in frames)
+    assert "postgresql://shop:***@db.internal/shop with token=***" in text
+
+
+def test_a_report_holds_no_secret_the_stored_error_does_not(db_url, conn, sentry):
+    dsn, events = sentry
+    insert_run(conn, "test.leaky_failure", payload=LEAKY_PAYLOAD)
+    tick(db_url, dsn)
+    [event] = events
+    _assert_no_secret(event)
+
+
+def test_a_report_holds_no_secret_when_the_app_initialized_the_sdk_itself(db_url, conn, sentry):
+    dsn, events = sentry
+    insert_run(conn, "test.leaky_failure", payload=LEAKY_PAYLOAD)
+    process = jobrunner_process(
+        "tick",
+        "--database-url",
+        db_url,
+        "--handlers",
+        "tests.handlers.sentry_app",
+        env={"SHOP_SENTRY_DSN": dsn},
+    )
+    _out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    [event] = events
+    _assert_no_secret(event)
+
+
+def test_before_send_is_there_for_apps_to_pass_to_the_sdk():
+    from cronjob.sentry import before_send
+
+    event = {
+        "exception": {"values": [{"value": "token=abc", "stacktrace": {"frames": [
+            {"function": "charge", "vars": {"card": "4111111111111111"}}
+        ]}}]},
+        "request": {"headers": {"Authorization": "Basic dXNlcjpwdw==", "Accept": "*/*"}},
+        "extra": {"db_password": "pw", "attempts": 3},
+    }  # fmt: skip
+    assert before_send(event, {}) == {
+        "exception": {"values": [{"value": "token=***", "stacktrace": {"frames": [
+            {"function": "charge"}
+        ]}}]},
+        "request": {"headers": {"Authorization": "***", "Accept": "*/*"}},
+        "extra": {"db_password": "***", "attempts": 3},
+    }  # fmt: skip

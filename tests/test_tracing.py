@@ -243,3 +243,34 @@ def test_a_tick_that_does_not_trace_imports_nothing_of_opentelemetry(db_url, con
     code = WITHOUT_THE_EXTRA.replace("sys.meta_path.insert(0, Absent())", "")
     env = {"JOBRUNNER_DATABASE_URL": db_url}
     assert _modules_after(code, env) == []
+
+
+def test_a_failed_attempts_span_holds_no_secret_the_stored_error_does_not(db_url, conn, collector):
+    secrets = {"card": "4111111111111111", "bearer": "bear-9-secret", "password": "hunter2-secret"}
+    run_id = insert_run(conn, "test.leaky_failure", payload={**secrets, "token": "tok-7-secret"})
+    tick(db_url, collector)
+    span = attempt_span(collector, "test.leaky_failure")
+    [exception] = span.event_attributes
+    stored = conn.execute("SELECT last_error FROM job_runs WHERE id = %s", [run_id]).fetchone()[0]
+    assert exception["exception.message"] == stored == span.status_message
+    assert "postgresql://shop:***@db.internal/shop with token=***" in stored
+    assert exception["exception.type"] == "ConnectionError"
+    assert "raise ConnectionError(" in exception["exception.stacktrace"]
+    shown = json.dumps([span.attributes, span.event_attributes, span.status_message])
+    for secret in [*secrets.values(), "tok-7-secret"]:
+        assert secret not in shown
+
+
+def test_exception_attributes_are_there_for_apps_own_spans():
+    from cronjob.tracing import exception_attributes
+
+    try:
+        raise ConnectionError("postgresql://shop:hunter2-secret@db/shop Authorization: Bearer x1")
+    except ConnectionError as exc:
+        attributes = exception_attributes(exc)
+    assert attributes["exception.type"] == "ConnectionError"
+    assert attributes["exception.message"] == (
+        "postgresql://shop:***@db/shop Authorization: Bearer ***"
+    )
+    assert "hunter2" not in attributes["exception.stacktrace"]
+    assert "Traceback" in attributes["exception.stacktrace"]

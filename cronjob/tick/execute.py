@@ -16,7 +16,7 @@ from cronjob import store, transitions
 from cronjob.context import AsyncJobContext, JobContext
 from cronjob.handlers import Fail, Retry
 from cronjob.models import ClaimedRun, Errored, Outcome, Succeeded, UnreadablePayload
-from cronjob.text import one_line, redact
+from cronjob.text import one_line, redact, storable
 
 if TYPE_CHECKING:
     from cronjob.runlog import RunLog
@@ -153,8 +153,8 @@ def errored(exc: BaseException) -> Errored:
     name = (
         cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
     )
-    message = _message(exc)[:2000] or name
-    return Errored(_storable(name), _storable(message), _trimmed_traceback(exc))
+    message = _storable(_message(exc))[:2000] or name
+    return Errored(_storable(name), message, _trimmed_traceback(exc))
 
 
 def _message(exc: BaseException) -> str:
@@ -170,17 +170,17 @@ def _trimmed_traceback(exc: BaseException) -> str | None:
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     except BaseException:
         return None
+    # Redacted whole, then trimmed: trimmed first, a secret cut in two would keep its end
+    # with nothing left for a pattern to know it by.
+    text = _storable(text)
     if len(text) > TRACEBACK_LIMIT:
         text = "…(trimmed)…\n" + text[-TRACEBACK_LIMIT:]
-    return _storable(text)
+    return text
 
 
 def _storable(text: str) -> str:
     # Where a handler's error text enters the database: a connection string it
     # quotes loses its password here, once for the run, its history, its log line
-    # and every command that shows it.
-    text = redact(text)
-    # PostgreSQL text holds neither NUL nor unpaired surrogates; one odd error
-    # message must not fail the finalize of a whole batch.
-    text = text.replace("\x00", "\\x00")
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    # and every command that shows it. PostgreSQL text holds neither NUL nor unpaired
+    # surrogates; one odd error message must not fail the finalize of a whole batch.
+    return storable(redact(text))

@@ -64,3 +64,21 @@ def logs_then_hangs(ctx: Any, payload: Any) -> None:
     ctx.log.info("about to hang")
     ctx.cancelled.wait(5)
     ctx.log.info("too late to be kept")
+
+
+@handler("test.log_wide")
+def log_wide(ctx: Any, payload: Any) -> None:
+    """Logs `events` events of `width` characters of three bytes each in UTF-8."""
+    for i in range(payload.get("events", 100)):
+        ctx.log.info("日本語" * (payload.get("width", 300) // 3), n=i)
+
+
+@handler("test.leaky_failure", max_attempts=1)
+def leaky_failure(ctx: Any, payload: Any) -> None:
+    """Fails with secrets in its message, and a payload's card number in a local variable."""
+    card = payload["card"]
+    headers = {"Authorization": f"Bearer {payload['bearer']}"}
+    raise ConnectionError(
+        f"cannot reach postgresql://shop:{payload['password']}@db.internal/shop"
+        f" with token={payload['token']} and {headers} for card ending {card[-4:]}"
+    )
