@@ -8,6 +8,7 @@ by its `django` extra, and runs the suite against this session's PostgreSQL serv
 from __future__ import annotations
 
 import glob
+import re
 import importlib.util
 import os
 import shutil
@@ -139,7 +140,7 @@ def test_djangos_own_tests_of_tasks_pass_on_jobrunners_backend(server_url: str) 
     assert done.returncode == 0, f"{done.stdout[-2000:]}\n{done.stderr[-8000:]}"
     ran = [line for line in done.stderr.splitlines() if line.startswith("Ran ")]
     assert ran and int(ran[-1].split()[1]) >= 80, ran
-    assert done.stderr.rstrip().splitlines()[-1] == "OK", done.stderr[-2000:]
+    assert re.search(r"^OK( \(expected failures=1\))?$", done.stderr, re.M), done.stderr[-2000:]
 
 
 def test_without_django_installed_its_settings_variable_is_ignored_with_a_word(

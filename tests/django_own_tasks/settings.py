@@ -22,3 +22,4 @@ DATABASES = {
 DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
 # The backend tests/tasks/tasks.py declares its tasks with: they are jobrunner's tasks.
 TASKS = {"default": {"BACKEND": "cronjob.django.JobrunnerBackend"}}
+TEST_RUNNER = "tests.django_own_tasks.runner.Runner"

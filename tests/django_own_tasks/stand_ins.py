@@ -11,6 +11,7 @@ Django's connections); the immediate one then runs it in a tick in this thread.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Any
 
@@ -47,6 +48,13 @@ class ImmediateJobrunner(_OwnConnection, JobrunnerBackend):
 
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> TaskResult:
         enqueued = super().enqueue(task, args, kwargs)
+        # Django's immediate backend runs the task enqueued, and no other: runs of the same
+        # task that other tests' dummy backends left waiting go first.
+        self._connection().execute(
+            "DELETE FROM job_runs WHERE job_type = %s AND result_id <> %s::uuid"
+            " AND status IN ('queued', 'failed')",
+            (task.module_path, enqueued.id),
+        )
         _tick_once(task)
         return self._result(_row(self._connection(), enqueued.id), enqueued.id, task=task)
 
@@ -67,13 +75,18 @@ class DummyJobrunner(_OwnConnection, JobrunnerBackend):
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> TaskResult:
         result = super().enqueue(task, args, kwargs)
         self.results.append(result)
-        return result
+        return copy.deepcopy(result)  # as Django's: what it keeps is not what it gives
 
     def get_result(self, result_id: Any) -> TaskResult:
+        """A result it keeps, as Django's DummyBackend gives them (the tests change one and
+        refresh another from it); else its run, read."""
         from django.tasks.exceptions import TaskResultDoesNotExist
 
         from cronjob.django.backend import _result_id
 
+        kept = [result for result in self.results if result.id == str(result_id)]
+        if kept:
+            return kept[0]
         try:
             key = _result_id(result_id)
         except TaskResultDoesNotExist:
