@@ -203,7 +203,13 @@ class _LibraryRecords(logging.Handler):
         except Exception:  # a library's bad format string must not lose the record
             message = str(record.msg)
         level = record.levelname.lower()
-        log_event(level if level in _LIBRARY_LEVELS else "warning", message, logger=record.name)
+        fields = {"logger": record.name}
+        if record.exc_info and record.exc_info[1] is not None:
+            # What the library logged with the record (Django's failed task: its error).
+            import traceback
+
+            fields["exception"] = "".join(traceback.format_exception(record.exc_info[1]))
+        log_event(level if level in _LIBRARY_LEVELS else "warning", message, **fields)
 
 
 _LIBRARY_LEVELS = frozenset({"debug", "info", "warning", "error", "critical"})
