@@ -8,9 +8,9 @@ by its `django` extra, and runs the suite against this session's PostgreSQL serv
 from __future__ import annotations
 
 import glob
-import re
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -109,14 +109,13 @@ def _django_tests_dir(venv: Path, version: str) -> Path:
     if not (tests / "runtests.py").exists():
         shutil.rmtree(top, ignore_errors=True)
         top.mkdir(parents=True)
+        pip = [str(venv / "bin" / "pip"), "download", "-q", "--no-deps", "--no-binary", ":all:"]
         subprocess.run(
-            [str(venv / "bin" / "pip"), "download", "-q", "--no-deps", "--no-binary", ":all:"]
-            + [f"django=={version}", "-d", str(top)],
-            check=True,
-            capture_output=True,
+            [*pip, "-d", str(top), f"django=={version}"], check=True, capture_output=True
         )
         with tarfile.open(top / f"django-{version}.tar.gz") as archive:
-            wanted = [m for m in archive.getmembers() if m.name.startswith(f"django-{version}/tests/")]
+            inside = f"django-{version}/tests/"
+            wanted = [m for m in archive.getmembers() if m.name.startswith(inside)]
             archive.extractall(top, members=wanted, filter="data")
     return tests
 
@@ -140,7 +139,8 @@ def test_djangos_own_tests_of_tasks_pass_on_jobrunners_backend(server_url: str) 
     assert done.returncode == 0, f"{done.stdout[-2000:]}\n{done.stderr[-8000:]}"
     ran = [line for line in done.stderr.splitlines() if line.startswith("Ran ")]
     assert ran and int(ran[-1].split()[1]) >= 80, ran
-    assert re.search(r"^OK( \(expected failures=1\))?$", done.stderr, re.M), done.stderr[-2000:]
+    # Every test passes, but the one DIVERGENT names (tests/django_own_tasks/runner.py).
+    assert re.search(r"^OK \(expected failures=1\)$", done.stderr, re.M), done.stderr[-2000:]
 
 
 def test_without_django_installed_its_settings_variable_is_ignored_with_a_word(

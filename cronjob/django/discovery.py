@@ -45,9 +45,8 @@ def known_tasks() -> KnownTasks:
     elsewhere is found by either.
     """
     from django.apps import apps
-    from django.tasks import Task
-
     from django.conf import settings
+    from django.tasks import Task
 
     # The settings' apps too: a TransactionTestCase's `available_apps` hides installed
     # apps from the registry for a test's speed; their tasks are no less the project's.
