@@ -10,9 +10,11 @@ from __future__ import annotations
 import glob
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,9 @@ from tests.conftest import ROOT
 
 # The oldest supported release series, and the newest release.
 DJANGO_VERSIONS = {"oldest": "django~=6.0.0", "newest": "django>=6.0"}
+# The release whose own tests of Tasks (tests/tasks of its source distribution) run on
+# jobrunner's backend, in a venv of its own, as they test against that release's code.
+DJANGO_TASKS_TESTS = "6.1.3"
 
 
 def _python_312_or_newer() -> str | None:
@@ -93,6 +98,49 @@ def test_the_django_suite_passes(which: str, server_url: str) -> None:
     summary = done.stdout.strip().splitlines()[-1:] or ["(no output)"]
     assert done.returncode == 0, f"Django {version}: {done.stdout[-4000:]}\n{done.stderr[-2000:]}"
     assert "passed" in summary[0] and "skipped" not in summary[0], summary[0]
+
+
+def _django_tests_dir(venv: Path, version: str) -> Path:
+    """tests/ of Django `version`'s source distribution: downloaded by the venv's pip (from
+    its cache, else PyPI) and extracted under .venvs/ once. Nothing of it is in this
+    repository."""
+    top = ROOT / ".venvs" / f"django-{version}-source"
+    tests = top / f"django-{version}" / "tests"
+    if not (tests / "runtests.py").exists():
+        shutil.rmtree(top, ignore_errors=True)
+        top.mkdir(parents=True)
+        pip = [str(venv / "bin" / "pip"), "download", "-q", "--no-deps", "--no-binary", ":all:"]
+        subprocess.run(
+            [*pip, "-d", str(top), f"django=={version}"], check=True, capture_output=True
+        )
+        with tarfile.open(top / f"django-{version}.tar.gz") as archive:
+            inside = f"django-{version}/tests/"
+            wanted = [m for m in archive.getmembers() if m.name.startswith(inside)]
+            archive.extractall(top, members=wanted, filter="data")
+    return tests
+
+
+def test_djangos_own_tests_of_tasks_pass_on_jobrunners_backend(server_url: str) -> None:
+    """Django's tests/tasks, entire, with its test app installed by its own runtests.py and
+    jobrunner's backend in the places of the backends they name (tests/django_own_tasks)."""
+    version = DJANGO_TASKS_TESTS
+    venv = _venv(f"tasks-{version}", f"django=={version}")
+    tests = _django_tests_dir(venv, version)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JOBRUNNER_", "DJANGO_"))}
+    env.update(JOBRUNNER_DJANGO_TEST_DB=server_url)
+    done = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "tests.django_own_tasks.run", str(tests)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, f"{done.stdout[-2000:]}\n{done.stderr[-8000:]}"
+    ran = [line for line in done.stderr.splitlines() if line.startswith("Ran ")]
+    assert ran and int(ran[-1].split()[1]) >= 80, ran
+    # Every test passes, but the one DIVERGENT names (tests/django_own_tasks/runner.py).
+    assert re.search(r"^OK \(expected failures=1\)$", done.stderr, re.M), done.stderr[-2000:]
 
 
 def test_without_django_installed_its_settings_variable_is_ignored_with_a_word(

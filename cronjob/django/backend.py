@@ -65,7 +65,6 @@ class JobrunnerBackend(BaseTaskBackend):
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
         """Write the run through Django's connection, in whatever transaction it is in."""
-        from cronjob.django.connection import django_connection
         from cronjob.django.discovery import UNKNOWN, known_tasks
         from cronjob.store import runs_insert_many
 
@@ -77,12 +76,18 @@ class JobrunnerBackend(BaseTaskBackend):
             run = _new_run(task, args, kwargs)
         except BadInput as exc:  # too large, too deep: the arguments, not the task
             raise ValueError(f"{task.name}: {exc}") from None
-        conn = django_connection(self.database)
+        conn = self._connection()
         [enqueued] = runs_insert_many(conn, [run])
         row = _enqueued_row(conn, enqueued.id, run, created=enqueued.created)
         result = self._result(row, enqueued.id, task=task)
         task_enqueued.send(type(self), task_result=result)
         return result
+
+    def _connection(self) -> Any:
+        """The connection enqueue writes through: Django's, in whatever transaction it is in."""
+        from cronjob.django.connection import django_connection
+
+        return django_connection(self.database)
 
     def get_result(self, result_id: Any) -> TaskResult:
         """The result whose id is `result_id`: the unguessable id enqueue gave the run, never

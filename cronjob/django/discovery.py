@@ -45,10 +45,14 @@ def known_tasks() -> KnownTasks:
     elsewhere is found by either.
     """
     from django.apps import apps
+    from django.conf import settings
     from django.tasks import Task
 
-    app_names = tuple(app.name for app in apps.get_app_configs())
-    modules, problems = _tasks_modules(app_names)
+    # The settings' apps too: a TransactionTestCase's `available_apps` hides installed
+    # apps from the registry for a test's speed; their tasks are no less the project's.
+    found = [app.name for app in apps.get_app_configs()]
+    found += _installed_app_names(tuple(settings.INSTALLED_APPS))
+    modules, problems = _tasks_modules(tuple(dict.fromkeys(found)))
     bound = {
         f"{module.__name__}.{name}": value
         for module in modules
@@ -60,6 +64,21 @@ def known_tasks() -> KnownTasks:
     for task in bound.values():
         tasks.setdefault(task.module_path, task)
     return KnownTasks(tasks=tasks, problems=dict(problems))
+
+
+@functools.lru_cache(maxsize=8)
+def _installed_app_names(entries: tuple[str, ...]) -> tuple[str, ...]:
+    """The names of the apps INSTALLED_APPS lists (a module, or an AppConfig's path), as
+    Django reads them; an entry that does not load is left to Django to report."""
+    from django.apps import AppConfig
+
+    names = []
+    for entry in entries:
+        try:
+            names.append(AppConfig.create(entry).name)
+        except IMPORT_ERRORS:
+            continue
+    return tuple(names)
 
 
 @functools.lru_cache(maxsize=8)

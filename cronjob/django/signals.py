@@ -192,14 +192,36 @@ class TaskSignals(Observer):
             attempt, outcome, error = item
             try:
                 result = finished_result(attempt, outcome, error)
-                responses = _signal("task_finished").send_robust(
-                    _sender(attempt.task), task_result=result
-                )
-                _tell("task_finished", responses)
+                _tell("task_finished", _send_finished(attempt.task, result, outcome, error))
             except Exception as exc:
                 _log_failure("task_finished", "building it", exc)
             finally:
                 close_old_connections()  # as at the end of a request, receivers' included
+
+
+class TaskFailed(Exception):
+    """An attempt's error as the tick recorded it (its traceback's text, redacted and
+    clipped as stored), being handled while task_finished is sent."""
+
+
+def _send_finished(
+    task: Any, result: TaskResult, outcome: str, error: Errored | None
+) -> list[tuple[Any, Any]]:
+    """Send task_finished; for an attempt that failed, while its error is being handled:
+    Django's backends send it from inside the task's `except`, and Django's receiver logs
+    what is handled then (sys.exc_info()) with its `django.tasks` line. The error is the
+    recorded text, never an exception rebuilt from a row's names."""
+    signal = _signal("task_finished")
+    if error is not None:
+        recorded = error.traceback or f"{error.error_type}: {error.message}"
+    elif outcome == "lost":
+        recorded = TAKEN
+    else:
+        return signal.send_robust(_sender(task), task_result=result)
+    try:
+        raise TaskFailed(recorded.rstrip("\n"))
+    except TaskFailed:
+        return signal.send_robust(_sender(task), task_result=result)
 
 
 def _signal(name: str) -> Any:

@@ -165,3 +165,20 @@ def test_queues_hold_across_two_ticks_in_one_process(project):
     assert add.get_result(first.id).status == TaskResultStatus.SUCCESSFUL
     assert weekly_report.get_result(report.id).status == TaskResultStatus.SUCCESSFUL
     assert add.get_result(second.id).status == TaskResultStatus.READY  # not in "reports"
+
+
+def test_djangos_line_for_a_failed_task_carries_its_error(project):
+    from shop.tasks import give_up
+
+    failed = give_up.enqueue("out of stock")
+    done = manage(project, "tick")
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stderr.splitlines()]
+    [line] = [
+        line
+        for line in lines
+        if line.get("logger") == "django.tasks" and line["event"].endswith("state=FAILED")
+    ]
+    assert f"id={failed.id}" in line["event"]
+    # As Django's own backends log it: with the task's traceback, from the run's record.
+    assert "ValueError: out of stock" in json.dumps(line)

@@ -710,3 +710,18 @@ def test_replace_gives_the_waiting_run_holding_the_key_the_new_arguments(project
 
     assert replaced.id == first.id
     assert total.get_result(first.id).return_value == 42
+
+
+def test_a_task_of_an_app_a_test_hides_from_the_registry_is_enqueued_and_run(project: str) -> None:
+    """A TransactionTestCase's `available_apps` narrows the app registry for its speed; the
+    apps INSTALLED_APPS lists still hold the project's tasks."""
+    from django.apps import apps
+    from shop.tasks import add
+
+    apps.set_available_apps(["django.contrib.contenttypes"])
+    try:
+        result = add.enqueue(2, 3)
+        tick(project)
+    finally:
+        apps.unset_available_apps()
+    assert add.get_result(result.id).return_value == 5
