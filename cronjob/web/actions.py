@@ -42,7 +42,7 @@ def actor_of(request: Any) -> str:
     session of the login link, the dashboard's --actor (JOBRUNNER_ACTOR, user@host): who
     started it, and was shown the link. The guard let no action through without one."""
     from cronjob.incident import actor_name
-    from cronjob.web.application import logged_in
+    from cronjob.web.guard import logged_in
 
     return actor_name(logged_in(request.scope) or dashboard_of(request).settings.actor)
 

@@ -26,6 +26,7 @@ from cronjob.web.guard import (
     CsrfTokens,
     Sessions,
     Throttle,
+    logged_in,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -304,19 +305,6 @@ class Guard:
 
     def _wait(self, scope: dict[str, Any]) -> int:
         return self.dashboard.throttle.wait(_client(scope))
-
-
-def logged_in(scope: dict[str, Any]) -> str | None:
-    """Who a request proves to be, for an action: the basic authentication user, the host
-    application's authenticated user, or "" for a session of the login link (whose actor is
-    the dashboard's --actor: who started it, and saw the link); None for nobody."""
-    user = scope.get("jobrunner.user")
-    if user is not None:
-        return str(user)
-    host_user = scope.get("user")
-    if host_user is not None and getattr(host_user, "is_authenticated", False):
-        return str(getattr(host_user, "display_name", None) or host_user)
-    return "" if scope.get("jobrunner.session") else None
 
 
 def _login_needed(settings: Settings) -> str:

@@ -20,6 +20,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 # Nothing stored can run script or load anything: no script source at all, styles and images
@@ -281,3 +282,16 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def logged_in(scope: dict[str, Any]) -> str | None:
+    """Who a request proves to be, for an action: the basic authentication user, the host
+    application's authenticated user, or "" for a session of the login link (whose actor is
+    the dashboard's --actor: who started it, and saw the link); None for nobody."""
+    user = scope.get("jobrunner.user")
+    if user is not None:
+        return str(user)
+    host_user = scope.get("user")
+    if host_user is not None and getattr(host_user, "is_authenticated", False):
+        return str(getattr(host_user, "display_name", None) or host_user)
+    return "" if scope.get("jobrunner.session") else None

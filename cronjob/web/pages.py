@@ -82,8 +82,7 @@ def render(request: Any, template: str, *, status_code: int = 200, **values: Any
     """A page: the template with what every page shows, and this browser's form token."""
     from starlette.responses import HTMLResponse
 
-    from cronjob.web.application import logged_in
-    from cronjob.web.guard import CSRF_COOKIE
+    from cronjob.web.guard import CSRF_COOKIE, logged_in
 
     dashboard = dashboard_of(request)
     settings = dashboard.settings
