@@ -76,6 +76,10 @@ def enqueue_many(conn: Any, runs: Iterable[NewRun]) -> list[int]:
     """
     from cronjob.store import runs_lock_for_keyed_batch
 
+    if isinstance(runs, Sequence):
+        # A list is checked whole first, so that a mistake in it sends nothing at all.
+        for position, run in enumerate(runs):
+            _check_new_run(run, position)
     ids: list[int] = []
     keyed = False
     for chunk in _chunks(runs):
@@ -89,7 +93,8 @@ def enqueue_many(conn: Any, runs: Iterable[NewRun]) -> list[int]:
 def _chunks(runs: Iterable[NewRun]) -> Iterator[list[NewRun]]:
     chunk: list[NewRun] = []
     size = 0
-    for run in runs:
+    for position, run in enumerate(runs):
+        _check_new_run(run, position)
         chunk.append(run)
         size += len(run.payload_json)
         if len(chunk) >= ENQUEUE_CHUNK or size >= ENQUEUE_CHUNK_BYTES:
@@ -97,6 +102,14 @@ def _chunks(runs: Iterable[NewRun]) -> Iterator[list[NewRun]]:
             chunk, size = [], 0
     if chunk:
         yield chunk
+
+
+def _check_new_run(run: Any, position: int) -> None:
+    if not isinstance(run, NewRun):
+        raise TypeError(
+            f"enqueue_many() takes runs made by new_run(job_type, payload, ...), not "
+            f"{type(run).__name__} (run {position}): enqueue_many(conn, [new_run(...), ...])"
+        )
 
 
 def insert_runs(conn: Any, runs: Sequence[NewRun]) -> list[int]:

@@ -147,15 +147,32 @@ def database_url_option(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def handlers_option(func: Callable[..., Any]) -> Callable[..., Any]:
-    """--handlers, for the commands that run handlers (tick, demo) and no other: the rest
-    must keep working when a handler module is broken, to repair what it left behind."""
+    """--handlers and --handlers-path, for the commands that run handlers (tick, demo) and
+    no other: the rest must keep working when a handler module is broken, to repair what it
+    left behind."""
+
+    @functools.wraps(func)
+    def with_handler_path(*args: Any, handlers_path: str | None, **kwargs: Any) -> Any:
+        from cronjob.handlers import use_handler_path
+
+        use_handler_path(handlers_path)
+        return func(*args, **kwargs)
+
+    with_path = click.option(
+        "--handlers-path",
+        envvar="JOBRUNNER_HANDLERS_PATH",
+        metavar="DIR",
+        help="Import handler modules from DIR too (several: separated by ':') "
+        "[env: JOBRUNNER_HANDLERS_PATH]. The current directory is never imported on its "
+        "own (a file planted there must not run): name it here, or install your app.",
+    )(with_handler_path)
     return click.option(
         "--handlers",
         envvar="JOBRUNNER_HANDLERS",
         metavar="MODULES",
         help="Comma-separated handler modules to import [env: JOBRUNNER_HANDLERS]. "
         "Modules of the `jobrunner.handlers` entry-point group load too.",
-    )(func)
+    )(with_path)
 
 
 def tenants_sql_option(func: Callable[..., Any]) -> Callable[..., Any]:

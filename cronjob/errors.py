@@ -21,6 +21,10 @@ class HandlerImportError(BadInput):
     """A handler module could not be imported."""
 
 
+class MissingExtra(BadInput):
+    """What was asked for needs an extra that is not installed (cronjob.extras)."""
+
+
 class DatabaseError(JobrunnerError):
     """The database failed what it was asked to do.
 

@@ -154,8 +154,34 @@ def registry() -> dict[str, HandlerSpec]:
     return _registry
 
 
+# Directories given by --handlers-path / JOBRUNNER_HANDLERS_PATH (use_handler_path).
+_handler_path: list[str] = []
+
+
+def use_handler_path(value: str | None) -> None:
+    """Directories (separated by os.pathsep) to import handler modules from, besides the
+    installed packages: the one way to import an app's modules from a directory, since the
+    current one is never on the module path (a file planted there must not run)."""
+    import os
+
+    if not value:
+        return
+    for entry in value.split(os.pathsep):
+        if not entry.strip():
+            continue
+        directory = os.path.abspath(os.path.expanduser(entry))
+        if not os.path.isdir(directory):
+            raise BadInput(f"--handlers-path {excerpt(entry)}: no such directory")
+        if directory not in _handler_path:
+            _handler_path.append(directory)
+
+
 def load_handler_modules(names: list[str], *, entry_points: bool = True) -> None:
     """Import handler modules; their @handler decorators fill the registry."""
+    import sys
+
+    # First on the path, as the app's own directory is for its own scripts.
+    sys.path[:0] = [d for d in _handler_path if d not in sys.path]
     for name in names:
         name = name.strip()
         if not name:
@@ -166,10 +192,31 @@ def load_handler_modules(names: list[str], *, entry_points: bool = True) -> None
             raise
         except BaseException as exc:
             raise HandlerImportError(
-                f"cannot import handler module {name!r}: {_exception_line(exc)}"
+                f"cannot import handler module {excerpt(name)}: {_exception_line(exc)}"
+                f"{_where_to_look(name, exc)}"
             ) from None
     if entry_points:
         _load_entry_points()
+
+
+def _where_to_look(name: str, exc: BaseException) -> str:
+    """What to do when the handler module itself, or its package, is not found."""
+    missing = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
+    if not missing or not (name == missing or name.startswith(missing + ".")):
+        return ""  # found, but something it imports is missing or broken: its own line says
+    if _handler_path:
+        return f" (looked in --handlers-path {excerpt(_pathsep().join(_handler_path))} too)"
+    return (
+        "; the current directory is not imported, on purpose: install your app "
+        "(pip install -e .), or name its directory with --handlers-path DIR or "
+        "JOBRUNNER_HANDLERS_PATH"
+    )
+
+
+def _pathsep() -> str:
+    import os
+
+    return os.pathsep
 
 
 def _load_entry_points() -> None:

@@ -350,12 +350,16 @@ def test_help_outside_a_django_project_lists_schedule_sync_and_not_djangos_sync(
 
 
 def test_djangos_sync_outside_a_django_project_says_what_it_needs_in_one_line(db_url, conn):
+    import importlib.util
+
     result = run_cli("sync", "--database-url", db_url)
     assert result.exit_code == 2
-    assert result.stderr == (
-        "jobrunner: error: sync reads Django's settings: "
-        "it needs Django installed and DJANGO_SETTINGS_MODULE set\n"
+    needs = (
+        "DJANGO_SETTINGS_MODULE set"
+        if importlib.util.find_spec("django")
+        else "the django extra: pip install 'pg-jobrunner[django]'"
     )
+    assert result.stderr == f"jobrunner: error: sync reads Django's settings: it needs {needs}\n"
     assert run_cli("sync", "--help").exit_code == 0
     assert count(conn, "SELECT count(*) FROM job_definitions") == 0
 

@@ -117,3 +117,91 @@ def test_plain_python_m_cronjob_imports_from_the_current_directory_before_jobrun
         timeout=60,
     )
     assert marker.exists()
+
+
+def _app_in(directory: Path) -> None:
+    """An app's own package, as a new user has it: in the directory they work in."""
+    package = directory / "myapp"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "jobs.py").write_text(
+        "from cronjob import handler\n\n"
+        "@handler('myapp.hello')\n"
+        "def hello(ctx, payload):\n"
+        "    ctx.db.execute('CREATE TABLE IF NOT EXISTS myapp_greeted (id bigint)')\n"
+        "    ctx.db.execute('INSERT INTO myapp_greeted VALUES (%s)', [ctx.run_id])\n"
+    )
+
+
+def _tick_from(directory: Path, *args: str, env: dict[str, str] | None = None):
+    from tests.conftest import ROOT
+
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("JOBRUNNER_")}
+    return subprocess.run(
+        # -P: the directory is not imported, as the `jobrunner` script does not import it;
+        # PYTHONPATH names this checkout's jobrunner, not the app's directory.
+        [sys.executable, "-P", "-m", "cronjob", "tick", *args],
+        cwd=directory,
+        env={**clean, "PYTHONPATH": str(ROOT), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_an_apps_module_in_the_current_directory_is_one_line_saying_why_and_what_to_do(
+    db_url, conn, tmp_path
+):
+    from tests.conftest import count
+
+    _app_in(tmp_path)
+    conn.execute("INSERT INTO job_runs (job_type, payload) VALUES ('myapp.hello', '{}')")
+    result = _tick_from(tmp_path, "--database-url", db_url, "--handlers", "myapp.jobs")
+    assert (result.returncode, result.stderr) == (
+        2,
+        "jobrunner: error: cannot import handler module 'myapp.jobs': ModuleNotFoundError: "
+        "No module named 'myapp'; the current directory is not imported, on purpose: install "
+        "your app (pip install -e .), or name its directory with --handlers-path DIR or "
+        "JOBRUNNER_HANDLERS_PATH\n",
+    )
+    assert count(conn, "SELECT count(*) FROM job_runs WHERE status = 'queued' AND attempts = 0")
+    assert count(conn, "SELECT count(*) FROM pg_tables WHERE tablename = 'myapp_greeted'") == 0
+
+
+@pytest.mark.parametrize("how", ["flag", "environment"])
+def test_handlers_path_imports_the_apps_handlers_from_the_directory_named(
+    db_url, conn, tmp_path, how
+):
+    from tests.conftest import count
+
+    _app_in(tmp_path)
+    conn.execute("INSERT INTO job_runs (job_type, payload) VALUES ('myapp.hello', '{}')")
+    args = ["--database-url", db_url, "--handlers", "myapp.jobs"]
+    if how == "flag":
+        result = _tick_from(tmp_path, *args, "--handlers-path", ".")
+    else:
+        result = _tick_from(Path("/"), *args, env={"JOBRUNNER_HANDLERS_PATH": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    assert count(conn, "SELECT count(*) FROM myapp_greeted") == 1
+
+
+def test_a_handlers_path_that_is_no_directory_is_one_line(db_url, conn, tmp_path):
+    from tests.conftest import count
+
+    result = _tick_from(
+        tmp_path, "--database-url", db_url, "--handlers", "x", "--handlers-path", "missing"
+    )
+    assert (result.returncode, result.stderr) == (
+        2,
+        "jobrunner: error: --handlers-path 'missing': no such directory\n",
+    )
+    assert count(conn, "SELECT count(*) FROM job_runs") == 0
+
+
+def test_handlers_path_still_imports_nothing_the_current_directory_holds(db_url, tmp_path):
+    _plant(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    result = _tick_from(tmp_path, "--database-url", db_url, "--handlers-path", str(elsewhere))
+    assert result.returncode == 0, result.stderr
+    assert not (tmp_path / "imported").exists()

@@ -61,3 +61,28 @@ def test_the_demo_replaces_what_an_interrupted_demo_left(db_url, conn):
     result = run_cli("demo", WRITE, "--database-url", db_url)
     assert result.exit_code == 0, result.stderr
     assert count(conn, "SELECT count(*) FROM job_definitions") == 0
+
+
+def test_the_demo_on_its_embedded_server_leaves_nothing_due_a_week_later(db_url, conn, monkeypatch):
+    """The embedded server persists: whatever the demo left due would breach
+    `check --max-queue-age` on it for good. Its database here is the tests' (as root the
+    embedded server is refused); everything after choosing it is the demo's own path."""
+    from cronjob.commands import demo as demo_command
+    from cronjob.db import Database
+
+    def embedded(stack, settings, write_configured):
+        assert not write_configured
+        database = Database(db_url, "embedded")
+        return database, stack.enter_context(database.connect()), False
+
+    monkeypatch.setattr(demo_command, "_demo_database", embedded)
+    result = run_cli("demo")
+    assert result.exit_code == 0, result.stderr
+    # A week later, by the database's clock: every time the demo wrote, moved a week back.
+    conn.execute(
+        "UPDATE job_runs SET run_at = run_at - interval '7 days',"
+        " created_at = created_at - interval '7 days'"
+    )
+    assert count(conn, "SELECT count(*) FROM job_runs WHERE status IN ('queued', 'failed')") == 0
+    check = run_cli("check", "--database-url", db_url, "--max-queue-age", "5m")
+    assert check.exit_code == 0, check.stdout + check.stderr

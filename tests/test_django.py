@@ -158,4 +158,4 @@ def test_without_django_installed_its_settings_variable_is_ignored_with_a_word(
     ]:
         result = run_cli(*args, env=env)
         assert result.exit_code == 2
-        assert f"{what}: it needs Django installed and DJANGO_SETTINGS_MODULE set" in result.stderr
+        assert f"{what}: it needs the django extra: pip install" in result.stderr

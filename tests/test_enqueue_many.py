@@ -200,3 +200,21 @@ def test_a_delay_is_counted_from_the_transactions_clock(db_url):
             "SELECT run_at, now() FROM job_runs WHERE id = %s", [run_id]
         ).fetchone()
         assert due - started == timedelta(hours=2)
+
+
+@pytest.mark.parametrize("as_generator", [False, True])
+def test_a_dict_in_place_of_a_run_is_a_type_error_naming_new_run_before_anything_is_sent(
+    db_url, as_generator
+):
+    given = [new_run("fine", {"i": 1}), {"job_type": "email", "payload": {"to": "a@b.c"}}]
+    runs = (run for run in given) if as_generator else given
+    with psycopg.connect(db_url) as conn:
+        before = count(conn, "SELECT count(*) FROM job_runs")
+        with pytest.raises(TypeError) as raised:
+            enqueue_many(conn, runs)
+        assert str(raised.value) == (
+            "enqueue_many() takes runs made by new_run(job_type, payload, ...), not dict "
+            "(run 1): enqueue_many(conn, [new_run(...), ...])"
+        )
+        # The transaction is still usable: nothing failed on the server.
+        assert count(conn, "SELECT count(*) FROM job_runs") == before

@@ -63,7 +63,7 @@ BAD_USAGE = [
     row("tick --types no.such.type", "no handler registered"),
     row("tick --handlers tests.handlers.nosuch", "cannot import handler module"),
     row("tick --tenants-sql ' '", "empty tenant query"),
-    row("tick --queues emails", "needs Django"),
+    row("tick --queues emails", ": it needs "),
     # enqueue
     row("enqueue", "missing TYPE"),
     row("enqueue --jsonl - t", "--jsonl takes every field from its lines", LINE),
@@ -180,7 +180,7 @@ BAD_USAGE = [
     row("schedule preview '* * * * *' --count 0", "'--count'"),
     # demo, and Django's sync outside a Django project
     row("demo", "--write-to-configured-database"),
-    row("sync", "needs Django"),
+    row("sync", ": it needs "),
 ]
 
 

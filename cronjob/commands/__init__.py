@@ -71,11 +71,14 @@ def django_setup(needed_for: str | None = None) -> bool:
 
     if not django_project():
         if needed_for:
-            from cronjob.errors import BadInput
+            from cronjob import extras
+            from cronjob.errors import BadInput, MissingExtra
 
-            raise BadInput(
-                f"{needed_for}: it needs Django installed and DJANGO_SETTINGS_MODULE set"
-            )
+            if not extras.installed("django"):
+                raise MissingExtra(
+                    f"{needed_for}: it needs the django extra: {extras.pip_command('django')}"
+                )
+            raise BadInput(f"{needed_for}: it needs DJANGO_SETTINGS_MODULE set")
         return False
     from cronjob.django.connection import setup
 

@@ -92,7 +92,9 @@ def web(
     authentication user, or --actor for the link's sessions. Ten failed logins from an
     address within 5 minutes make it wait (429). Imports no handler module.
     """
-    from cronjob import log
+    from cronjob import extras, log
+
+    extras.require("web", "jobrunner web")
     from cronjob.web.guard import is_loopback
 
     credentials = _credentials(basic_auth_env)
@@ -208,10 +210,10 @@ def _app(database_url: str | None, options: dict[str, Any]) -> object:
 
     try:
         import cronjob.web
-    except ImportError as exc:
-        raise BadInput(
-            f"the dashboard needs the web extra (pip install 'pg-jobrunner[web]'): {exc}"
-        ) from None
+    except ImportError:
+        from cronjob.extras import missing_line
+
+        raise BadInput(missing_line("web", "jobrunner web")) from None
     database, conn = open_database(Settings.build(database_url))
     conn.close()
     return cronjob.web.app(database=database, **options)
