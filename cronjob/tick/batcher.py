@@ -21,6 +21,7 @@ The batcher builds the statements; the connection keeper or the writer runs them
 from __future__ import annotations
 
 import math
+import random
 import time
 import uuid
 from collections.abc import Callable
@@ -36,6 +37,9 @@ from cronjob.tick.resume import Resume
 
 CLAIM_HORIZON = 1.0
 FLUSH_INTERVAL = 0.2  # write decisions at least this often while handlers run
+# Ticks on several hosts held back by the same rate would all look again at the same instant
+# and meet on the key's lock: each looks up to this much later (or a tenth of its wait).
+HOLD_JITTER = 0.05
 
 Claim = Callable[[Any], tuple[set[int], list[ClaimedRun]]]
 Finalize = Callable[[Any], set[int]]
@@ -78,6 +82,9 @@ class Batcher:
         self.batch_size = batch_size
         self.decisions: list[Decision] = []
         self.exhausted = False  # the last claim found fewer runs than it asked for
+        # When the earliest due run a rate held back at the last claim may start (monotonic
+        # clock): an exhausted drain waits for it rather than end (`waits_for_rate`).
+        self.held_until: float | None = None
         self.closed = False  # stopping: nothing more is claimed
         self.pace = Pace(since=clock())
         self._worker = worker
@@ -183,6 +190,25 @@ class Batcher:
     def look_again(self) -> None:
         """Everything claimed is done: look once more, since retries may be due already."""
         self.exhausted = False
+        self.held_until = None
+
+    def held_back(self, seconds: float | None) -> None:
+        """The claim just taken said a rate holds due runs back for `seconds` more (None: no
+        rate does). A tick whose clock is pinned waits for nothing: its time never passes."""
+        if seconds is None or self._now is not None:
+            self.held_until = None
+            return
+        jitter = random.uniform(0.0, min(HOLD_JITTER, seconds / 10))
+        self.held_until = self._clock() + seconds + jitter
+
+    def held(self, now: float) -> bool:
+        """A rate holds due runs back until later than `now`."""
+        return self.held_until is not None and now < self.held_until
+
+    def waits_for_rate(self, deadline: float) -> bool:
+        """Exhausted, but a rate's held-back runs may start before `deadline`: worth staying
+        for, as a rate that spaces its starts would otherwise start one a tick."""
+        return self.exhausted and self.held_until is not None and self.held_until < deadline
 
     # -- deciding and writing -------------------------------------------------
 
