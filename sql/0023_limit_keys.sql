@@ -4,14 +4,18 @@
 -- session told apart from one without room, and a limited type whose choice fails failing
 -- alone.
 
--- A rate is now one timestamp per (type, key): the earliest the key's next run may start.
--- Fixed windows aligned to the epoch (0021) let 2N starts fall within moments of each other,
--- N at the end of a window and N at the start of the next. Each start now moves the key's
--- next start one interval (the period over the rate, rounded up to the microsecond) past the
--- later of the claim's now and the key's last turn: a generic cell rate algorithm without
--- burst tolerance, so N starts span at least a whole period and no span of one period holds
--- more than N. A key is stored as the SHA-256 of its text: it is any text a payload holds,
--- and an index entry holds at most 2,704 bytes.
+-- A rate is now one timestamp per (type, key), its theoretical arrival time (TAT): the
+-- earliest the key's next run may start. Fixed windows aligned to the epoch (0021) let 2N
+-- starts fall within moments of each other, N at the end of a window and N at the start of
+-- the next. A generic cell rate algorithm instead, with T the period over the rate (rounded
+-- up to the microsecond, timestamps' resolution, so that N of them are never shorter than the
+-- period): a claim at `now` may start k runs of a key when k <= N and now >= TAT + (k - 1)T,
+-- and moves the TAT to now + kT. A key idle for a period starts N at once, a busy one one
+-- every T. Unlike the usual burst tolerance (k <= N whenever now >= TAT, which lets 2N - 1
+-- start within one period), this keeps every span of one period to N starts: after any
+-- claim, the r-th most recent start is at least (r + 1)T before the TAT, so the N-th before
+-- a new start is at least a period before it. A key is stored as the SHA-256 of its text: it
+-- is any text a payload holds, and an index entry holds at most 2,704 bytes.
 DROP FUNCTION jobrunner_limited_run_ids(job_type_limits, integer, integer, timestamptz, text);
 DROP FUNCTION jobrunner_rate_count(job_type_limits, text, integer, timestamptz);
 DROP FUNCTION jobrunner_limit_room(job_type_limits, text, timestamptz);
@@ -30,13 +34,11 @@ LANGUAGE sql IMMUTABLE AS $$
     SELECT sha256(convert_to(key, 'UTF8'))
 $$;
 
--- The interval between two starts of one key under a rate: the period over the rate, rounded
--- up to the microsecond (timestamps' resolution), so that N intervals are never shorter than
--- the period.
-CREATE FUNCTION jobrunner_rate_interval(lim job_type_limits)
-RETURNS interval
+-- T, the interval of a rate, in microseconds: the period over the rate, rounded up.
+CREATE FUNCTION jobrunner_rate_interval_us(lim job_type_limits)
+RETURNS bigint
 LANGUAGE sql IMMUTABLE AS $$
-    SELECT interval '1 microsecond' * ceil(lim.rate_period::numeric * 1000000 / lim.rate)::float8
+    SELECT ceil(lim.rate_period::numeric * 1000000 / lim.rate)::bigint
 $$;
 
 -- A key's lock is a pair of 32-bit numbers, each a hash: of the type (jobrunner's namespace
@@ -53,7 +55,7 @@ $$;
 -- key's lock is taken with try, transaction-scoped, and counted after it is held (as in 0021:
 -- each count a statement of its own, its snapshot taken after the previous holder
 -- committed). `locked`: another session holds the key's lock. `next_start`: the rate holds
--- the key back until then. Under a rate a claim starts at most one run of a key.
+-- the key back until then.
 CREATE FUNCTION jobrunner_limit_room(lim job_type_limits, key text, now timestamptz,
                                      OUT room integer, OUT locked boolean,
                                      OUT next_start timestamptz)
@@ -79,8 +81,15 @@ BEGIN
         WHERE a.job_type = lim.job_type AND a.key_digest = jobrunner_limit_key_digest(key);
         IF next_start > now THEN
             room := 0;
+        ELSIF next_start IS NULL THEN
+            room := least(room, lim.rate);
         ELSE
-            room := least(room, 1);
+            -- 1 + the whole intervals since the TAT, counted in whole microseconds (extract
+            -- gives a float on PostgreSQL 13).
+            room := least(room, lim.rate, 1 + least(
+                floor(round(extract(epoch FROM now - next_start) * 1000000)::numeric
+                      / jobrunner_rate_interval_us(lim)),
+                2147483646)::integer);
             next_start := NULL;
         END IF;
     END IF;
@@ -110,9 +119,10 @@ RETURNS void
 LANGUAGE sql VOLATILE AS $$
     INSERT INTO job_rate_arrivals AS a (job_type, key_digest, next_start)
     VALUES (lim.job_type, jobrunner_limit_key_digest(key),
-            now + starts * jobrunner_rate_interval(lim))
+            now + interval '1 microsecond' * (starts * jobrunner_rate_interval_us(lim)))
     ON CONFLICT (job_type, key_digest) DO UPDATE
-    SET next_start = greatest(a.next_start, now) + starts * jobrunner_rate_interval(lim)
+    SET next_start = greatest(a.next_start, now)
+                     + interval '1 microsecond' * (starts * jobrunner_rate_interval_us(lim))
 $$;
 
 -- The ids of the runs of a limited type the claim may take now, at most `wanted`, locked, as
@@ -145,6 +155,8 @@ DECLARE
     passable integer := 10 * scan;
     passed integer;
     checked boolean := false;  -- the holder of a locked key was looked at: once a claim
+    gap interval := CASE WHEN lim.rate IS NOT NULL
+                         THEN interval '1 microsecond' * jobrunner_rate_interval_us(lim) END;
 BEGIN
     ids := '{}';
     held := false;
@@ -195,8 +207,17 @@ BEGIN
                 END IF;
             END IF;
             room := least((rooms ->> key)::integer, wanted - cardinality(ids));
-            CONTINUE WHEN room <= 0 AND lim.per = 'tenant';
-            EXIT WHEN room <= 0;
+            IF room <= 0 THEN
+                -- Due, behind runs of its key the rate just let start (in another tenant).
+                IF gap IS NOT NULL AND starts ? key AND EXISTS (
+                        SELECT 1 FROM job_runs r
+                        WHERE r.status IN ('queued', 'failed') AND r.job_type = lim.job_type
+                          AND coalesce(r.tenant_id, '') = tenant AND r.run_at <= now) THEN
+                    next_start := least(next_start, now + (starts ->> key)::integer * gap);
+                END IF;
+                CONTINUE WHEN lim.per = 'tenant';
+                EXIT;
+            END IF;
             got := ARRAY(
                 SELECT r.id FROM job_runs r
                 WHERE r.status IN ('queued', 'failed') AND r.job_type = lim.job_type
@@ -210,6 +231,16 @@ BEGIN
             rooms := rooms || jsonb_build_object(key, (rooms ->> key)::integer - cardinality(got));
             starts := starts || jsonb_build_object(
                 key, coalesce((starts ->> key)::integer, 0) + cardinality(got));
+            -- A rate that started the key's runs now holds back the key's next due run, if any
+            -- (in this tenant: a limit per type takes no more from the next tenant, unless
+            -- its room is left).
+            IF gap IS NOT NULL AND cardinality(got) > 0 AND EXISTS (
+                    SELECT 1 FROM job_runs r
+                    WHERE r.status IN ('queued', 'failed') AND r.job_type = lim.job_type
+                      AND coalesce(r.tenant_id, '') = tenant AND r.run_at <= now
+                      AND r.id <> ALL(got)) THEN
+                next_start := least(next_start, now + (starts ->> key)::integer * gap);
+            END IF;
             CONTINUE;
         END IF;
         -- A key per run: read from each run, its room asked the first time it is met.
@@ -235,6 +266,10 @@ BEGIN
                 scan := scan - 1;
             END IF;
             IF (rooms ->> run.key)::integer <= 0 THEN
+                IF gap IS NOT NULL AND starts ? run.key THEN
+                    -- Due, behind a run of its key the rate just let start.
+                    next_start := least(next_start, now + (starts ->> run.key)::integer * gap);
+                END IF;
                 passed := passed + 1;
                 passable := passable - 1;
                 EXIT WHEN passed >= patience OR passable <= 0;
