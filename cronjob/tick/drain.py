@@ -117,21 +117,22 @@ class Drain:
             self.shutdown.requested or (batcher.exhausted and not batcher.waits_for_rate(deadline))
         ):
             return False
-        # Block for a result (or the claim under way) unless there is room to claim now.
-        wait = 0.0 if batcher.may_claim(len(pool.flights), now) else IDLE_WAIT
+        # Block for a result (or the claim under way) unless there is room to claim now; no
+        # longer than a rate holds due runs back.
+        may_claim = batcher.may_claim(len(pool.flights), now)
+        wait = 0.0 if may_claim else batcher.wait_at_most(now, IDLE_WAIT)
         self._record(pool.collect(wait))
         now = time.monotonic()
         self._time_out(now)
         self.tally.event_loop_blocked(pool.blocking(now))
         if now >= self._quiet_until:  # else a statement just failed: decisions wait, leases hold
             self._write_and_renew(now)
-        if (
-            batcher.exhausted
-            and not pool.flights
-            and not self.connection.busy
-            and not batcher.held(now)
-        ):
-            batcher.look_again()
+        if batcher.exhausted and not self.connection.busy:
+            if batcher.held_until is not None:
+                if not batcher.held(now):  # a rate's next start: whatever is still in flight
+                    batcher.look_again()
+            elif not pool.flights:
+                batcher.look_again()
         return True
 
     def _write_and_renew(self, now: float) -> None:
