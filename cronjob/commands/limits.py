@@ -26,7 +26,7 @@ from cronjob.text import printable
 @click.option(
     "--rate",
     metavar="N/DURATION",
-    help="At most N starts in any span of the period (one every period/N), e.g. 10/1s.",
+    help="At most N starts in any span of the period, e.g. 10/1s.",
 )
 @click.option("--clear", is_flag=True, help="Remove TYPE's limit.")
 @database_url_option
@@ -45,9 +45,10 @@ def limit(
     """Limit how many runs of TYPE run at once or start per period, on every host.
 
     A run held back waits queued: no attempt spent, no error recorded; it starts when a
-    place is free or its rate allows. A rate of N per period starts a key's runs at least
-    period/N apart, so that no span of one period holds more than N starts. Setting a
-    limit replaces the one TYPE had. Takes effect at every tick's next claim; audited.
+    place is free or its rate allows. A rate of N per period never starts more than N of a
+    key in any span of the period: N at once after a period without, then one every
+    period/N. Setting a limit replaces the one TYPE had. Takes effect at every tick's next
+    claim; audited.
     """
     from cronjob import incident, limits, operations
     from cronjob.inputs import check_text
