@@ -28,6 +28,26 @@ CREATE TABLE job_rate_arrivals (
     PRIMARY KEY (job_type, key_digest)
 );
 
+-- Each role's grants on it, those of deploy/roles.sql, from the migration that creates it:
+-- until roles.sql runs again (the Kubernetes flow runs it once, before the first migrate),
+-- default privileges would give the worker DELETE too, and the operator, whose `limit`
+-- forgets a type's keys, nothing.
+DO $$
+BEGIN
+    IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'jobrunner_worker') THEN
+        REVOKE ALL ON job_rate_arrivals FROM jobrunner_worker;
+        GRANT SELECT, INSERT, UPDATE ON job_rate_arrivals TO jobrunner_worker;
+    END IF;
+    IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'jobrunner_reader') THEN
+        REVOKE ALL ON job_rate_arrivals FROM jobrunner_reader;
+        GRANT SELECT ON job_rate_arrivals TO jobrunner_reader;
+    END IF;
+    IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'jobrunner_operator') THEN
+        GRANT SELECT, DELETE ON job_rate_arrivals TO jobrunner_operator;
+    END IF;
+END
+$$;
+
 CREATE FUNCTION jobrunner_limit_key_digest(key text)
 RETURNS bytea
 LANGUAGE sql IMMUTABLE AS $$
