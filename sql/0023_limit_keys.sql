@@ -117,9 +117,10 @@ BEGIN
 END
 $$;
 
--- Whether the session holding a key's lock holds it for longer than a claim does: a claim's
--- transaction holds it for the milliseconds its statement runs. A session of another login
--- shows no state or start to a login without pg_read_all_stats, and counts as holding it.
+-- Whether the session holding a key's lock holds it otherwise than a claim does: a claim's
+-- transaction holds it while its statement runs, for milliseconds; one that is idle, or whose
+-- transaction began over 30 seconds ago, holds it. A session of another login shows no state
+-- or start to a login without pg_read_all_stats, and counts as holding it.
 CREATE FUNCTION jobrunner_limit_lock_held(job_type text, key text)
 RETURNS boolean
 LANGUAGE sql VOLATILE AS $$
@@ -129,7 +130,7 @@ LANGUAGE sql VOLATILE AS $$
           AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
           AND l.classid = jobrunner_limit_lock_class(job_type)::oid
           AND l.objid = hashtext(key)::oid
-          AND a.state = 'active' AND a.xact_start > clock_timestamp() - interval '5 seconds')
+          AND a.state = 'active' AND a.xact_start > clock_timestamp() - interval '30 seconds')
 $$;
 
 -- `starts` more starts of a key now, under its type's rate.
