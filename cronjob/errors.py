@@ -111,6 +111,11 @@ class ScheduleProblems(JobrunnerError):
     """Some due schedules could not be materialized; everything else was done."""
 
 
+class TypesUnclaimable(JobrunnerError):
+    """The runs of some limited job types could not be chosen by the tick's claims (what one
+    of their runs holds broke the choice); every other type was claimed."""
+
+
 class Interrupted(JobrunnerError):
     """SIGINT or SIGTERM stopped a command between two batches; what committed stays.
 

@@ -1,4 +1,5 @@
-"""Waiting for a lock that another host holds: migrations, schedule syncs, keyed batches.
+"""Waiting for a lock that another host holds: migrations, schedule syncs, keyed batches;
+and who holds jobrunner's locks, as `status` shows them.
 
 These locks are transaction-scoped advisory locks that a host holds for as long as its
 migration, sync or batch takes, which can be minutes. A host that finds one taken says so
@@ -18,9 +19,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cronjob.errors import DatabaseError, JobrunnerError
+
+if TYPE_CHECKING:
+    from cronjob.models import HeldLock
 
 # Long enough for any migration or sync; a host still waiting then is stuck behind
 # something an operator should look at.
@@ -89,3 +93,43 @@ def holding(conn: Any, lock: Callable[..., bool], *, what: str, wait: float) -> 
                 "(--lock-wait sets how long to wait)"
             )
         time.sleep(POLL_INTERVAL)
+
+
+# -- who holds them --
+
+HELD_SHOWN = 10  # held locks `status` names, the longest held first
+
+
+def read_held(conn: Any, *, now: Any = None) -> list[HeldLock]:
+    """Every session holding one of jobrunner's advisory locks, the longest held first: any
+    login may take any advisory lock (README "Security"), and one that keeps a lock holds
+    back what waits for it."""
+    from cronjob import store
+
+    return store.server_list_advisory_locks(conn, now=now)
+
+
+def held_text(lock: HeldLock) -> str:
+    """`keyed-batch enqueue: pid 4242 (psql, user mallory, idle in transaction, held 3m)`."""
+    from cronjob.health import seconds_text
+
+    parts = [lock.application_name] if lock.application_name else []
+    parts.append(f"user {lock.user}" if lock.user else "no user")
+    parts.append(lock.state or "state hidden")
+    if lock.age is not None:
+        parts.append(f"held {seconds_text(lock.age)}")
+    elif lock.state is None:
+        parts.append("age unknown (another user's session: grant this role pg_read_all_stats)")
+    return f"{lock.what}: pid {lock.pid} ({', '.join(parts)})"
+
+
+def held_json(lock: HeldLock) -> dict[str, Any]:
+    return {
+        "lock": lock.lock,
+        "job_type": lock.job_type,
+        "pid": lock.pid,
+        "user": lock.user,
+        "application_name": lock.application_name,
+        "state": lock.state,
+        "age_seconds": None if lock.age is None else round(lock.age, 3),
+    }

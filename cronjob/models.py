@@ -226,6 +226,25 @@ class SnapshotHolder:
 
 
 @dataclass(frozen=True)
+class HeldLock:
+    """One of jobrunner's advisory locks and the session that holds it, as the server's views
+    show it to the role that asks (queries.server.SERVER_LIST_ADVISORY_LOCKS)."""
+
+    lock: str  # which: "keyed-batch enqueue", "a key of limited type", ...
+    job_type: str | None  # the limited type whose key it is
+    pid: int
+    user: str | None
+    application_name: str | None
+    state: str | None  # None: hidden from this role (another login's session)
+    age: float | None  # seconds since its transaction began; None: none, or hidden
+
+    @property
+    def what(self) -> str:
+        """`a key of limited type sms.send`, `keyed-batch enqueue`."""
+        return f"{self.lock} {self.job_type}" if self.job_type is not None else self.lock
+
+
+@dataclass(frozen=True)
 class PruneReport:
     """Finished runs deleted, by status."""
 

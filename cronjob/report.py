@@ -32,6 +32,9 @@ class TickReport:
     pruned: int | None = None  # finished runs pruned after the tick, when it prunes
     # Due schedules that could not be materialized (materialize.Problem); all else was done.
     problems: list[Any] = field(default_factory=list)
+    # Limited job types whose runs the claims could not choose (tick/notes.py), with why;
+    # every other type was claimed.
+    unclaimable: dict[str, str] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -52,4 +55,5 @@ class TickReport:
             "elapsed_s": round(self.elapsed, 3),
             **({"stopped_by": self.stopped_by} if self.stopped_by else {}),
             **({"pruned": self.pruned} if self.pruned is not None else {}),
+            **({"unclaimable": sorted(self.unclaimable)} if self.unclaimable else {}),
         }

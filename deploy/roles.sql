@@ -23,7 +23,7 @@
 --                     reads. Reads and writes job_runs, job_attempts, job_effects,
 --                     job_run_tally, job_schedule_skips, job_run_logs; reads and updates
 --                     job_definitions; reads job_type_pauses, job_type_limits,
---                     job_schedule_health; counts starts in job_rate_windows. Nothing of the
+--                     job_schedule_health; times starts in job_rate_arrivals. Nothing of the
 --                     audit trail.
 -- jobrunner_enqueuer  apps: enqueue(), enqueue_async() and enqueue_many(), `jobrunner enqueue`
 --                     (--jsonl too), Django's Task.enqueue(). Inserts into job_runs the
@@ -159,7 +159,8 @@ SELECT format('ALTER TABLE %I.%I OWNER TO jobrunner_owner', n.nspname, c.relname
    AND c.relname IN ('jobrunner_migrations', 'job_definitions', 'job_runs', 'job_attempts',
                      'job_effects', 'job_type_pauses', 'job_audit', 'job_audit_batches',
                      'job_run_tally', 'job_schedule_skips', 'job_schedule_health',
-                     'job_run_logs', 'job_type_limits', 'job_rate_windows')
+                     'job_run_logs', 'job_type_limits', 'job_rate_windows',
+                     'job_rate_arrivals')
    AND c.relowner <> 'jobrunner_owner'::regrole
  ORDER BY c.relname
 \gexec
@@ -230,13 +231,18 @@ INSERT INTO jobrunner_grants VALUES
     ('job_type_pauses', 'jobrunner_reader', 'SELECT', NULL),
     ('job_type_pauses', 'jobrunner_operator', 'SELECT, INSERT, DELETE', NULL),
 
-    -- Every claim reads the limits, and counts the starts of rate-limited keys.
+    -- Every claim reads the limits, and times the starts of rate-limited keys.
     ('job_type_limits', 'jobrunner_worker', 'SELECT', NULL),
     ('job_type_limits', 'jobrunner_reader', 'SELECT', NULL),
     ('job_type_limits', 'jobrunner_operator', 'SELECT, INSERT, UPDATE, DELETE', NULL),
+    ('job_rate_arrivals', 'jobrunner_worker', 'SELECT, INSERT, UPDATE', NULL),
+    ('job_rate_arrivals', 'jobrunner_reader', 'SELECT', NULL),
+    -- A limit set or cleared forgets the keys' next starts under the old one.
+    ('job_rate_arrivals', 'jobrunner_operator', 'SELECT, DELETE', NULL),
+    -- Before 0023 (a database migrated by an earlier release, this script run before its
+    -- `jobrunner migrate`): the table it replaces.
     ('job_rate_windows', 'jobrunner_worker', 'SELECT, INSERT, UPDATE', NULL),
     ('job_rate_windows', 'jobrunner_reader', 'SELECT', NULL),
-    -- A limit set or cleared forgets the windows counted under the old one.
     ('job_rate_windows', 'jobrunner_operator', 'SELECT, DELETE', NULL),
 
     ('job_audit', 'jobrunner_reader', 'SELECT', NULL),

@@ -574,6 +574,30 @@ def test_worker_can_use_tables_that_migrate_creates_after_roles_sql(db: Database
     )
 
 
+def test_the_rate_table_has_each_roles_grants_from_the_migration_that_creates_it(
+    db: Database,
+) -> None:
+    # roles.sql once, before the first migrate, as the Kubernetes flow runs it.
+    db.roles_sql()
+    migrate(db.login("jobrunner_owner"))
+    worker, reader, operator = (
+        db.login(f"jobrunner_{role}") for role in ("worker", "reader", "operator")
+    )
+    key = "'\\x00'::bytea"
+    psql(
+        worker,
+        f"INSERT INTO job_rate_arrivals VALUES ('t', {key}, now())",
+        "UPDATE job_rate_arrivals SET next_start = now()",
+        "SELECT count(*) FROM job_rate_arrivals",
+    )
+    assert_denied(worker, "DELETE FROM job_rate_arrivals")
+    psql(reader, "SELECT count(*) FROM job_rate_arrivals")
+    assert_denied(reader, "DELETE FROM job_rate_arrivals")
+    # A limit set or cleared forgets its keys' next starts.
+    psql(operator, "DELETE FROM job_rate_arrivals WHERE job_type = 't'")
+    assert_denied(operator, f"INSERT INTO job_rate_arrivals VALUES ('u', {key}, now())")
+
+
 def test_roles_sql_adopts_tables_that_another_role_migrated(db: Database) -> None:
     migrate(db.admin)
 

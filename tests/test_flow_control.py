@@ -8,20 +8,24 @@ are counted from that log, never from what the database says about itself.
 
 from __future__ import annotations
 
+import json
 import os
+import random
 import signal
 import subprocess
 import threading
 import time
 from collections import defaultdict
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
+import tests.handlers.flow  # noqa: F401 - registers flow.work for the in-process ticks
 from tests.conftest import count, jobrunner_process, run_cli, wait_for
-from tests.factories import insert_runs
+from tests.factories import insert_runs, tick
 
 HANDLERS = "tests.handlers.flow"
 
@@ -137,8 +141,6 @@ def all_succeeded_first_time(conn: Any, n: int) -> None:
 
 
 def test_a_limit_is_set_listed_cleared_and_audited(db_url, conn):
-    import json
-
     args = ["--concurrency", "2", "--per", "payload:account", "--rate", "10/1s"]
     set_ = run_cli("limit", "flow.work", *args, "--reason", "partner API", "--database-url", db_url)
     assert set_.exit_code == 0, set_.stderr
@@ -255,20 +257,30 @@ def test_a_changed_limit_holds_from_every_hosts_next_claim(db_url, conn, tmp_pat
 
 
 # -- rate -----------------------------------------------------------------------------
+#
+# A rate counts a start when a claim takes the run, by the database clock: the run's
+# started_at. Its promise is about every span of one period, wherever it starts.
 
-# A run starts a little after its claim counted it in a window: a start this close to the
-# start of a window may have been counted in the one before.
-CLAIM_TO_START = 0.25
+
+def started(conn: Any, **where: Any) -> list[datetime]:
+    """When each run of flow.work (of the tenant given) was claimed, by the database clock."""
+    tenant = where.get("tenant_id")
+    rows = conn.execute(
+        "SELECT started_at FROM job_runs WHERE job_type = 'flow.work'"
+        " AND started_at IS NOT NULL AND (%s::text IS NULL OR tenant_id = %s) ORDER BY 1",
+        (tenant, tenant),
+    ).fetchall()
+    return [row[0] for row in rows]
 
 
-def starts_per_window(ran: list[Ran], period: float) -> dict[int, int]:
-    """Starts in each window of the rate, leaving out those that may belong to the window
-    before (CLAIM_TO_START)."""
-    counted: dict[int, int] = defaultdict(int)
-    for r in ran:
-        if r.start % period >= CLAIM_TO_START:
-            counted[int(r.start // period)] += 1
-    return counted
+def most_in_any_span(starts: list[datetime], period: timedelta) -> int:
+    """The most starts in one span [s, s + period), over every s."""
+    most, first = 0, 0
+    for last, at in enumerate(starts):
+        while at - starts[first] >= period:
+            first += 1
+        most = max(most, last - first + 1)
+    return most
 
 
 def test_a_type_limited_to_five_starts_a_second_never_starts_more_across_three_hosts(
@@ -277,15 +289,13 @@ def test_a_type_limited_to_five_starts_a_second_never_starts_more_across_three_h
     log = tmp_path / "exec.log"
     limit(db_url, "--rate", "5/1s")
     work(conn, 30, seconds=0.01)
-    began = time.time()
     Hosts(db_url, log, 3, "--concurrency", "4").join()
-    took = time.time() - began
-    ran = executions(log)
-    assert len(ran) == 30
-    assert max(starts_per_window(ran, 1.0).values(), default=0) <= 5
-    # Six windows at the very least, aligned to the epoch: the first may be all but over when
-    # the hosts start, so more than four seconds. Held back, never failed, nothing charged.
-    assert took > 4
+    assert len(executions(log)) == 30
+    starts = started(conn)
+    assert most_in_any_span(starts, timedelta(seconds=1)) <= 5
+    # One start every fifth of a second, whichever host claims it: 30 take 5.8 s at least.
+    # Held back, never failed, nothing charged.
+    assert starts[-1] - starts[0] >= timedelta(seconds=5.8)
     all_succeeded_first_time(conn, 30)
 
 
@@ -295,14 +305,96 @@ def test_a_rate_per_tenant_holds_each_tenant_to_its_own_rate(db_url, conn, tmp_p
     for tenant in ("a", "b"):
         work(conn, 9, seconds=0.01, tenant_id=tenant)
     Hosts(db_url, log, 2, "--concurrency", "4").join()
-    ran = executions(log)
-    assert len(ran) == 18
-    for tenant, runs in by(ran, "tenant").items():
-        assert max(starts_per_window(runs, 1.0).values(), default=0) <= 3, tenant
-        # Nine starts at three a window take three windows: never all at once.
-        starts = sorted(r.start for r in runs)
-        assert starts[-1] - starts[0] >= 1 - CLAIM_TO_START, tenant
+    assert len(executions(log)) == 18
+    for tenant in ("a", "b"):
+        starts = started(conn, tenant_id=tenant)
+        assert most_in_any_span(starts, timedelta(seconds=1)) <= 3, tenant
+        # Nine starts at three a second take 8/3 s at least: never all at once.
+        assert starts[-1] - starts[0] >= timedelta(seconds=8 / 3), tenant
+    # The tenants do not share a key: each started while the other did.
+    a, b = started(conn, tenant_id="a"), started(conn, tenant_id="b")
+    assert max(a[0], b[0]) < min(a[-1], b[-1])
     all_succeeded_first_time(conn, 18)
+
+
+def ticks_at(db_url: str, moments: list[datetime], **options: Any) -> None:
+    """In-process ticks of flow.work, each with its clock pinned to one of `moments`: as many
+    ticks as the test wants, when it chooses, by the database clock the claims read."""
+    for at in moments:
+        tick(db_url, "flow.work", now=at, **options)
+
+
+def every(first: datetime, step: float, seconds: float) -> list[datetime]:
+    return [first + timedelta(seconds=step * i) for i in range(round(seconds / step))]
+
+
+def before_a_window_boundary(conn: Any, period: float, before: float) -> datetime:
+    """A moment `before` seconds ahead of a multiple of `period` seconds since the epoch (where
+    a window aligned to the epoch would end), a few seconds ahead of the database clock."""
+    now = conn.execute("SELECT extract(epoch FROM now())::float8").fetchone()[0]
+    boundary = (int((now + 5) // period) + 1) * period
+    return datetime.fromtimestamp(boundary, UTC) - timedelta(seconds=before)
+
+
+def test_a_rate_holds_over_every_span_of_its_period_across_what_was_a_window_boundary(db_url, conn):
+    # 4/2s: windows aligned to the epoch let 4 start 0.31 s before a boundary and 4 more
+    # at it, 8 within 0.31 s. Ticks a tenth of a second apart, from just before a boundary.
+    limit(db_url, "--rate", "4/2s")
+    work(conn, 40, seconds=0)
+    first = before_a_window_boundary(conn, 2.0, 0.31)
+    ticks_at(db_url, every(first, 0.1, 6))
+    starts = started(conn)
+    assert most_in_any_span(starts, timedelta(seconds=2)) == 4
+    # The first four at once, and nothing more until a whole period after them.
+    assert starts[:5] == [first] * 4 + [first + timedelta(seconds=2)]
+    assert count(conn, "SELECT count(*) FROM job_runs WHERE attempts > 0") == len(starts)
+
+
+def test_a_rate_holds_over_every_span_whenever_the_claims_come_and_whatever_they_take(db_url, conn):
+    # Ticks at random moments (seeded), each taking at most a random few runs: a key that
+    # was idle for part of a period may start some at once, never more than the period
+    # allows, whichever span one looks at.
+    limit(db_url, "--rate", "4/2s")
+    work(conn, 200, seconds=0)
+    chance = random.Random(39)
+    at = before_a_window_boundary(conn, 2.0, 0.31)
+    for _ in range(80):
+        at += timedelta(microseconds=chance.randrange(0, 1_300_000))
+        tick(db_url, "flow.work", now=at, batch_size=chance.randint(1, 6))
+    starts = started(conn)
+    assert most_in_any_span(starts, timedelta(seconds=2)) <= 4
+    assert len(starts) > 30
+
+
+def test_a_rate_still_reaches_its_full_rate_over_time(db_url, conn):
+    limit(db_url, "--rate", "4/2s")
+    work(conn, 40, seconds=0)
+    first = before_a_window_boundary(conn, 2.0, 0.31)
+    ticks_at(db_url, every(first, 0.1, 6))
+    # Three periods, four starts each: four at once by a key idle until then, then one
+    # every half second from a period after them.
+    half = timedelta(seconds=0.5)
+    assert started(conn) == [first] * 4 + [first + 4 * half + i * half for i in range(8)]
+    # The others wait, queued, no attempt spent.
+    rows = conn.execute(
+        "SELECT status, attempts, count(*) FROM job_runs WHERE started_at IS NULL GROUP BY 1, 2"
+    ).fetchall()
+    assert rows == [("queued", 0, 28)]
+
+
+def test_a_tick_stays_for_the_starts_its_rate_spaces_out(db_url, conn):
+    # One tick of a real process starts them all, at the rate, rather than those the key
+    # may start at once and leave the rest to the next cron tick.
+    limit(db_url, "--rate", "10/1s")
+    work(conn, 25, seconds=0)
+    process = jobrunner_process("tick", "--database-url", db_url, "--handlers", HANDLERS, "--json")
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err
+    assert json.loads(out)["claimed"] == 25
+    starts = started(conn)
+    assert most_in_any_span(starts, timedelta(seconds=1)) <= 10
+    assert starts[-1] - starts[0] >= timedelta(seconds=1.5)
+    all_succeeded_first_time(conn, 25)
 
 
 # -- where limits live ---------------------------------------------------------------

@@ -12,6 +12,7 @@ from cronjob.commands import open_connection
 from cronjob.commands.incident import actor_option, check_reason, reason_option
 from cronjob.commands.render import clip, iso, table, when
 from cronjob.errors import BadInput
+from cronjob.text import printable
 
 
 @click.command()
@@ -22,7 +23,11 @@ from cronjob.errors import BadInput
     metavar="tenant|payload:FIELD",
     help="Count each key apart: the run's tenant, or a top-level payload field's value.",
 )
-@click.option("--rate", metavar="N/DURATION", help="At most N starts per period, e.g. 10/1s.")
+@click.option(
+    "--rate",
+    metavar="N/DURATION",
+    help="At most N starts in any span of the period, e.g. 10/1s.",
+)
 @click.option("--clear", is_flag=True, help="Remove TYPE's limit.")
 @database_url_option
 @reason_option
@@ -40,8 +45,10 @@ def limit(
     """Limit how many runs of TYPE run at once or start per period, on every host.
 
     A run held back waits queued: no attempt spent, no error recorded; it starts when a
-    place is free or the next window opens. Setting a limit replaces the one TYPE had.
-    Takes effect at every tick's next claim; audited.
+    place is free or its rate allows. A rate of N per period never starts more than N of a
+    key in any span of the period: N at once after a period without, then one every
+    period/N. Setting a limit replaces the one TYPE had. Takes effect at every tick's next
+    claim; audited.
     """
     from cronjob import incident, limits, operations
     from cronjob.inputs import check_text
@@ -54,15 +61,15 @@ def limit(
         conn = open_connection(database_url)
         with conn:
             done = operations.clear_limit(conn, job_type, actor=who, reason=why)
-        click.echo(
-            f"cleared the limit of {job_type}" if done.changed else f"{job_type} had no limit"
-        )
+        # A type is any text: shown escaped, as every name the command line echoes.
+        said = f"cleared the limit of {job_type}" if done.changed else f"{job_type} had no limit"
+        click.echo(printable(said))
         return
     checked = limits.parse_limit(job_type, concurrency=concurrency, per=per, rate=rate, reason=why)
     conn = open_connection(database_url)
     with conn:
         operations.set_limit(conn, checked, actor=who)
-    click.echo(f"limited {job_type}: {limits.describe(checked)}")
+    click.echo(printable(f"limited {job_type}: {limits.describe(checked)}"))
 
 
 @click.command("limits")

@@ -56,8 +56,8 @@ def textfile_path(value: str) -> Path:
 def status(database_url: str | None, unclaimed_after: str, as_json: bool) -> None:
     """How the queue is doing: runs by status and type, oldest due run, stuck and
     dead runs, job types nobody claims, what holds back cleanup (the oldest snapshot),
-    and when each schedule fires next."""
-    from cronjob import horizon, store
+    which sessions hold jobrunner's locks, and when each schedule fires next."""
+    from cronjob import horizon, locks, store
     from cronjob.health import read_overview
     from cronjob.inputs import parse_duration
 
@@ -68,12 +68,14 @@ def status(database_url: str | None, unclaimed_after: str, as_json: bool) -> Non
         schedules = store.definitions_list_schedules(conn)
         health = _health(store.definitions_list_health(conn))
         holders = horizon.read_holders(conn)[: horizon.HOLDERS_SHOWN]
+        held = locks.read_held(conn)
     if as_json:
         found = _status_dict(overview, schedules, after, health)
         found["snapshot_holders"] = [horizon.as_json(h) for h in holders]
+        found["advisory_locks"] = [locks.held_json(x) for x in held]
         click.echo(json.dumps(found, indent=2))
     else:
-        _print_status(overview, schedules, after, health, holders)
+        _print_status(overview, schedules, after, health, holders, held)
 
 
 def _health(rows: list[Any]) -> dict[str, Any]:
@@ -173,7 +175,12 @@ def _health_dict(verdict: Any) -> dict[str, Any]:
 
 
 def _print_status(
-    overview: Any, schedules: list[Any], after: float, health: dict[str, Any], holders: Any
+    overview: Any,
+    schedules: list[Any],
+    after: float,
+    health: dict[str, Any],
+    holders: Any,
+    held: Any,
 ) -> None:
     from cronjob.health import seconds_text
     from cronjob.horizon import status_lines
@@ -232,8 +239,22 @@ def _print_status(
     )
     for i, line in enumerate(status_lines(holders)):
         _fact("oldest snapshot" if i == 0 else "", line)
+    _print_held_locks(held)
     click.echo()
     _print_schedules(schedules, overview.now)
+
+
+def _print_held_locks(held: Any) -> None:
+    """Sessions holding jobrunner's locks: a key's lock held for long holds its runs back."""
+    from cronjob.locks import HELD_SHOWN, held_text
+
+    if not held:
+        _fact("held locks", "none")
+        return
+    for i, lock in enumerate(held[:HELD_SHOWN]):
+        _fact("held locks" if i == 0 else "", held_text(lock))
+    if len(held) > HELD_SHOWN:
+        _fact("", f"… and {len(held) - HELD_SHOWN} more (`status --json` lists all)")
 
 
 def _print_counts(overview: Any) -> None:

@@ -203,6 +203,16 @@ def _finished(report: Any, as_json: bool) -> None:
         from cronjob.materialize import describe_problems
 
         raise ScheduleProblems(describe_problems(report.problems))
+    if report.unclaimable:
+        from cronjob.errors import TypesUnclaimable
+
+        job_type, error = next(iter(sorted(report.unclaimable.items())))
+        more = len(report.unclaimable) - 1
+        raise TypesUnclaimable(
+            f"the runs of limited job type {job_type!r} could not be claimed: {error}"
+            + (f" (and {more} more type(s), see the log)" if more else "")
+            + "; every other type was"
+        )
 
 
 def _observers(django: bool) -> Callable[[dict[str, Any]], Sequence[Any]]:

@@ -286,5 +286,6 @@ LIMIT %(limit)s
 """
 
 # Any constant works; this one spells "jobsched". Two deploys syncing at once apply in turn.
-DEFINITIONS_LOCK_FOR_SYNC = "SELECT pg_advisory_xact_lock(7669456938163791204)"
-DEFINITIONS_LOCK_FOR_SYNC_TRY = "SELECT pg_try_advisory_xact_lock(7669456938163791204)"
+DEFINITIONS_SYNC_LOCK_KEY = 7669456938163791204
+DEFINITIONS_LOCK_FOR_SYNC = f"SELECT pg_advisory_xact_lock({DEFINITIONS_SYNC_LOCK_KEY})"
+DEFINITIONS_LOCK_FOR_SYNC_TRY = f"SELECT pg_try_advisory_xact_lock({DEFINITIONS_SYNC_LOCK_KEY})"

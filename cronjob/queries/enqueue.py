@@ -156,5 +156,6 @@ SELECT jobrunner_replace_waiting(
 # lock for every batch, whatever its types and tenants: a lock per type and tenant, taken
 # chunk by chunk as a batch meets them, could be taken in different orders again. This
 # constant spells "jobkeys".
-RUNS_LOCK_FOR_KEYED_BATCH = "SELECT pg_advisory_xact_lock(29958816149218675)"
-RUNS_LOCK_FOR_KEYED_BATCH_TRY = "SELECT pg_try_advisory_xact_lock(29958816149218675)"
+RUNS_KEYED_BATCH_LOCK_KEY = 29958816149218675
+RUNS_LOCK_FOR_KEYED_BATCH = f"SELECT pg_advisory_xact_lock({RUNS_KEYED_BATCH_LOCK_KEY})"
+RUNS_LOCK_FOR_KEYED_BATCH_TRY = f"SELECT pg_try_advisory_xact_lock({RUNS_KEYED_BATCH_LOCK_KEY})"

@@ -1,6 +1,6 @@
-"""Job type limits (migration 0021): set, cleared and listed by `jobrunner limit`, `jobrunner
-limits`, a schedule file's `[limits.TYPE]` tables and Django's settings. The claim reads them
-itself (queries.runs.RUNS_CLAIM_MANY, through jobrunner_claimable_limited).
+"""Job type limits (migrations 0021, 0023): set, cleared and listed by `jobrunner limit`,
+`jobrunner limits`, a schedule file's `[limits.TYPE]` tables and Django's settings. The claim
+reads them itself (queries.runs.RUNS_CLAIM_MANY, through jobrunner_claimable_limited).
 
 Run by cronjob.store.limits.
 """
@@ -13,11 +13,12 @@ _LIMIT_COLUMNS = "job_type, concurrency, rate, rate_period, per, per_field, reas
 
 JOB_TYPE_LIMITS_LIST = f"SELECT {_LIMIT_COLUMNS} FROM job_type_limits ORDER BY job_type"
 
-# A type has one limit: setting it again replaces the whole of it. The rate windows counted
-# under the old limit go with it, so the new rate counts from the next claim.
+# A type has one limit: setting it again replaces the whole of it. The keys' next starts
+# under the old rate (job_rate_arrivals, migration 0023) go with it, so the new rate counts
+# from the next claim.
 JOB_TYPE_LIMIT_SET = f"""
 WITH forgotten AS (
-    DELETE FROM job_rate_windows WHERE job_type = %(job_type)s
+    DELETE FROM job_rate_arrivals WHERE job_type = %(job_type)s
 )
 INSERT INTO job_type_limits AS l (job_type, concurrency, rate, rate_period, per, per_field,
                                   reason, set_by, set_at)
@@ -32,7 +33,7 @@ RETURNING {_LIMIT_COLUMNS}
 
 JOB_TYPE_LIMIT_CLEAR = f"""
 WITH forgotten AS (
-    DELETE FROM job_rate_windows WHERE job_type = %(job_type)s
+    DELETE FROM job_rate_arrivals WHERE job_type = %(job_type)s
 )
 DELETE FROM job_type_limits WHERE job_type = %(job_type)s
 RETURNING {_LIMIT_COLUMNS}

@@ -26,8 +26,9 @@ MIGRATIONS_GET_LATEST_VERSION = "SELECT coalesce(max(version), 0) FROM jobrunner
 # Transaction-scoped, so it works behind PgBouncer in transaction mode. Any constant
 # works; this one spells "jobrunr" (0x6A6F6272756E72) and only has to be unique per
 # database.
-MIGRATIONS_LOCK = "SELECT pg_advisory_xact_lock(29958816149106290)"
-MIGRATIONS_LOCK_TRY = "SELECT pg_try_advisory_xact_lock(29958816149106290)"
+MIGRATIONS_LOCK_KEY = 29958816149106290
+MIGRATIONS_LOCK = f"SELECT pg_advisory_xact_lock({MIGRATIONS_LOCK_KEY})"
+MIGRATIONS_LOCK_TRY = f"SELECT pg_try_advisory_xact_lock({MIGRATIONS_LOCK_KEY})"
 
 # A migration that cannot run in a transaction (its first line says so: cronjob.migrate) is
 # built on a connection of its own while a transaction of the migrating connection holds
@@ -36,8 +37,9 @@ MIGRATIONS_LOCK_TRY = "SELECT pg_try_advisory_xact_lock(29958816149106290)"
 # moment later (cronjob.locks.holding), so that none of them waits inside a statement whose
 # snapshot the build would wait for in turn. The holder sits idle in its transaction for as
 # long as the build takes: the runner's idle_in_transaction_session_timeout is lifted for it.
-MIGRATIONS_LOCK_ALONE = "SELECT pg_advisory_xact_lock(29958816149106291)"
-MIGRATIONS_LOCK_ALONE_TRY = "SELECT pg_try_advisory_xact_lock(29958816149106291)"
+MIGRATIONS_LOCK_ALONE_KEY = 29958816149106291
+MIGRATIONS_LOCK_ALONE = f"SELECT pg_advisory_xact_lock({MIGRATIONS_LOCK_ALONE_KEY})"
+MIGRATIONS_LOCK_ALONE_TRY = f"SELECT pg_try_advisory_xact_lock({MIGRATIONS_LOCK_ALONE_KEY})"
 MIGRATIONS_LOCK_ALONE_HOLD = "SELECT set_config('idle_in_transaction_session_timeout', '0', true)"
 
 # -- waiting for another host: for the migration lock, the sync lock (queries.definitions)

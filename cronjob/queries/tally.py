@@ -59,8 +59,9 @@ RUNS_SNAPSHOT_PLAN = "SELECT set_config('enable_indexscan', 'off', true)"
 # Folds the tally's deltas into one row per (job type, status), at the end of a tick
 # that did work. One tick at a time (others skip, not wait); deltas committed meanwhile
 # are not seen by the DELETE and stay for the next fold.
-RUN_TALLY_COMPACT = """
-WITH folding AS (SELECT pg_try_advisory_xact_lock(7669456938163791205) AS mine),
+RUN_TALLY_FOLD_LOCK_KEY = 7669456938163791205
+RUN_TALLY_COMPACT = f"""
+WITH folding AS (SELECT pg_try_advisory_xact_lock({RUN_TALLY_FOLD_LOCK_KEY}) AS mine),
 gone AS (
     DELETE FROM job_run_tally WHERE (SELECT mine FROM folding)
     RETURNING job_type, status, runs, last_started_at

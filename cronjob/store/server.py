@@ -7,7 +7,7 @@ from typing import Any
 
 from psycopg.rows import dict_row
 
-from cronjob.models import HolderKind, SnapshotHolder
+from cronjob.models import HeldLock, HolderKind, SnapshotHolder
 from cronjob.queries import server as queries
 from cronjob.text import one_line, redact
 
@@ -30,6 +30,16 @@ def server_list_snapshot_holders(
 def _holder(*, kind: str, user_name: str | None, query: str | None, **row: Any) -> SnapshotHolder:
     shown = one_line(redact(query), limit=QUERY_CHARS) if query else None
     return SnapshotHolder(kind=HolderKind(kind), user=user_name, query=shown or None, **row)
+
+
+def server_list_advisory_locks(
+    conn: Any, *, limit: int = 100, now: datetime | None = None
+) -> list[HeldLock]:
+    """Who holds jobrunner's advisory locks in the queue's database, the longest held first."""
+    rows = conn.cursor(row_factory=dict_row).execute(
+        queries.SERVER_LIST_ADVISORY_LOCKS, {"limit": limit, "now": now}
+    )
+    return [HeldLock(user=row.pop("user_name"), **row) for row in rows.fetchall()]
 
 
 def session_read_only(conn: Any) -> bool:

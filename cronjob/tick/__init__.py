@@ -28,6 +28,8 @@ The parts, one role each:
 | `connection` | `ConnectionKeeper` | the tick's connection: one statement at a time, reconnect;  |
 |              |                    | what kind of failure a failed statement was                 |
 | `writer`     | `Writer`           | a streaming drain's second connection, for its finalizes    |
+| `notes`      | `ClaimNotes`       | what a claim says of limited types besides its runs: a key  |
+|              |                    | locked, a type not chosen, a rate's hold                    |
 | `tally`      | `Tally`            | the report, and the log lines of what happened to runs      |
 | `pings`      | `Pinger`           | a committed outcome's check-in ping, sent on its own thread |
 | `observers`  | `Observers`        | what watches attempts and statements: run logs, spans, ...  |
@@ -46,7 +48,13 @@ Who owns what:
   refusal, and never gives up running handlers for a rejected claim), and only where a
   failure changes nothing does the part that asked swallow it (a heartbeat that
   meets a locked row, a hand-back of a claim whose answer was lost). The tally ends
-  the tick with one error when the database refused it or a run went unrecorded.
+  the tick with one error when the database refused it (or failed a statement in a way
+  that trying again would meet again) or a run went unrecorded.
+- What a claim says besides its runs comes as notices on the tick's connection: the
+  keeper hands each to the claim's notes (`ClaimNotes.noticed`), on the claim's thread;
+  they log what only they see, and the drain takes a rate's hold from them with the
+  claim's result (`ClaimNotes.held_back`) for the batcher (`Batcher.held_back`): an
+  exhausted drain waits for it rather than end.
 - One database object, `cronjob.db.Database`, opens every other connection: a
   reconnect's, the writer's, and handlers' `ctx.db`.
 - Only the pool changes a run's in-flight state (queued → started → done →

@@ -21,6 +21,7 @@ The batcher builds the statements; the connection keeper or the writer runs them
 from __future__ import annotations
 
 import math
+import random
 import time
 import uuid
 from collections.abc import Callable
@@ -36,6 +37,10 @@ from cronjob.tick.resume import Resume
 
 CLAIM_HORIZON = 1.0
 FLUSH_INTERVAL = 0.2  # write decisions at least this often while handlers run
+# Ticks on several hosts held back by the same rate would all look again at the same instant
+# and meet on the key's lock: each looks up to this much later (or a twentieth of its wait).
+# Small: whatever a claim comes later than a key's next start is lost to the rate.
+HOLD_JITTER = 0.005
 
 Claim = Callable[[Any], tuple[set[int], list[ClaimedRun]]]
 Finalize = Callable[[Any], set[int]]
@@ -78,6 +83,10 @@ class Batcher:
         self.batch_size = batch_size
         self.decisions: list[Decision] = []
         self.exhausted = False  # the last claim found fewer runs than it asked for
+        # When the earliest due run a rate held back at the last claim may start (monotonic
+        # clock): an exhausted drain waits for it rather than end (`waits_for_rate`).
+        self.held_until: float | None = None
+        self._claim_sent = clock()  # when the claim last taken was sent
         self.closed = False  # stopping: nothing more is claimed
         self.pace = Pace(since=clock())
         self._worker = worker
@@ -145,6 +154,7 @@ class Batcher:
         """The claim under way committed: returns the decisions it wrote."""
         assert self._sent is not None
         (carried, limit, _token, resumed, sent), self._sent = self._sent, None
+        self._claim_sent = sent
         # Only a full claim sees everything due: one that resumed and came back short is
         # followed by a full one (tick/resume.py).
         self.exhausted = len(runs) < limit and not resumed
@@ -183,6 +193,33 @@ class Batcher:
     def look_again(self) -> None:
         """Everything claimed is done: look once more, since retries may be due already."""
         self.exhausted = False
+        self.held_until = None
+
+    def held_back(self, seconds: float | None) -> None:
+        """The claim just taken said a rate holds due runs back for `seconds` more (None: no
+        rate does), from its own clock: about when it was sent. A tick whose clock is pinned
+        waits for nothing: its time never passes."""
+        if seconds is None or self._now is not None:
+            self.held_until = None
+            return
+        jitter = random.uniform(0.0, min(HOLD_JITTER, seconds / 20))
+        self.held_until = self._claim_sent + seconds + jitter
+
+    def held(self, now: float) -> bool:
+        """A rate holds due runs back until later than `now`."""
+        return self.held_until is not None and now < self.held_until
+
+    def wait_at_most(self, now: float, idle_wait: float) -> float:
+        """How long a pass that cannot claim may wait for a handler: `idle_wait`, or less
+        when a rate's held-back runs may start sooner."""
+        if self.exhausted and self.held_until is not None:
+            return max(0.0, min(idle_wait, self.held_until - now))
+        return idle_wait
+
+    def waits_for_rate(self, deadline: float) -> bool:
+        """Exhausted, but a rate's held-back runs may start before `deadline`: worth staying
+        for, as a rate that spaces its starts would otherwise start one a tick."""
+        return self.exhausted and self.held_until is not None and self.held_until < deadline
 
     # -- deciding and writing -------------------------------------------------
 

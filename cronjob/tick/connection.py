@@ -115,7 +115,12 @@ class ConnectionKeeper:
     """Owns the tick's connection: runs its statements one at a time and reconnects."""
 
     def __init__(
-        self, conn: Any, database: Database, log: Any, observers: Observers | None = None
+        self,
+        conn: Any,
+        database: Database,
+        log: Any,
+        observers: Observers | None = None,
+        notices: Callable[[Any], None] | None = None,
     ) -> None:
         self.conn = conn
         self._database = database
@@ -123,6 +128,20 @@ class ConnectionKeeper:
         self._pending: _Pending | None = None
         # Each statement is handed to them as it starts (a span around it, tick/observers.py).
         self.observers = observers
+        # Told every notice the database sends on the connection, on the thread whose
+        # statement it came with (the claim's notes, tick/notes.py); on a fresh connection too.
+        self._notices = notices
+        self._listen(conn)
+
+    def _listen(self, conn: Any) -> None:
+        if self._notices is not None:
+            conn.add_notice_handler(self._notices)
+
+    def stop_listening(self) -> None:
+        """No more notices to the tick: the connection may be its caller's, and outlive it."""
+        if self._notices is not None:
+            with contextlib.suppress(ValueError):
+                self.conn.remove_notice_handler(self._notices)
 
     @property
     def busy(self) -> bool:
@@ -229,6 +248,7 @@ class ConnectionKeeper:
             return False
         _close_quietly(self.conn)
         self.conn = conn
+        self._listen(conn)
         self._log.info("reconnected to a server that takes writes")
         return True
 
@@ -245,6 +265,7 @@ class ConnectionKeeper:
                 self.conn.close()
             finally:
                 self.conn = conn
+                self._listen(conn)
             self._log.info("reconnected to the database")
             return
         raise ReconnectFailed(describe(last) if last else "unknown error")

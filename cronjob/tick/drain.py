@@ -4,7 +4,10 @@ Each pass: stop claiming if it is time; take the claim that came back and queue
 its runs; start the next claim when there is room; give runs back when stopping;
 collect what handlers returned and decide each run's fate; time out overrunning
 handlers; write decisions that no claim will carry, or, once the drain streams,
-take the writer's last write and start its next; renew leases. The loop runs no
+take the writer's last write and start its next; renew leases. A drain whose
+claims come back with fewer runs than asked ends once nothing is in flight, after one
+more look; unless a rate holds due runs back until a moment before the deadline
+(`Batcher.waits_for_rate`): it looks again then. The loop runs no
 SQL and writes no log line of its own: the batcher and the lease keeper build the
 statements, the connection keeper and the writer run them, and the tally tells
 what happened.
@@ -33,6 +36,7 @@ from cronjob.tick.connection import ConnectionKeeper, ReconnectFailed, Statement
 from cronjob.tick.execute import timed_out
 from cronjob.tick.flight import Flight, FlightState, Result
 from cronjob.tick.leases import LeaseKeeper
+from cronjob.tick.notes import ClaimNotes
 from cronjob.tick.pool import Pool
 from cronjob.tick.shutdown import Shutdown
 from cronjob.tick.tally import Tally
@@ -58,9 +62,11 @@ class Drain:
         shutdown: Shutdown,
         tally: Tally,
         writer: Writer,
+        notes: ClaimNotes | None = None,
     ) -> None:
         self.connection, self.writer, self.batcher = connection, writer, batcher
         self.pool, self.leases, self.shutdown, self.tally = pool, leases, shutdown, tally
+        self.notes = notes
         self._quiet_until = 0.0  # no write or heartbeat before then: one just failed
 
     def run(self, deadline: float) -> None:
@@ -111,18 +117,26 @@ class Drain:
             claim = batcher.claim(len(pool.flights), now, carry=not self.writer.active)
             self.connection.begin("claim", claim, then=pool.wake)
         idle = not pool.flights and not self.connection.busy
-        if idle and (batcher.exhausted or self.shutdown.requested):
+        if idle and (
+            self.shutdown.requested or (batcher.exhausted and not batcher.waits_for_rate(deadline))
+        ):
             return False
-        # Block for a result (or the claim under way) unless there is room to claim now.
-        wait = 0.0 if batcher.may_claim(len(pool.flights), now) else IDLE_WAIT
+        # Block for a result (or the claim under way) unless there is room to claim now; no
+        # longer than a rate holds due runs back.
+        may_claim = batcher.may_claim(len(pool.flights), now)
+        wait = 0.0 if may_claim else batcher.wait_at_most(now, IDLE_WAIT)
         self._record(pool.collect(wait))
         now = time.monotonic()
         self._time_out(now)
         self.tally.event_loop_blocked(pool.blocking(now))
         if now >= self._quiet_until:  # else a statement just failed: decisions wait, leases hold
             self._write_and_renew(now)
-        if batcher.exhausted and not pool.flights and not self.connection.busy:
-            batcher.look_again()
+        if batcher.exhausted and not self.connection.busy:
+            if batcher.held_until is not None:
+                if not batcher.held(now):  # a rate's next start: whatever is still in flight
+                    batcher.look_again()
+            elif not pool.flights:
+                batcher.look_again()
         return True
 
     def _write_and_renew(self, now: float) -> None:
@@ -139,14 +153,20 @@ class Drain:
         try:
             kept, runs = self.connection.result()
         except StatementFailed:
+            self._rate_hold()  # of a claim that failed: none to wait for
             self._recover_claim(*self.batcher.claim_failed())
             raise
         self.tally.finalized(self.batcher.claimed(runs), kept)
+        self.batcher.held_back(self._rate_hold())
         self.tally.claimed(len(runs))
         if len(runs) >= STREAMING_CLAIM and not self.batcher.exhausted:
             self.writer.open()
         for flight in self.pool.add(runs):  # held from an earlier claim: this tick stalled
             self.tally.claimed_again(flight.run)
+
+    def _rate_hold(self) -> float | None:
+        """What the claim just taken noted of a rate holding due runs back (tick/notes.py)."""
+        return self.notes.held_back() if self.notes is not None else None
 
     def _recover_claim(self, token: UUID, carried: int) -> None:
         """Hand back what a failed claim holds, if its commit took effect after all.

@@ -22,6 +22,7 @@ from cronjob.tick.batcher import Batcher
 from cronjob.tick.connection import ConnectionKeeper, ReconnectFailed, StatementFailed
 from cronjob.tick.drain import Drain
 from cronjob.tick.leases import LeaseKeeper
+from cronjob.tick.notes import ClaimNotes
 from cronjob.tick.pool import Pool
 from cronjob.tick.shutdown import Shutdown
 from cronjob.tick.tally import Tally
@@ -64,7 +65,10 @@ class Steps:
         self.shutdown = Shutdown(options.grace)
         # What watches the attempts and statements of this tick; None when nothing does.
         self.observers = observers.build(handlers, options.observers, self.log)
-        self.connection = ConnectionKeeper(conn, database, self.log, self.observers)
+        self.notes = ClaimNotes(report, self.log)
+        self.connection = ConnectionKeeper(
+            conn, database, self.log, self.observers, notices=self.notes.noticed
+        )
         self.tally = Tally(report, self.log, self.observers)
         self.database = database
 
@@ -83,6 +87,7 @@ class Steps:
                         self.observers.close(wait)
         finally:
             self.tally.report.stopped_by = self.shutdown.reason
+            self.connection.stop_listening()
 
     def run(self, name: str, step: Step) -> None:
         """Run one step on the tick's connection, unless the tick is stopping already."""
@@ -158,6 +163,7 @@ class Steps:
             shutdown=self.shutdown,
             tally=self.tally,
             writer=Writer(self.database, self.log, self.observers),
+            notes=self.notes,
         ).run(deadline)
 
 

@@ -178,9 +178,15 @@ class Tally:
         return ConnectionLost(message, report=r)
 
     def database_failed(self, failed: StatementFailed) -> None:
-        """A statement failed: the first one refused decides how the tick ends."""
+        """A statement failed: the first one refused decides how the tick ends. So does one
+        that failed for a reason of its own, which trying it again would meet again (a
+        program limit, as an index entry too large): the tick ends with an error once its
+        running handlers are recorded, rather than exit 0 on every cron tick while nothing
+        is claimed."""
         self._last_failure = failed
-        if failed.failure is not Failure.INTERRUPTED and self._refusal is None:
+        if self._refusal is None and (
+            failed.failure is not Failure.INTERRUPTED or _fails_again(failed)
+        ):
             self._refusal = failed
 
     def require_recorded(self) -> None:
@@ -253,6 +259,21 @@ class Tally:
         if status is Status.SUCCEEDED:
             return ("info", "run finished", fields)
         return ("warning", "run finished", fields)
+
+
+# SQLSTATE classes of interruptions that are the server's, not the statement's: the
+# connection (08), a rollback that broke a deadlock or a serialization conflict (40), resources
+# (53), an operator, a timeout or a shutdown (57), the server's system (58).
+_PASSING_CLASSES = ("08", "40", "53", "57", "58")
+_LOCK_NOT_AVAILABLE = "55P03"
+
+
+def _fails_again(failed: StatementFailed) -> bool:
+    """An interruption the database reported for the statement's own sake: it fails again."""
+    sqlstate = failed.error.sqlstate if failed.error is not None else None
+    if sqlstate is None:  # the client's: the connection was lost
+        return False
+    return not sqlstate.startswith(_PASSING_CLASSES) and sqlstate != _LOCK_NOT_AVAILABLE
 
 
 def _cause(failed: StatementFailed) -> str:
