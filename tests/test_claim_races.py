@@ -48,7 +48,7 @@ def _waiting_for(conn: psycopg.Connection[Any], table: str, process: subprocess.
 def test_a_run_retried_while_a_claim_chooses_its_runs_is_claimed_and_run_once(
     db_url, conn, tmp_path, finished
 ):
-    # A rate-limited run makes the claim count its start in job_rate_windows after its
+    # A rate-limited run makes the claim count its start in job_rate_arrivals after its
     # statement began and before its fair part chooses the other runs: a lock held on that
     # table pauses it there. The retry's transaction began before the claim's, so the run is
     # due by the claim's clock, as when the two overlap by a few milliseconds.
@@ -59,14 +59,14 @@ def test_a_run_retried_while_a_claim_chooses_its_runs_is_claimed_and_run_once(
     limited = insert_run(conn, "test.sleep", payload={"seconds": 0})
     retried = insert_run(conn, "test.ok", status=finished, attempts=1)
     with psycopg.connect(db_url) as holder, psycopg.connect(db_url) as operator:
-        holder.execute("LOCK TABLE job_rate_windows IN SHARE MODE")
+        holder.execute("LOCK TABLE job_rate_arrivals IN SHARE MODE")
         operator.execute("SELECT now()")
         tick = jobrunner_process(
             "tick", "--database-url", db_url, "--handlers", "tests.handlers.basic", "--json",
             env={"JOBRUNNER_TEST_EXEC_LOG": str(exec_log)},
         )  # fmt: skip
         try:
-            wait_for(lambda: _waiting_for(conn, "job_rate_windows", tick), "the claim to wait")
+            wait_for(lambda: _waiting_for(conn, "job_rate_arrivals", tick), "the claim to wait")
             [change] = store.runs_retry_many(operator, [retried])
             operator.commit()
             assert change.changed
@@ -153,7 +153,7 @@ def test_a_claim_rejected_for_its_rows_lets_running_handlers_finish_under_their_
     db_url, conn, tmp_path, claims_of_fault_work_rejected
 ):
     # The first claim takes the gated run alone (a batch of one); the second takes the
-    # fault.work run, and pauses at its rate count (the lock held on job_rate_windows) until
+    # fault.work run, and pauses at its rate count (the lock held on job_rate_arrivals) until
     # the gated run's handler has started. Then its row is rejected. The handler is let go
     # only once the tick says it claims nothing more.
     exec_log, release = tmp_path / "exec.log", tmp_path / "release"
@@ -166,7 +166,7 @@ def test_a_claim_rejected_for_its_rows_lets_running_handlers_finish_under_their_
     running = insert_run(conn, "fault.gated", payload={"release": str(release)})
     rejected = insert_run(conn, "fault.work", payload={"ms": 0})
     with psycopg.connect(db_url) as holder:
-        holder.execute("LOCK TABLE job_rate_windows IN SHARE MODE")
+        holder.execute("LOCK TABLE job_rate_arrivals IN SHARE MODE")
         tick = jobrunner_process(
             "tick", "--database-url", db_url, "--handlers", "tests.handlers.faults",
             "--batch-size", "1", "--grace", "60s", "--json",
@@ -174,7 +174,7 @@ def test_a_claim_rejected_for_its_rows_lets_running_handlers_finish_under_their_
         )  # fmt: skip
         try:
             wait_for(lambda: _executions(exec_log), "the gated run's handler to start")
-            wait_for(lambda: _waiting_for(conn, "job_rate_windows", tick), "the claim to wait")
+            wait_for(lambda: _waiting_for(conn, "job_rate_arrivals", tick), "the claim to wait")
         except BaseException:
             tick.kill()
             raise
