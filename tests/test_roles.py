@@ -284,6 +284,27 @@ def test_the_enqueuer_may_insert_exactly_the_columns_an_enqueue_sets(world: Worl
     assert insertable == {"id", "job_type", "payload", "created_at", "updated_at", *stored}
 
 
+def test_the_worker_keeps_no_run_log_for_an_attempt_never_made(world: World) -> None:
+    waiting = world.run()
+    ran_once = world.run(status="dead", attempts=1)
+    log = (
+        "INSERT INTO job_run_logs (run_id, attempt, worker, outcome, events)"
+        " VALUES (%s, %s, 'w', 'succeeded', '[]')"
+    )
+
+    for run_id, attempt in ((waiting, 1), (ran_once, 2), (ran_once, 0)):
+        with psycopg.connect(world.logins[WORKER]) as conn, pytest.raises(psycopg.Error):
+            conn.execute(log, [run_id, attempt])
+    with psycopg.connect(world.logins[WORKER]) as conn:
+        conn.execute(log, [ran_once, 1])
+    with psycopg.connect(world.db.admin) as conn:
+        kept = conn.execute(
+            "SELECT run_id, attempt FROM job_run_logs WHERE run_id = ANY(%s)",
+            [[int(waiting), int(ran_once)]],
+        ).fetchall()
+    assert kept == [(int(ran_once), 1)]
+
+
 def test_the_worker_writes_no_schedule_pause_or_audit_entry(world: World) -> None:
     url = world.logins[WORKER]
 
