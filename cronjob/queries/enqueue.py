@@ -35,9 +35,9 @@ _HOLDING_KEYS = """jobrunner_runs_holding_keys(
 # first row of the batch with its key is inserted and the later ones are its. The insert
 # returns nothing of the rows (the enqueuer may read none of their columns), only how many
 # it wrote: fewer than planned means another transaction took a key while this one waited
-# on it, and the caller asks again which run holds it (RUNS_HOLDING_KEYS). A batch with a
-# row holding both kinds of key cannot be planned so (its rows may conflict in chains):
-# with `insert_all`, every row is tried and the caller asks afterwards for every key.
+# on it, and the caller asks again which run holds it (RUNS_INSERT_MANY_HOLDERS). A batch
+# with a row holding both kinds of key cannot be planned so (its rows may conflict in
+# chains): with `insert_all`, every row is tried and the caller asks afterwards for every key.
 @functools.cache
 def runs_insert_many_sending(sent: tuple[str, ...], *, keyed: bool = True) -> str:
     """The insert of runs whose options `sent` (names of run_options.RUN_OPTIONS) travel:
@@ -113,7 +113,7 @@ RUNS_INSERT_MANY_KEYED = runs_insert_many_sending(ALWAYS_SENT, keyed=True)
 
 # The runs that hold the keys of input rows, asked in a statement of its own: it sees the
 # runs committed since the insert started and those the insert wrote. Numbered as given.
-RUNS_HOLDING_KEYS = """
+RUNS_INSERT_MANY_HOLDERS = """
 SELECT place, id, result_id, created_at
 FROM jobrunner_runs_holding_keys(%(job_types)s::text[], %(tenant_ids)s::text[],
                                  %(idempotency_keys)s::text[], %(unique_keys)s::text[])

@@ -41,7 +41,8 @@ def runs_insert_many(
         # Another transaction took a key while ours waited on it: the run that holds it is
         # visible now, in a statement with a fresh snapshot.
         places, keys = asking
-        rows = _settled(rows, places, conn.execute(queries.RUNS_HOLDING_KEYS, keys).fetchall())
+        answers = conn.execute(queries.RUNS_INSERT_MANY_HOLDERS, keys).fetchall()
+        rows = _settled(rows, places, answers)
     enqueued = _enqueued(runs, rows)
     if replacing := _replacing(runs, enqueued, now):
         runs_replace_waiting(conn, replacing)
@@ -60,7 +61,7 @@ async def runs_insert_many_async(
     if asking := _asking(runs, rows, params):
         # As in runs_insert_many: a key another transaction took while ours waited.
         places, keys = asking
-        answers = await (await conn.execute(queries.RUNS_HOLDING_KEYS, keys)).fetchall()
+        answers = await (await conn.execute(queries.RUNS_INSERT_MANY_HOLDERS, keys)).fetchall()
         rows = _settled(rows, places, answers)
     enqueued = _enqueued(runs, rows)
     if replacing := _replacing(runs, enqueued, now):
@@ -97,10 +98,10 @@ def _asking(
     runs: Sequence[NewRun], rows: list[dict[str, Any]], params: dict[str, Any]
 ) -> tuple[list[int], dict[str, Any]] | None:
     """The rows whose run the insert could not know (their places in `rows`), and the
-    parameters of RUNS_HOLDING_KEYS that ask for them; None if it knew every row's. It planned
-    which rows to insert from the runs that held keys as it started: when it wrote fewer than
-    planned, the keys of the rows no run held then; when it could not plan (`insert_all`),
-    every key."""
+    parameters of RUNS_INSERT_MANY_HOLDERS that ask for them; None if it knew every row's.
+    It planned which rows to insert from the runs that held keys as it started: when it
+    wrote fewer than planned, the keys of the rows no run held then; when it could not plan
+    (`insert_all`), every key."""
     planned = sum(row["holder"] == row["new_id"] for row in rows)
     if not params["insert_all"] and planned == rows[0]["inserted"]:
         return None
@@ -120,9 +121,9 @@ def _asking(
 def _settled(
     rows: list[dict[str, Any]], places: list[int], answers: list[tuple[Any, ...]]
 ) -> list[dict[str, Any]]:
-    """`rows` with the runs found holding the keys of the rows at `places` (RUNS_HOLDING_KEYS'
-    answers: place among those asked, id, result id, enqueue time): a row's own run if it
-    was inserted."""
+    """`rows` with the runs found holding the keys of the rows at `places` (the answers of
+    RUNS_INSERT_MANY_HOLDERS: place among those asked, id, result id, enqueue time): a row's
+    own run if it was inserted."""
     settled = list(rows)
     found = {place: answer for place, *answer in answers}
     for asked, place in enumerate(places, start=1):
