@@ -7,7 +7,8 @@ insert statement (queries.enqueue) sends each key's array and writes its `column
 set no `keyed` option may go in by COPY instead, which writes the same columns: what the
 insert computes with an option's `expression`, the COPY computes with its `copied`. An
 option that can be enqueued is one entry below, plus the migration that adds its column
-and that column in the enqueuer role's INSERT grant (deploy/roles.sql).
+and puts that column in the enqueuer role's INSERT grant (jobrunner_role_grants(), migration
+0024: the migration replaces it and calls jobrunner_grant_roles()).
 
 Values are checked the same way from every door (`check_options`), each by its option's
 `check`, which takes what any door may give: a Python value, or the text of a command

@@ -6,32 +6,34 @@
 --
 --   psql -v schema=public -d myapp -f deploy/roles.sql
 --
--- It is idempotent. Run it once before the first `jobrunner migrate`: default privileges
--- then give the worker and the reader access to every table that migrations create, now and
--- in later releases, so ticks and monitoring work right after a migration. Run it again
--- after migrating (or run it only then, on a database that was migrated earlier): it sets
--- every role's grants on what exists to exactly those of jobrunner_grants (further down),
--- revoking whatever else an earlier version of this script or a hand-made grant gave (the
--- worker's writes to the audit trail, say), takes ownership of jobrunner's tables and
--- functions if another role created them, and grants what default privileges cannot:
--- column lists, and the enqueuer's and operator's rights, which no table gets by default.
+-- It is idempotent. Run it once before the first `jobrunner migrate`, which needs the
+-- roles: each migration gives them, by name, exactly the grants they need on what it creates
+-- (jobrunner_role_grants(), migration 0024 and later), revoking what default privileges gave,
+-- so every role's grants are exact as soon as `jobrunner migrate` commits, whether or not
+-- this script runs again. Running it again (after migrating, or only then, on a database
+-- that was migrated earlier) takes ownership of jobrunner's tables and functions if another
+-- role created them, and sets the grants again: exactly those of jobrunner_role_grants(),
+-- revoking whatever an earlier version of this script or a hand-made grant gave (the
+-- worker's writes to schedules and the audit trail, say).
 --
 -- jobrunner_owner     migrate; trim the audit trail (prune --audit-older-than). Owns the
 --                     schema objects.
 -- jobrunner_worker    tick: claim, finalize, heartbeat, hand back, rescue, materialize, prune
 --                     after the tick, the metrics textfile, pings; and reads what a tick
 --                     reads. Reads and writes job_runs, job_attempts, job_effects,
---                     job_run_tally, job_schedule_skips, job_run_logs; reads and updates
---                     job_definitions; reads job_type_pauses, job_type_limits,
+--                     job_run_tally, job_schedule_skips; reads job_run_logs and inserts
+--                     the log of an attempt a run made (a trigger refuses any other); reads
+--                     and updates job_definitions; reads job_type_pauses, job_type_limits,
 --                     job_schedule_health; times starts in job_rate_arrivals. Nothing of the
 --                     audit trail.
 -- jobrunner_enqueuer  apps: enqueue(), enqueue_async() and enqueue_many(), `jobrunner enqueue`
 --                     (--jsonl too), Django's Task.enqueue(). Inserts into job_runs the
---                     columns an enqueue sets (by COPY too, in bulk), and reads back id,
---                     job_type, tenant_id, idempotency_key, unique_key, finished_at and
---                     created_at: the id of the run that holds a key. Replaces a waiting
---                     run's payload and run_at only through jobrunner_replace_waiting
---                     (--unique-key with --replace). Nothing else.
+--                     columns an enqueue sets (by COPY too, in bulk), and reads no column
+--                     of it: the run that holds a key it names (its id, result id and
+--                     enqueue time) only through jobrunner_runs_holding_keys. Replaces a
+--                     waiting run's payload and run_at only through jobrunner_replace_waiting
+--                     (--unique-key with --replace), for a run of that key's type and
+--                     tenant that its own login enqueued. Nothing else.
 -- jobrunner_reader    status, list, show, metrics, check, audit, limits, schedule list/show/preview,
 --                     Django's get_result(). Reads every table but job_effects.
 -- jobrunner_operator  retry, cancel, prune, pause, resume, limit, schedule add/pause/resume/
@@ -41,11 +43,11 @@
 --                     audit trail.
 --
 -- Every role reads jobrunner_migrations (each command checks the schema version); none but
--- the owner can create, alter, drop or truncate anything. The enqueuer reads the id, type,
--- tenant and key of runs through column grants rather than a SECURITY DEFINER function: the
--- insert of cronjob/queries/enqueue.py stays one statement, whatever options a release adds,
--- and the role sees no payload, error, traceback or return value. The operator does not
--- read payloads either: give a person who operates jobrunner_reader as well.
+-- the owner can create, alter, drop or truncate anything. The enqueuer reads nothing of
+-- job_runs: it cannot list runs, nor learn another tenant's keys or result ids; what it
+-- learns of a run it names by type, tenant and key, the insert of
+-- cronjob/queries/enqueue.py asks in the same statement. The operator does not read
+-- payloads either: give a person who operates jobrunner_reader as well.
 --
 -- The audit trail (job_audit, job_audit_batches) is append-only for every role but the owner:
 -- no role gets UPDATE or DELETE, and a trigger (migration 0016) refuses them to anyone but
@@ -137,10 +139,10 @@ BEGIN
 END
 $$;
 
--- Tables and sequences that jobrunner_owner creates from now on (migrations, this release's
--- and later ones'): the worker gets data access and the reader reads, until this script runs
--- again and sets exactly what each needs. The enqueuer and the operator get nothing by
--- default: their grants are on named tables and columns, below.
+-- Tables and sequences that jobrunner_owner creates from now on and that no migration grants
+-- by name (jobrunner_role_grants() names every table of this release): the worker gets data
+-- access and the reader reads. The enqueuer and the operator get nothing by default. A
+-- migration that creates a table narrows these in the same transaction.
 ALTER DEFAULT PRIVILEGES FOR ROLE jobrunner_owner IN SCHEMA :"schema"
     GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO jobrunner_worker;
 ALTER DEFAULT PRIVILEGES FOR ROLE jobrunner_owner IN SCHEMA :"schema"
@@ -149,7 +151,7 @@ ALTER DEFAULT PRIVILEGES FOR ROLE jobrunner_owner IN SCHEMA :"schema"
     GRANT USAGE, SELECT ON SEQUENCES TO jobrunner_worker;
 
 -- jobrunner's tables migrated by another role (a superuser, the app's own login) become
--- jobrunner_owner's, so migrate can alter them and the grants below cover them. Their
+-- jobrunner_owner's, so migrate can alter them and grant on them. Their
 -- indexes and owned sequences follow. Tables of other apps sharing the schema are left alone.
 SELECT format('ALTER TABLE %I.%I OWNER TO jobrunner_owner', n.nspname, c.relname)
   FROM pg_class c
@@ -176,175 +178,15 @@ SELECT format('ALTER FUNCTION %s OWNER TO jobrunner_owner', p.oid::regprocedure)
  ORDER BY 1
 \gexec
 
--- What each role may do on each of jobrunner's tables: a privilege on the whole table, or
--- (columns) on those columns only, of those the table has: a database migrated by an earlier
--- release, before its `jobrunner migrate`, has not all of them yet. Read with
--- cronjob/queries/: each grant is what a statement of a role's commands needs.
-CREATE TEMPORARY TABLE jobrunner_grants (
-    relname name, grantee name, privileges text, columns name[]
-) ON COMMIT DROP;
-INSERT INTO jobrunner_grants VALUES
-    ('jobrunner_migrations', 'jobrunner_worker', 'SELECT', NULL),
-    ('jobrunner_migrations', 'jobrunner_enqueuer', 'SELECT', NULL),
-    ('jobrunner_migrations', 'jobrunner_reader', 'SELECT', NULL),
-    ('jobrunner_migrations', 'jobrunner_operator', 'SELECT', NULL),
-
-    ('job_runs', 'jobrunner_worker', 'SELECT, INSERT, UPDATE, DELETE', NULL),
-    -- The columns an enqueue writes (cronjob/run_options.py), and those its insert reads
-    -- back to learn the id of the run that holds a key (and Django its enqueue time).
-    ('job_runs', 'jobrunner_enqueuer', 'INSERT',
-     '{id, job_type, payload, run_at, idempotency_key, max_attempts, priority, tenant_id,'
-     ' queue, result_id, run_after, traceparent, tracestate, unique_key, created_at,'
-     ' updated_at}'),
-    -- And whether a run holding a unique key has finished; Django's backend, the result id
-    -- of a run that holds its task's unique key.
-    ('job_runs', 'jobrunner_enqueuer', 'SELECT',
-     '{id, job_type, tenant_id, idempotency_key, unique_key, finished_at, created_at,'
-     ' result_id}'),
-    ('job_runs', 'jobrunner_reader', 'SELECT', NULL),
-    -- What retry, cancel and prune select runs by and change; no payload, no return value.
-    ('job_runs', 'jobrunner_operator', 'SELECT',
-     '{id, definition_id, job_type, tenant_id, scheduled_for, run_at, status, attempts,'
-     ' max_attempts, priority, locked_by, locked_until, last_error, error_type, started_at,'
-     ' finished_at, created_at, updated_at}'),
-    ('job_runs', 'jobrunner_operator', 'UPDATE',
-     '{status, attempts, run_at, finished_at, locked_by, locked_until, lease_token,'
-     ' updated_at}'),
-    ('job_runs', 'jobrunner_operator', 'DELETE', NULL),
-
-    ('job_attempts', 'jobrunner_worker', 'SELECT, INSERT', NULL),
-    ('job_attempts', 'jobrunner_reader', 'SELECT', NULL),
-    -- A retry records the attempt it takes from a running worker.
-    ('job_attempts', 'jobrunner_operator', 'INSERT', NULL),
-
-    ('job_definitions', 'jobrunner_worker', 'SELECT, UPDATE', NULL),
-    ('job_definitions', 'jobrunner_reader', 'SELECT', NULL),
-    ('job_definitions', 'jobrunner_operator', 'SELECT, INSERT, UPDATE, DELETE', NULL),
-
-    -- Pruning locks the keys it deletes (FOR UPDATE needs an UPDATE grant on some column).
-    ('job_effects', 'jobrunner_worker', 'SELECT, INSERT, UPDATE, DELETE', NULL),
-    ('job_effects', 'jobrunner_operator', 'SELECT', '{key, run_id, created_at}'),
-    ('job_effects', 'jobrunner_operator', 'UPDATE', '{created_at}'),
-    ('job_effects', 'jobrunner_operator', 'DELETE', NULL),
-
-    ('job_type_pauses', 'jobrunner_worker', 'SELECT', NULL),
-    ('job_type_pauses', 'jobrunner_reader', 'SELECT', NULL),
-    ('job_type_pauses', 'jobrunner_operator', 'SELECT, INSERT, DELETE', NULL),
-
-    -- Every claim reads the limits, and times the starts of rate-limited keys.
-    ('job_type_limits', 'jobrunner_worker', 'SELECT', NULL),
-    ('job_type_limits', 'jobrunner_reader', 'SELECT', NULL),
-    ('job_type_limits', 'jobrunner_operator', 'SELECT, INSERT, UPDATE, DELETE', NULL),
-    ('job_rate_arrivals', 'jobrunner_worker', 'SELECT, INSERT, UPDATE', NULL),
-    ('job_rate_arrivals', 'jobrunner_reader', 'SELECT', NULL),
-    -- A limit set or cleared forgets the keys' next starts under the old one.
-    ('job_rate_arrivals', 'jobrunner_operator', 'SELECT, DELETE', NULL),
-    -- Before 0023 (a database migrated by an earlier release, this script run before its
-    -- `jobrunner migrate`): the table it replaces.
-    ('job_rate_windows', 'jobrunner_worker', 'SELECT, INSERT, UPDATE', NULL),
-    ('job_rate_windows', 'jobrunner_reader', 'SELECT', NULL),
-    ('job_rate_windows', 'jobrunner_operator', 'SELECT, DELETE', NULL),
-
-    ('job_audit', 'jobrunner_reader', 'SELECT', NULL),
-    ('job_audit', 'jobrunner_operator', 'INSERT', NULL),
-    ('job_audit', 'jobrunner_operator', 'SELECT', '{id}'),
-    ('job_audit_batches', 'jobrunner_reader', 'SELECT', NULL),
-    ('job_audit_batches', 'jobrunner_operator', 'INSERT', NULL),
-
-    ('job_run_tally', 'jobrunner_worker', 'SELECT, INSERT, DELETE', NULL),
-    ('job_run_tally', 'jobrunner_reader', 'SELECT', NULL),
-
-    ('job_schedule_skips', 'jobrunner_worker', 'SELECT, INSERT, DELETE', NULL),
-    ('job_schedule_skips', 'jobrunner_reader', 'SELECT', NULL),
-
-    ('job_schedule_health', 'jobrunner_worker', 'SELECT', NULL),
-    ('job_schedule_health', 'jobrunner_reader', 'SELECT', NULL),
-
-    -- A finalize writes each attempt's run log, and the worker reads what a tick reads and
-    -- show; pruning a run deletes its logs through the foreign key's cascade, which acts as
-    -- the table's owner.
-    ('job_run_logs', 'jobrunner_worker', 'SELECT, INSERT', NULL),
-    ('job_run_logs', 'jobrunner_reader', 'SELECT', NULL);
-
--- A table of jobrunner_owner's that this version does not know (a later release's, before
--- its own roles.sql runs) gets what default privileges give.
-INSERT INTO jobrunner_grants
-SELECT c.relname, grantee, privileges, NULL
-  FROM pg_class c
-  JOIN pg_namespace n ON n.oid = c.relnamespace
- CROSS JOIN (VALUES ('jobrunner_worker', 'SELECT, INSERT, UPDATE, DELETE'),
-                    ('jobrunner_reader', 'SELECT')) AS d(grantee, privileges)
- WHERE n.nspname = :'schema'
-   AND c.relkind IN ('r', 'p')
-   AND c.relowner = 'jobrunner_owner'::regrole
-   AND c.relname NOT IN (SELECT relname FROM jobrunner_grants);
-
--- What exists: exactly these privileges, whatever was granted before. Revoking a table's
--- privileges revokes those on its columns too.
-SELECT format('REVOKE ALL ON TABLE %I.%I FROM jobrunner_worker, jobrunner_enqueuer,'
-              ' jobrunner_reader, jobrunner_operator', n.nspname, c.relname)
-  FROM pg_class c
-  JOIN pg_namespace n ON n.oid = c.relnamespace
- WHERE n.nspname = :'schema'
-   AND c.relkind IN ('r', 'p')
-   AND c.relowner = 'jobrunner_owner'::regrole
- ORDER BY c.relname
-\gexec
-
-SELECT format('GRANT %s%s ON TABLE %I.%I TO %I', g.privileges,
-              CASE WHEN g.columns IS NOT NULL THEN ' (' || present.columns || ')' END,
-              n.nspname, c.relname, g.grantee)
-  FROM jobrunner_grants g
-  JOIN pg_class c ON c.relname = g.relname
-  JOIN pg_namespace n ON n.oid = c.relnamespace
-  LEFT JOIN LATERAL (
-      SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum) AS columns
-        FROM pg_attribute a
-       WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
-         AND a.attname = ANY(g.columns)
-  ) present ON true
- WHERE n.nspname = :'schema'
-   AND c.relkind IN ('r', 'p')
-   AND c.relowner = 'jobrunner_owner'::regrole
-   AND (g.columns IS NULL OR present.columns IS NOT NULL)
- ORDER BY c.relname, g.grantee, g.privileges
-\gexec
-
--- Sequences: the worker uses them all; the enqueuer draws run ids, the operator the ids of
--- the schedules, attempts and audit entries it writes. (Identity columns need no grant.)
-SELECT format('REVOKE ALL ON SEQUENCE %I.%I FROM jobrunner_worker, jobrunner_enqueuer,'
-              ' jobrunner_reader, jobrunner_operator', n.nspname, c.relname),
-       format('GRANT USAGE, SELECT ON SEQUENCE %I.%I TO jobrunner_worker', n.nspname, c.relname)
-  FROM pg_class c
-  JOIN pg_namespace n ON n.oid = c.relnamespace
- WHERE n.nspname = :'schema'
-   AND c.relkind = 'S'
-   AND c.relowner = 'jobrunner_owner'::regrole
- ORDER BY c.relname
-\gexec
-
-SELECT format('GRANT USAGE ON SEQUENCE %I.%I TO %I', n.nspname, c.relname, s.grantee)
-  FROM (VALUES ('job_runs_id_seq', 'jobrunner_enqueuer'),
-               ('job_attempts_id_seq', 'jobrunner_operator'),
-               ('job_definitions_id_seq', 'jobrunner_operator'),
-               ('job_audit_id_seq', 'jobrunner_operator')) AS s(relname, grantee)
-  JOIN pg_class c ON c.relname = s.relname
-  JOIN pg_namespace n ON n.oid = c.relnamespace
- WHERE n.nspname = :'schema'
-   AND c.relkind = 'S'
-   AND c.relowner = 'jobrunner_owner'::regrole
- ORDER BY c.relname
-\gexec
-
--- Functions that act as the owner and that only some roles may call: a debounce's
--- replacement of a waiting run (migration 0021), for the roles that enqueue.
-SELECT format('GRANT EXECUTE ON FUNCTION %s TO %I', p.oid::regprocedure, f.grantee)
-  FROM (VALUES ('jobrunner_replace_waiting', 'jobrunner_enqueuer'),
-               ('jobrunner_replace_waiting', 'jobrunner_worker')) AS f(proname, grantee)
-  JOIN pg_proc p ON p.proname = f.proname
-  JOIN pg_namespace n ON n.oid = p.pronamespace
- WHERE n.nspname = :'schema'
- ORDER BY 1
+-- What each role may do on each of jobrunner's tables, sequences and functions: exactly what
+-- jobrunner_role_grants() lists (migration 0024, and the later migrations that change the
+-- list), whatever was granted before; jobrunner_grant_roles() revokes the rest. Migrations
+-- call it themselves, in the transaction that creates a table, so these grants hold as soon
+-- as `jobrunner migrate` commits; here it sets them again after ownership changed hands.
+-- A database migrated by an earlier release has not the function yet: its grants stay as
+-- they are until `jobrunner migrate` runs.
+SELECT format('SELECT %I.jobrunner_grant_roles()', :'schema')
+ WHERE to_regprocedure(format('%I.jobrunner_grant_roles()', :'schema')) IS NOT NULL
 \gexec
 
 COMMIT;

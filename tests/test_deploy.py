@@ -558,7 +558,11 @@ def test_roles_sql_is_idempotent_and_creates_nologin_groups(db: Database) -> Non
     )
 
 
-def test_worker_can_use_tables_that_migrate_creates_after_roles_sql(db: Database) -> None:
+def test_worker_gets_what_a_tick_needs_and_no_more_from_migrate_after_roles_sql(
+    db: Database,
+) -> None:
+    # roles.sql once, before migrate, and never again (as the Kubernetes manifests have it):
+    # the migrations themselves narrow what default privileges gave.
     db.roles_sql()
     migrate(db.login("jobrunner_owner"))
 
@@ -567,11 +571,18 @@ def test_worker_can_use_tables_that_migrate_creates_after_roles_sql(db: Database
     assert_worker_can_use(worker, "job_runs")
     psql(
         worker,
-        "INSERT INTO job_definitions (name, job_type, schedule) VALUES ('p', 'p', '* * * * *')",
         "UPDATE job_definitions SET enabled = false",
-        "DELETE FROM job_definitions",
+        "SELECT count(*) FROM job_type_pauses, job_type_limits",
         "SELECT max(version) FROM jobrunner_migrations",
     )
+    assert_denied(
+        worker, "INSERT INTO job_definitions (name, job_type, schedule) VALUES ('p', 'p', '@daily')"
+    )
+    assert_denied(worker, "DELETE FROM job_definitions")
+    assert_denied(worker, "INSERT INTO job_type_pauses (job_type, paused_by) VALUES ('t', 'w')")
+    assert_denied(worker, "DELETE FROM job_type_limits")
+    assert_denied(worker, "DELETE FROM job_run_logs")
+    assert_denied(worker, "SELECT count(*) FROM job_audit")
 
 
 def test_the_rate_table_has_each_roles_grants_from_the_migration_that_creates_it(

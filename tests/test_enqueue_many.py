@@ -218,3 +218,70 @@ def test_a_dict_in_place_of_a_run_is_a_type_error_naming_new_run_before_anything
         )
         # The transaction is still usable: nothing failed on the server.
         assert count(conn, "SELECT count(*) FROM job_runs") == before
+
+
+class Counting:
+    """A connection that counts the statements sent through it: a keyed chunk's insert learns
+    which run holds each key in the same statement, one round trip."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+        self.statements: list[str] = []
+
+    def execute(self, query: Any, *args: Any, **kwargs: Any) -> Any:
+        self.statements.append(str(query))
+        return self.conn.execute(query, *args, **kwargs)
+
+    def cursor(self, *args: Any, **kwargs: Any) -> Any:
+        return CountingCursor(self, self.conn.cursor(*args, **kwargs))
+
+
+class CountingCursor:
+    def __init__(self, counting: Counting, cursor: Any) -> None:
+        self.counting, self.cursor = counting, cursor
+
+    def execute(self, query: Any, *args: Any, **kwargs: Any) -> Any:
+        self.counting.statements.append(str(query))
+        return self.cursor.execute(query, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.cursor, name)
+
+
+def test_each_chunk_of_keyed_runs_is_one_statement(db_url, conn, monkeypatch):
+    monkeypatch.setattr(api, "ENQUEUE_CHUNK", 20)
+    held = enqueue_many(conn, [new_run("t", idempotency_key=f"k{i}") for i in range(0, 50, 7)])
+    runs = [new_run("t", {"i": i}, idempotency_key=f"k{i % 50}") for i in range(60)]
+    runs[30] = new_run("t", unique_key="u")
+    counting = Counting(conn)
+
+    ids = enqueue_many(counting, runs)  # type: ignore[arg-type]
+
+    assert len(counting.statements) == 1 + 3  # the keyed batches' lock, and a chunk a statement
+    assert [ids[i] for i in range(0, 50, 7)] == held and ids[50:] == ids[:10]
+    assert count(conn, "SELECT count(*) FROM job_runs") == 8 + 41 + 1
+
+
+def test_runs_holding_both_kinds_of_key_each_get_the_run_that_holds_their_keys(db_url, conn):
+    runs = [
+        new_run("t", {"n": 1}, idempotency_key="K1", unique_key="U"),
+        new_run("t", {"n": 2}, idempotency_key="K2", unique_key="U"),  # U is the first's
+        new_run("t", {"n": 3}, idempotency_key="K2", unique_key="V"),  # K2 is free: inserted
+    ]
+
+    first, second, third = enqueue_many(conn, runs)
+
+    assert second == third != first
+    payloads = dict(conn.execute("SELECT id, payload->>'n' FROM job_runs").fetchall())
+    assert payloads == {first: "1", third: "3"}
+
+
+def test_a_result_id_another_run_has_is_refused(db_url, conn):
+    from cronjob.api import enqueue
+    from cronjob.errors import BadInput
+
+    taken = uuid.uuid4()
+    enqueue(conn, "task", result_id=taken)
+    with pytest.raises(BadInput, match="result id"), conn.transaction():
+        enqueue(conn, "task", result_id=taken)
+    assert count(conn, "SELECT count(*) FROM job_runs") == 1

@@ -4,6 +4,7 @@ piece of work, with a run of its own."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 
@@ -98,6 +99,26 @@ def test_a_key_committed_while_waiting_returns_that_run_not_another_tenants(db_u
 
     assert found == [held] != [globex]
     assert count(conn, "SELECT count(*) FROM job_runs") == 2
+
+
+def test_an_async_enqueue_of_a_key_committed_while_waiting_returns_that_run(db_url, conn):
+    from cronjob import enqueue_async
+
+    async def enqueue_waiting() -> int:
+        async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as aconn:
+            return await enqueue_async(aconn, "test.ok", idempotency_key="K", tenant_id="acme")
+
+    with psycopg.connect(db_url) as holder:
+        held = enqueue(holder, "test.ok", idempotency_key="K", tenant_id="acme")
+        found: list[int] = []
+        waiting = threading.Thread(target=lambda: found.append(asyncio.run(enqueue_waiting())))
+        waiting.start()
+        _wait_until_blocked(db_url)
+        holder.commit()
+        waiting.join(timeout=30)
+
+    assert found == [held]
+    assert count(conn, "SELECT count(*) FROM job_runs") == 1
 
 
 def _wait_until_blocked(db_url: str) -> None:

@@ -10,11 +10,15 @@ trail.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
 import json
 import re
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -87,9 +91,9 @@ class World:
     def unique(self, prefix: str) -> str:
         return f"{prefix}-{next(self.made)}"
 
-    def run(self, **columns: Any) -> str:
+    def run(self, job_type: str = "test.ok", **columns: Any) -> str:
         with psycopg.connect(self.db.admin, autocommit=True) as conn:
-            return str(insert_run(conn, "test.ok", **columns))
+            return str(insert_run(conn, job_type, **columns))
 
     def schedule(self, *, enabled: bool = True) -> str:
         name = self.unique("schedule")
@@ -169,17 +173,41 @@ ARGUMENTS: dict[str, Callable[[World], Sequence[str]]] = {
 }
 
 
+def _world(db: Database, tmp: Path, *, roles_sql_after_migrate: bool) -> World:
+    db.roles_sql()
+    owner = db.login("jobrunner_owner")
+    migrated = run_cli("migrate", "--database-url", owner)
+    assert migrated.exit_code == 0, migrated.stderr
+    if roles_sql_after_migrate:
+        db.roles_sql()
+    logins = {OWNER: owner}
+    logins.update({role: db.login(f"jobrunner_{role}") for role in ROLES[1:]})
+    return World(db, logins, tmp)
+
+
 @pytest.fixture(scope="module")
 def world(server: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:  # noqa: F811
+    """The documented order: roles.sql, migrate, roles.sql again."""
     with throwaway_database(server) as db:
-        db.roles_sql()
-        owner = db.login("jobrunner_owner")
-        migrated = run_cli("migrate", "--database-url", owner)
-        assert migrated.exit_code == 0, migrated.stderr
-        db.roles_sql()
-        logins = {OWNER: owner}
-        logins.update({role: db.login(f"jobrunner_{role}") for role in ROLES[1:]})
-        yield World(db, logins, tmp_path_factory.mktemp("roles"))
+        yield _world(db, tmp_path_factory.mktemp("roles"), roles_sql_after_migrate=True)
+
+
+@pytest.fixture(scope="module")
+def world_roles_sql_once(
+    server: Server,  # noqa: F811
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[World]:
+    """The order of a flow that runs roles.sql once, before migrate, and never after it (the
+    Kubernetes manifests of deploy/): the migrations alone give each role its grants."""
+    with throwaway_database(server) as db:
+        yield _world(db, tmp_path_factory.mktemp("roles_once"), roles_sql_after_migrate=False)
+
+
+@pytest.fixture(params=["roles.sql before and after migrate", "roles.sql before migrate only"])
+def each_world(request: pytest.FixtureRequest) -> World:
+    """Each of the two orders a database is set up in: whatever the order, the same grants."""
+    once = request.param.endswith("only")
+    return request.getfixturevalue("world_roles_sql_once" if once else "world")
 
 
 def as_role(world: World, role: str, *args: str) -> Any:
@@ -190,9 +218,9 @@ def as_role(world: World, role: str, *args: str) -> Any:
 @pytest.mark.parametrize("role", ROLES)
 @pytest.mark.parametrize("command", ROLE_TABLE)
 def test_each_role_runs_its_commands_and_is_told_it_may_not_run_the_others(
-    world: World, command: str, role: str
+    each_world: World, command: str, role: str
 ) -> None:
-    result = as_role(world, role, *ARGUMENTS[command](world))
+    result = as_role(each_world, role, *ARGUMENTS[command](each_world))
 
     if role in ROLE_TABLE[command]:
         assert result.exit_code == 0, result.stderr
@@ -213,6 +241,128 @@ def test_deploy_readme_shows_the_role_table_the_server_enforces() -> None:
         command, *marks = [cell.strip() for cell in row.strip("|").split("|")]
         shown[command.strip("`")] = frozenset(r for r, m in zip(ROLES, marks, strict=True) if m)
     assert shown == {**ROLE_TABLE, **DJANGO_ROLE_TABLE}
+
+
+# -- what each role may do on each table, however the database was set up ------------------
+
+# The grants of deploy/README.md's roles table, table by table: privileges on the whole table,
+# or on the columns in brackets. A role not named for a table has nothing on it.
+_ENQUEUED = (
+    "id job_type payload run_at idempotency_key max_attempts priority tenant_id queue"
+    " result_id run_after traceparent tracestate unique_key created_at updated_at"
+)
+_OPERATOR_READS = (
+    "id definition_id job_type tenant_id scheduled_for run_at status attempts max_attempts"
+    " priority locked_by locked_until last_error error_type started_at finished_at created_at"
+    " updated_at"
+)
+_OPERATOR_WRITES = (
+    "status attempts run_at finished_at locked_by locked_until lease_token updated_at"
+)
+GRANTS: dict[str, dict[str, str]] = {
+    "jobrunner_migrations": {role: "SELECT" for role in ROLES[1:]},
+    "job_runs": {
+        WORKER: "SELECT INSERT UPDATE DELETE",
+        ENQUEUER: f"INSERT({_ENQUEUED})",
+        READER: "SELECT",
+        OPERATOR: f"SELECT({_OPERATOR_READS}) UPDATE({_OPERATOR_WRITES}) DELETE",
+    },
+    "job_attempts": {WORKER: "SELECT INSERT", READER: "SELECT", OPERATOR: "INSERT"},
+    "job_definitions": {
+        WORKER: "SELECT UPDATE",
+        READER: "SELECT",
+        OPERATOR: "SELECT INSERT UPDATE DELETE",
+    },
+    "job_effects": {
+        WORKER: "SELECT INSERT UPDATE DELETE",
+        OPERATOR: "SELECT(key run_id created_at) UPDATE(created_at) DELETE",
+    },
+    "job_type_pauses": {WORKER: "SELECT", READER: "SELECT", OPERATOR: "SELECT INSERT DELETE"},
+    "job_type_limits": {
+        WORKER: "SELECT",
+        READER: "SELECT",
+        OPERATOR: "SELECT INSERT UPDATE DELETE",
+    },
+    "job_rate_windows": {
+        WORKER: "SELECT INSERT UPDATE",
+        READER: "SELECT",
+        OPERATOR: "SELECT DELETE",
+    },
+    "job_audit": {READER: "SELECT", OPERATOR: "SELECT(id) INSERT"},
+    "job_audit_batches": {READER: "SELECT", OPERATOR: "INSERT"},
+    "job_run_tally": {WORKER: "SELECT INSERT DELETE", READER: "SELECT"},
+    "job_schedule_skips": {WORKER: "SELECT INSERT DELETE", READER: "SELECT"},
+    "job_schedule_health": {WORKER: "SELECT", READER: "SELECT"},
+    "job_run_logs": {WORKER: "SELECT INSERT", READER: "SELECT"},
+}
+# The functions that act as the owner and that a role may call, and who may.
+CALLABLE = {
+    "jobrunner_runs_holding_keys": {WORKER, ENQUEUER},
+    "jobrunner_replace_waiting": {WORKER, ENQUEUER},
+}
+_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
+_COLUMN_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "REFERENCES")
+
+
+def _grants_shown(text: str) -> dict[str, frozenset[str] | None]:
+    """'SELECT(a b) DELETE' as {privilege: its columns, or None for the whole table}."""
+    return {
+        privilege: frozenset(columns.split()) if columns else None
+        for privilege, columns in re.findall(r"(\w+)(?:\(([^)]*)\))?", text)
+    }
+
+
+def grants_held(url: str) -> dict[str, dict[str, dict[str, frozenset[str] | None]]]:
+    """What each role but the owner may do on each table of the database's public schema,
+    as the server answers has_table_privilege and has_column_privilege."""
+    held: dict[str, dict[str, dict[str, frozenset[str] | None]]] = {}
+    with psycopg.connect(url) as conn:
+        tables = [r[0] for r in conn.execute(
+            "SELECT relname FROM pg_class WHERE relnamespace = 'public'::regnamespace"
+            " AND relkind IN ('r', 'p') ORDER BY 1"
+        )]  # fmt: skip
+        for table, role, privilege in itertools.product(tables, ROLES[1:], _PRIVILEGES):
+            params = {"role": f"jobrunner_{role}", "table": table, "privilege": privilege}
+            whole = conn.execute(
+                "SELECT has_table_privilege(%(role)s, %(table)s, %(privilege)s)", params
+            ).fetchone()[0]
+            columns = []
+            if not whole and privilege in _COLUMN_PRIVILEGES:
+                columns = conn.execute(
+                    "SELECT array_agg(attname) FROM pg_attribute"
+                    " WHERE attrelid = %(table)s::regclass AND attnum > 0 AND NOT attisdropped"
+                    " AND has_column_privilege(%(role)s, attrelid, attnum, %(privilege)s)",
+                    params,
+                ).fetchone()[0]
+            if whole or columns:
+                mine = held.setdefault(table, {}).setdefault(role, {})
+                mine[privilege] = None if whole else frozenset(columns)
+    return held
+
+
+def test_each_role_holds_exactly_its_grants_on_every_table(each_world: World) -> None:
+    expected = {
+        table: {role: _grants_shown(text) for role, text in roles.items()}
+        for table, roles in GRANTS.items()
+    }
+    assert grants_held(each_world.db.admin) == expected
+
+
+def test_only_the_roles_that_enqueue_call_the_functions_that_act_as_the_owner(
+    each_world: World,
+) -> None:
+    with psycopg.connect(each_world.db.admin) as conn:
+        callable_by = {
+            name: {role for role in ROLES[1:] if conn.execute(
+                "SELECT has_function_privilege(%s, oid, 'EXECUTE') FROM pg_proc WHERE oid = %s",
+                [f"jobrunner_{role}", oid],
+            ).fetchone()[0]}
+            for name, oid in conn.execute(
+                "SELECT proname, oid FROM pg_proc WHERE pronamespace = 'public'::regnamespace"
+                " AND prosecdef AND prorettype <> 'trigger'::regtype"
+            )
+        }  # fmt: skip
+    assert callable_by == CALLABLE
 
 
 # -- what each role cannot do, in plain SQL ------------------------------------------------
@@ -282,6 +432,180 @@ def test_the_enqueuer_may_insert_exactly_the_columns_an_enqueue_sets(world: Worl
             )
         }
     assert insertable == {"id", "job_type", "payload", "created_at", "updated_at", *stored}
+
+
+def test_the_enqueuer_reads_no_run_not_even_its_id_key_tenant_or_result_id(world: World) -> None:
+    url = world.logins[ENQUEUER]
+    world.run(tenant_id="acme", idempotency_key="secret-key", result_id=str(uuid.uuid4()))
+
+    for column in ("id", "job_type", "tenant_id", "idempotency_key", "unique_key", "result_id"):
+        assert refused(url, f"SELECT {column} FROM job_runs"), column
+    assert refused(url, "SELECT created_at, finished_at FROM job_runs")
+    assert refused(url, "SELECT count(*) FROM job_runs WHERE tenant_id = 'acme'")
+
+
+def test_the_enqueuer_learns_only_the_run_that_holds_a_key_it_names(world: World) -> None:
+    result_id = uuid.uuid4()
+    run_id = int(world.run(tenant_id="acme", idempotency_key="K-named", result_id=str(result_id)))
+    ask = "SELECT place, id, result_id FROM jobrunner_runs_holding_keys(%s, %s, %s, %s)"
+
+    with psycopg.connect(world.logins[ENQUEUER]) as conn:
+        named = conn.execute(ask, [["test.ok"], ["acme"], ["K-named"], [None]]).fetchall()
+        other_tenant = conn.execute(ask, [["test.ok"], ["other"], ["K-named"], [None]]).fetchall()
+        other_key = conn.execute(ask, [["test.ok"], ["acme"], ["K-other"], [None]]).fetchall()
+
+    assert named == [(1, run_id, result_id)]
+    assert other_tenant == other_key == []
+
+
+# What the review's enqueuer login sent, in psql, to a waiting run of another tenant's.
+_REWRITTEN = json.dumps({"amount": 999999, "to": "acct-attacker"})
+_REPLACE_WAITING = (
+    "SELECT jobrunner_replace_waiting(%s::bigint[], %s::text[], %s::text[], %s::text[],"
+    " %s::text[], %s::timestamptz[])"
+)
+
+
+def _attempt(url: str, statement: str, *params: Any) -> None:
+    """Run `statement` as the login of `url`; a refusal, or no such function, is fine."""
+    refusals = (psycopg.errors.InsufficientPrivilege, psycopg.errors.UndefinedFunction)
+    with psycopg.connect(url, autocommit=True) as conn, contextlib.suppress(*refusals):
+        conn.execute(statement, params or None)
+
+
+def _payload_and_run_at(world: World, run_id: str) -> tuple[Any, ...]:
+    with psycopg.connect(world.db.admin) as conn:
+        query = "SELECT payload, run_at FROM job_runs WHERE id = %s"
+        return conn.execute(query, [run_id]).fetchone()
+
+
+def test_the_enqueuer_cannot_rewrite_another_tenants_waiting_run(world: World) -> None:
+    victim = world.run(
+        job_type="billing.refund",
+        tenant_id="victim",
+        unique_key="refund:42",
+        payload={"amount": 10, "to": "acct-victim"},
+    )
+    before = _payload_and_run_at(world, victim)
+    url = world.logins[ENQUEUER]
+
+    # As migration 0021 had it: the run's id and unique key were all it asked for.
+    _attempt(
+        url,
+        "SELECT jobrunner_replace_waiting("
+        "%s::bigint[], %s::text[], %s::jsonb[], %s::timestamptz[])",
+        [int(victim)], ["refund:42"], [_REWRITTEN], ["infinity"],
+    )  # fmt: skip
+    # As it is now: another type or tenant than the run's, or the run's own, which another
+    # login enqueued.
+    for job_type, tenant in (("mine", "attacker"), ("billing.refund", "attacker"),
+                             ("billing.refund", "victim")):  # fmt: skip
+        _attempt(
+            url,
+            _REPLACE_WAITING,
+            [int(victim)], [job_type], [tenant], ["refund:42"], [_REWRITTEN], ["infinity"],
+        )  # fmt: skip
+
+    assert _payload_and_run_at(world, victim) == before
+
+
+def test_a_debounce_rewrites_only_a_run_that_its_own_login_enqueued(world: World) -> None:
+    from cronjob.api import enqueue
+
+    def debounce(url: str, value: int) -> int:
+        with psycopg.connect(url) as conn:
+            return enqueue(
+                conn, "digest", {"v": value}, tenant_id="acme", unique_key="U", replace=True
+            )
+
+    first, mine = world.logins[ENQUEUER], world.db.login("jobrunner_enqueuer")
+    run_id = debounce(first, 1)
+
+    assert debounce(mine, 2) == run_id  # the key's run, left as it was
+    assert _payload_and_run_at(world, str(run_id))[0] == {"v": 1}
+    assert debounce(first, 3) == run_id
+    assert _payload_and_run_at(world, str(run_id))[0] == {"v": 3}
+    # A handler's follow-up, as the worker, which may rewrite any payload.
+    assert debounce(world.logins[WORKER], 4) == run_id
+    assert _payload_and_run_at(world, str(run_id))[0] == {"v": 4}
+
+
+def test_a_debounce_keeps_run_at_in_the_accepted_range_and_refuses_a_poison_payload(
+    world: World,
+) -> None:
+    from cronjob.api import enqueue
+
+    url = world.logins[ENQUEUER]
+    with psycopg.connect(url) as conn:
+        run_id = enqueue(conn, "digest", {"v": 1}, tenant_id="acme", unique_key="range")
+    replace = _REPLACE_WAITING
+    key = ([run_id], ["digest"], ["acme"], ["range"])
+
+    _attempt(url, replace, *key, ['{"v": 2}'], ["infinity"])
+    payload, run_at = _payload_and_run_at(world, str(run_id))
+    assert (payload, run_at) == ({"v": 2}, datetime(9000, 1, 1, tzinfo=UTC))
+    _attempt(url, replace, *key, ['{"v": 3}'], ["-infinity"])
+    assert _payload_and_run_at(world, str(run_id))[1] == datetime(1900, 1, 1, tzinfo=UTC)
+
+    deep = "[" * 65 + "]" * 65
+    large = json.dumps({"blob": "x" * 1_000_000})
+    for payload, message in ((deep, "nested deeper than 64"), (large, "too large")):
+        with psycopg.connect(url) as conn, pytest.raises(psycopg.Error, match=message):
+            conn.execute(replace, [*key, [payload], [None]])
+    assert _payload_and_run_at(world, str(run_id))[0] == {"v": 3}
+
+
+def test_the_enqueuer_enqueues_with_keys_through_every_python_door(world: World) -> None:
+    from cronjob.api import enqueue, enqueue_async, enqueue_many, new_run
+
+    url = world.logins[ENQUEUER]
+    with psycopg.connect(url) as conn:
+        keyed = enqueue(conn, "door", idempotency_key="I", tenant_id="acme")
+        unique = enqueue(conn, "door", unique_key="U", tenant_id="acme")
+        assert enqueue(conn, "door", idempotency_key="I", tenant_id="acme") == keyed
+        assert enqueue(conn, "door", unique_key="U", tenant_id="acme") == unique
+        many = enqueue_many(
+            conn,
+            [
+                new_run("door", idempotency_key="I", tenant_id="acme"),
+                new_run("door", idempotency_key="J", tenant_id="acme"),
+                new_run("door", idempotency_key="J", tenant_id="acme"),
+                new_run("door", unique_key="U", tenant_id="acme"),
+                new_run("door", idempotency_key="B", unique_key="U", tenant_id="other"),
+            ],
+        )
+
+    async def from_async() -> list[int]:
+        async with await psycopg.AsyncConnection.connect(url) as aconn:
+            return [
+                await enqueue_async(aconn, "door", idempotency_key=key, tenant_id="acme")
+                for key in ("I", "async", "async")
+            ]
+
+    assert many[:4] == [keyed, many[1], many[1], unique] and many[4] not in many[:4]
+    found = asyncio.run(from_async())
+    assert found[0] == keyed and found[1] == found[2] not in (keyed, unique, *many)
+
+
+def test_the_worker_keeps_no_run_log_for_an_attempt_never_made(world: World) -> None:
+    waiting = world.run()
+    ran_once = world.run(status="dead", attempts=1)
+    log = (
+        "INSERT INTO job_run_logs (run_id, attempt, worker, outcome, events)"
+        " VALUES (%s, %s, 'w', 'succeeded', '[]')"
+    )
+
+    for run_id, attempt in ((waiting, 1), (ran_once, 2), (ran_once, 0)):
+        with psycopg.connect(world.logins[WORKER]) as conn, pytest.raises(psycopg.Error):
+            conn.execute(log, [run_id, attempt])
+    with psycopg.connect(world.logins[WORKER]) as conn:
+        conn.execute(log, [ran_once, 1])
+    with psycopg.connect(world.db.admin) as conn:
+        kept = conn.execute(
+            "SELECT run_id, attempt FROM job_run_logs WHERE run_id = ANY(%s)",
+            [[int(waiting), int(ran_once)]],
+        ).fetchall()
+    assert kept == [(int(ran_once), 1)]
 
 
 def test_the_worker_writes_no_schedule_pause_or_audit_entry(world: World) -> None:

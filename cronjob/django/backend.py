@@ -78,7 +78,7 @@ class JobrunnerBackend(BaseTaskBackend):
             raise ValueError(f"{task.name}: {exc}") from None
         conn = self._connection()
         [enqueued] = runs_insert_many(conn, [run])
-        row = _enqueued_row(conn, enqueued.id, run, created=enqueued.created)
+        row = _enqueued_row(enqueued.id, run, enqueued)
         result = self._result(row, enqueued.id, task=task)
         task_enqueued.send(type(self), task_result=result)
         return result
@@ -171,26 +171,21 @@ def _new_run(task: Task, args: Any, kwargs: Any) -> Any:
     return checked_run(task.module_path, payload, options)
 
 
-def _enqueued_row(conn: Any, run_id: int, run: Any, *, created: bool) -> dict[str, Any]:
+def _enqueued_row(run_id: int, run: Any, enqueued: Any) -> dict[str, Any]:
     """The run that `run` was just enqueued as, as get_result reads it, from what the enqueue
-    wrote: of the row, only its enqueue time (and, when a run holding the task's unique key
-    was found instead, that run's result id) is read back, which a login that may enqueue
-    and no more (deploy/roles.sql) may read. Such a run is shown waiting, with the
-    arguments given: `get_result` reads what it is now."""
-    from cronjob import store
-
-    result_id = run.options.get("result_id")
-    if not created:
-        result_id = store.task_result_id_get(conn, run_id)
+    wrote and what it learnt (`enqueued`, store.Enqueued): the run's enqueue time, and when a
+    run holding the task's unique key was found instead, that run's result id. Nothing of the
+    row is read, which a login that may enqueue and no more (deploy/roles.sql) may not. Such
+    a run is shown waiting, with the arguments given: `get_result` reads what it is now."""
     return {
         "id": run_id,
-        "result_id": result_id,
+        "result_id": enqueued.result_id,
         "job_type": run.job_type,
         "payload": run.payload_json,
         "status": "queued",
         "priority": run.options.get("priority", 0),
         "queue": run.options.get("queue"),
-        "created_at": store.task_enqueued_at_get(conn, run_id),
+        "created_at": enqueued.enqueued_at,
         "started_at": None,
         "finished_at": None,
         "locked_by": None,

@@ -2,8 +2,9 @@
 or unique key found instead; copied in bulk when it holds neither; a debounce's replacement
 of a waiting run; and the lock that makes keyed batches take turns.
 
-Run by cronjob.store.enqueue. What it reads back of job_runs is the id, type, tenant and keys
-of runs: all that the enqueuer role of deploy/roles.sql may read.
+Run by cronjob.store.enqueue. It reads no column of job_runs, which the enqueuer role of
+deploy/roles.sql may not: the runs that hold keys come from jobrunner_runs_holding_keys, a
+function that answers only for the keys it is given (migration 0024).
 """
 
 from __future__ import annotations
@@ -13,45 +14,35 @@ import functools
 from cronjob.queries import _NOW
 from cronjob.run_options import ALWAYS_SENT, RUN_OPTIONS
 
-# An idempotency key is unique per (job type, tenant), no tenant being one of its own: the
-# unique index of migration 0017, whose expression the insert's ON CONFLICT names and the
-# lookups of an existing run repeat, so that they walk that index.
-_SAME_WORK = "ON CONFLICT (job_type, (coalesce(tenant_id, '')), idempotency_key)"
+# A key is held by the run of the same job type and tenant (none: '') that has it: an
+# idempotency key forever (migration 0017), a unique key while the run is unfinished (0021).
+# The enqueuer role reads nothing of job_runs (deploy/roles.sql): which run holds a key comes
+# from jobrunner_runs_holding_keys (migration 0024), given the type, tenant and keys of each
+# input row and answering for those whose key a run holds, numbered as given.
+_HOLDING_KEYS = """jobrunner_runs_holding_keys(
+    ARRAY(SELECT job_type FROM input ORDER BY ord), ARRAY(SELECT tenant_id FROM input ORDER BY ord),
+    ARRAY(SELECT idempotency_key FROM input ORDER BY ord),
+    ARRAY(SELECT {unique_key} FROM input ORDER BY ord))"""
 
 
-def _same_key(run: str, given: str) -> str:
-    """`run` holds the idempotency key of the run `given` asks for: same key, type, tenant."""
-    return (
-        f"{run}.idempotency_key = {given}.idempotency_key AND {run}.job_type = {given}.job_type"
-        f" AND coalesce({run}.tenant_id, '') = coalesce({given}.tenant_id, '')"
-    )
-
-
-# A unique key is unique among the unfinished runs of a type and tenant (migration 0021):
-# those without a finish time, which the schema gives exactly the terminal ones. Read so
-# rather than by status, which the enqueuer role may not read (deploy/roles.sql).
-_UNFINISHED = "finished_at IS NULL"
-
-
-def _same_unique(run: str, given: str) -> str:
-    """`run` holds the unique key of the run `given` asks for: same key, type, tenant."""
-    return (
-        f"{run}.unique_key = {given}.unique_key AND {run}.job_type = {given}.job_type"
-        f" AND coalesce({run}.tenant_id, '') = coalesce({given}.tenant_id, '')"
-    )
-
-
-# Ids are drawn from the sequence up front so each input row can be matched to
-# the id it got, whether it was inserted now or already existed under its key.
-# The arrays travel in binary: text arrays of JSON would otherwise be quoted and
-# escaped element by element. Each option of a run (cronjob.run_options) sent is an
-# array of its own, and the column it is stored in takes the option's expression.
-# What it reads back of job_runs is the id, type, tenant and key of runs: all that the
-# enqueuer role of deploy/roles.sql may read.
+# Ids are drawn from the sequence up front, so each input row knows the id it gets if it is
+# inserted. The arrays travel in binary: text arrays of JSON would otherwise be quoted and
+# escaped element by element. Each option of a run (cronjob.run_options) sent is an array of
+# its own, and the column it is stored in takes the option's expression.
+#
+# Which rows are inserted is decided before the insert, from the runs that held the keys
+# when the statement started (`held`): a row whose key a run held is that run's; else the
+# first row of the batch with its key is inserted and the later ones are its. The insert
+# returns nothing of the rows (the enqueuer may read none of their columns), only how many
+# it wrote: fewer than planned means another transaction took a key while this one waited
+# on it, and the caller asks again which run holds it (RUNS_INSERT_MANY_HOLDERS). A batch
+# with a row holding both kinds of key cannot be planned so (its rows may conflict in
+# chains): with `insert_all`, every row is tried and the caller asks afterwards for every key.
 @functools.cache
-def runs_insert_many_sending(sent: tuple[str, ...]) -> str:
+def runs_insert_many_sending(sent: tuple[str, ...], *, keyed: bool = True) -> str:
     """The insert of runs whose options `sent` (names of run_options.RUN_OPTIONS) travel:
-    ALWAYS_SENT, the idempotency key and the tenant among them, and any others."""
+    ALWAYS_SENT, the idempotency key and the tenant among them, and any others; `keyed`: some
+    run of the batch holds a key."""
     options = [(name, RUN_OPTIONS[name]) for name in sent]
     arrays = "".join(f", %({name})b::{option.sql_type}[]" for name, option in options)
     inputs = "".join(f", {name}" for name, _ in options)
@@ -59,50 +50,74 @@ def runs_insert_many_sending(sent: tuple[str, ...]) -> str:
     columns = "".join(f", {column}" for column, _ in stored)
     values = "".join(f"{expression.format(now=_NOW)}, " for _, expression in stored)
     unique = "unique_key" in sent
-    # A unique key is a second arbiter, and ON CONFLICT names one at most: with unique keys
-    # the insert skips a row that conflicts with either (the other unique indexes are on
-    # ids drawn here: they conflict with nothing).
-    conflict = (
-        "ON CONFLICT DO NOTHING"
+    planned = "input"
+    chosen = ""
+    if keyed:
+        planned = "planned"
+        chosen = "\n    WHERE %(insert_all)s::boolean OR holder = new_id"
+    by_unique = (
+        "\n                         WHEN i.unique_key IS NOT NULL"
+        " THEN first_value(i.new_id) OVER same_unique"
         if unique
-        else f"{_SAME_WORK} WHERE idempotency_key IS NOT NULL DO NOTHING"
+        else ""
     )
-    returned = ", unique_key" if unique else ""
-    found = "coalesce(mine.id, same_key.id, existing.id)"
-    joins = ""
-    if unique:
-        found = "coalesce(mine.id, same_key.id, existing.id, same_unique.id, active.id)"
-        joins = f"""
-LEFT JOIN inserted same_unique ON mine.id IS NULL AND {_same_unique("same_unique", "i")}
-LEFT JOIN job_runs active ON mine.id IS NULL AND same_unique.id IS NULL
-                         AND {_same_unique("active", "i")} AND active.{_UNFINISHED}"""
+    unique_window = (
+        ",\n           same_unique AS (PARTITION BY i.job_type, coalesce(i.tenant_id, ''),"
+        " i.unique_key ORDER BY i.ord)"
+        if unique
+        else ""
+    )
+    holding = _HOLDING_KEYS.format(unique_key="unique_key" if unique else "NULL::text")
+    plan = f"""
+held AS (
+    SELECT h.place, h.id, h.result_id, h.created_at FROM {holding} h
+),
+planned AS (
+    SELECT i.*, held.result_id AS held_result_id, held.created_at AS held_at,
+           coalesce(held.id,
+                    CASE WHEN i.idempotency_key IS NOT NULL
+                         THEN first_value(i.new_id) OVER same_key{by_unique}
+                         ELSE i.new_id END) AS holder
+    FROM input i
+    LEFT JOIN held ON held.place = i.ord
+    WINDOW same_key AS (PARTITION BY i.job_type, coalesce(i.tenant_id, ''), i.idempotency_key
+                        ORDER BY i.ord){unique_window}
+),"""
+    answer = "holder, held_result_id, held_at"
+    if not keyed:
+        plan = ""
+        answer = "new_id AS holder, NULL::uuid AS held_result_id, NULL::timestamptz AS held_at"
     return f"""
 WITH input AS (
     SELECT nextval('job_runs_id_seq') AS new_id, i.*
     FROM unnest(%(job_types)b::text[], %(payloads)b::text[]{arrays})
         WITH ORDINALITY AS i(job_type, payload{inputs}, ord)
-),
+),{plan}
 inserted AS (
     INSERT INTO job_runs (id, job_type, payload{columns}, created_at, updated_at)
     SELECT new_id, job_type, payload::jsonb, {values}{_NOW}, {_NOW}
-    FROM input ORDER BY ord
-    {conflict}
-    RETURNING id, job_type, tenant_id, idempotency_key{returned}
+    FROM {planned}{chosen}
+    ORDER BY ord
+    ON CONFLICT DO NOTHING
+    RETURNING 1
 )
-SELECT i.ord, i.job_type, i.tenant_id, i.idempotency_key{", i.unique_key" if unique else ""},
-       {found} AS id,
-       mine.id IS NOT NULL AS created
-FROM input i
-LEFT JOIN inserted mine ON mine.id = i.new_id
-LEFT JOIN inserted same_key ON mine.id IS NULL AND {_same_key("same_key", "i")}
-LEFT JOIN job_runs existing ON mine.id IS NULL AND same_key.id IS NULL
-                           AND {_same_key("existing", "i")}{joins}
-ORDER BY i.ord
+SELECT ord, new_id, {answer}, {_NOW} AS clock, (SELECT count(*) FROM inserted) AS inserted
+FROM {planned}
+ORDER BY ord
 """
 
 
 # What most batches send: every option but those later migrations added.
-RUNS_INSERT_MANY = runs_insert_many_sending(ALWAYS_SENT)
+RUNS_INSERT_MANY = runs_insert_many_sending(ALWAYS_SENT, keyed=False)
+RUNS_INSERT_MANY_KEYED = runs_insert_many_sending(ALWAYS_SENT, keyed=True)
+
+# The runs that hold the keys of input rows, asked in a statement of its own: it sees the
+# runs committed since the insert started and those the insert wrote. Numbered as given.
+RUNS_INSERT_MANY_HOLDERS = """
+SELECT place, id, result_id, created_at
+FROM jobrunner_runs_holding_keys(%(job_types)s::text[], %(tenant_ids)s::text[],
+                                 %(idempotency_keys)s::text[], %(unique_keys)s::text[])
+"""
 
 # Runs that hold no key (run_options' keyed ones) conflict with nothing, and go in by COPY,
 # at a fraction of the insert's cost: the ids drawn first, in one statement, with the clock
@@ -123,29 +138,14 @@ def runs_copy_many_sending(sent: tuple[str, ...], *, stamped: bool) -> str:
     return f"COPY job_runs (id, job_type, payload{columns}{stamps}) FROM STDIN"
 
 
-# The runs that hold the keys of input rows the insert found taken but could not see.
-RUNS_INSERT_MANY_IDS_BY_KEY = f"""
-SELECT k.job_type, k.tenant_id, k.idempotency_key, r.id
-FROM unnest(%(job_types)s::text[], %(tenant_ids)s::text[], %(keys)s::text[])
-    AS k(job_type, tenant_id, idempotency_key)
-JOIN job_runs r ON {_same_key("r", "k")}
-"""
-
-# The unfinished runs that hold the unique keys of input rows the insert found taken but
-# could not see.
-RUNS_INSERT_MANY_IDS_BY_UNIQUE_KEY = f"""
-SELECT k.job_type, k.tenant_id, k.unique_key, r.id
-FROM unnest(%(job_types)s::text[], %(tenant_ids)s::text[], %(keys)s::text[])
-    AS k(job_type, tenant_id, unique_key)
-JOIN job_runs r ON {_same_unique("r", "k")} AND r.{_UNFINISHED}
-"""
-
 # A debounce: each run that held a unique key an enqueue with `replace` asked for takes its
-# payload and run_at, if it is still waiting for its first attempt (jobrunner_replace_waiting,
-# migration 0021, which the enqueuer may call without rights to update runs of its own).
+# payload and run_at, if it is still waiting for its first attempt and is of that key's type
+# and tenant, enqueued by this login (jobrunner_replace_waiting, migration 0024, which the
+# enqueuer may call without rights to update runs of its own).
 RUNS_REPLACE_WAITING = f"""
 SELECT jobrunner_replace_waiting(
-    %(ids)s::bigint[], %(unique_keys)s::text[], %(payloads)s::text[]::jsonb[],
+    %(ids)s::bigint[], %(job_types)s::text[], %(tenant_ids)s::text[], %(unique_keys)s::text[],
+    %(payloads)s::text[],
     ARRAY(SELECT coalesce(at, {_NOW} + make_interval(secs => coalesce(delay, 0)))
           FROM unnest(%(run_ats)s::timestamptz[], %(delays)s::float8[]) AS o(at, delay)))
 """

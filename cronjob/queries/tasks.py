@@ -34,14 +34,6 @@ UPDATE job_runs SET return_value = %(value)s::jsonb
 WHERE id = %(id)s AND {_lease_fence("%(token)s")}
 """
 
-# When a run was enqueued: all that Task.enqueue reads back of the run it has just written,
-# so that an app whose login may enqueue and no more (jobrunner_enqueuer in deploy/roles.sql)
-# can use it. The rest of its TaskResult is what the enqueue wrote.
-TASK_ENQUEUED_AT_GET = "SELECT created_at FROM job_runs WHERE id = %(id)s"
-
-# The result id of the run an enqueue found holding the task's unique key.
-TASK_RESULT_ID_GET = "SELECT result_id FROM job_runs WHERE id = %(id)s"
-
 # One task run as Django's TaskResult shows it, with its failed attempts in order: by its
 # run id (the running task's own context), or by the result id that Django's get_result is
 # given (unguessable, and the only way a caller names a result).

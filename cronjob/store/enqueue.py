@@ -7,9 +7,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 from psycopg.rows import dict_row
 
+from cronjob.errors import BadInput, DatabaseError
 from cronjob.queries import enqueue as queries
 from cronjob.run_options import ALWAYS_SENT, RUN_OPTIONS, NewRun
 from cronjob.store.preflight import advisory_lock
@@ -19,10 +21,13 @@ from cronjob.text import copy_text
 @dataclass(frozen=True)
 class Enqueued:
     """One enqueued run, or the run of the same type and tenant that already had its
-    idempotency key."""
+    idempotency key (or its unique key): with its result id and its enqueue time, what
+    Django's TaskResult of the run shows."""
 
     id: int
     created: bool
+    result_id: UUID | None = None
+    enqueued_at: datetime | None = None
 
 
 def runs_insert_many(
@@ -30,15 +35,15 @@ def runs_insert_many(
 ) -> list[Enqueued]:
     if not runs:
         return []
-    cursor = conn.cursor(row_factory=dict_row)
-    rows = cursor.execute(*_inserting(runs, now)).fetchall()
-    found: dict[tuple[str, ...], int] = {}
-    for kind, statement, missing in _keys_not_seen(rows):
-        # Another transaction inserted these keys while ours waited on them; they
-        # are visible now, in a statement with a fresh snapshot.
-        by_key = conn.execute(statement, missing)
-        found.update({(kind, *_work(*row[:3])): row[3] for row in by_key.fetchall()})
-    enqueued = _enqueued(rows, found)
+    statement, params = _inserting(runs, now)
+    rows = conn.cursor(row_factory=dict_row).execute(statement, params).fetchall()
+    if asking := _asking(runs, rows, params):
+        # Another transaction took a key while ours waited on it: the run that holds it is
+        # visible now, in a statement with a fresh snapshot.
+        places, keys = asking
+        answers = conn.execute(queries.RUNS_INSERT_MANY_HOLDERS, keys).fetchall()
+        rows = _settled(rows, places, answers)
+    enqueued = _enqueued(runs, rows)
     if replacing := _replacing(runs, enqueued, now):
         runs_replace_waiting(conn, replacing)
     return enqueued
@@ -49,15 +54,16 @@ async def runs_insert_many_async(
 ) -> list[Enqueued]:
     if not runs:
         return []
+    statement, params = _inserting(runs, now)
     cursor = conn.cursor(row_factory=dict_row)
-    await cursor.execute(*_inserting(runs, now))
+    await cursor.execute(statement, params)
     rows = await cursor.fetchall()
-    found: dict[tuple[str, ...], int] = {}
-    for kind, statement, missing in _keys_not_seen(rows):
-        # As in runs_insert_many: keys another transaction inserted while ours waited.
-        by_key = await conn.execute(statement, missing)
-        found.update({(kind, *_work(*row[:3])): row[3] for row in await by_key.fetchall()})
-    enqueued = _enqueued(rows, found)
+    if asking := _asking(runs, rows, params):
+        # As in runs_insert_many: a key another transaction took while ours waited.
+        places, keys = asking
+        answers = await (await conn.execute(queries.RUNS_INSERT_MANY_HOLDERS, keys)).fetchall()
+        rows = _settled(rows, places, answers)
+    enqueued = _enqueued(runs, rows)
     if replacing := _replacing(runs, enqueued, now):
         await runs_replace_waiting_async(conn, replacing)
     return enqueued
@@ -67,15 +73,94 @@ def _inserting(runs: Sequence[NewRun], now: datetime | None) -> tuple[str, dict[
     """The insert for `runs`, and its parameters: an array per option sent."""
     optional = {name for run in runs for name in run.options if name not in ALWAYS_SENT}
     sent = ALWAYS_SENT + tuple(name for name in RUN_OPTIONS if name in optional)
-    statement = queries.RUNS_INSERT_MANY if not optional else queries.runs_insert_many_sending(sent)
+    keyed = any(run.keyed for run in runs)
+    if not optional:
+        statement = queries.RUNS_INSERT_MANY_KEYED if keyed else queries.RUNS_INSERT_MANY
+    else:
+        statement = queries.runs_insert_many_sending(sent, keyed=keyed)
     params: dict[str, Any] = {
         "job_types": [run.job_type for run in runs],
         "payloads": [run.payload_json for run in runs],
         "now": now,
+        # A run holding keys of both kinds: see queries.enqueue on planning.
+        "insert_all": any(run.options.keys() >= _KEYS for run in runs),
     }
     for name in sent:
         params[name] = [run.options.get(name) for run in runs]
     return statement, params
+
+
+# The keys a run may hold, of each kind.
+_KEYS = frozenset({"idempotency_key", "unique_key"})
+
+
+def _asking(
+    runs: Sequence[NewRun], rows: list[dict[str, Any]], params: dict[str, Any]
+) -> tuple[list[int], dict[str, Any]] | None:
+    """The rows whose run the insert could not know (their places in `rows`), and the
+    parameters of RUNS_INSERT_MANY_HOLDERS that ask for them; None if it knew every row's.
+    It planned which rows to insert from the runs that held keys as it started: when it
+    wrote fewer than planned, the keys of the rows no run held then; when it could not plan
+    (`insert_all`), every key."""
+    planned = sum(row["holder"] == row["new_id"] for row in rows)
+    if not params["insert_all"] and planned == rows[0]["inserted"]:
+        return None
+    places = [
+        place for place, (run, row) in enumerate(zip(runs, rows, strict=True))
+        if run.keyed and (params["insert_all"] or row["held_at"] is None)
+    ]  # fmt: skip
+    chosen = [runs[place] for place in places]
+    return places, {
+        "job_types": [run.job_type for run in chosen],
+        "tenant_ids": [run.options.get("tenant_id") for run in chosen],
+        "idempotency_keys": [run.options.get("idempotency_key") for run in chosen],
+        "unique_keys": [run.options.get("unique_key") for run in chosen],
+    }
+
+
+def _settled(
+    rows: list[dict[str, Any]], places: list[int], answers: list[tuple[Any, ...]]
+) -> list[dict[str, Any]]:
+    """`rows` with the runs found holding the keys of the rows at `places` (the answers of
+    RUNS_INSERT_MANY_HOLDERS: place among those asked, id, result id, enqueue time): a row's
+    own run if it was inserted."""
+    settled = list(rows)
+    found = {place: answer for place, *answer in answers}
+    for asked, place in enumerate(places, start=1):
+        row = rows[place]
+        if asked not in found:
+            raise DatabaseError(
+                "a run holding a key this enqueue met was removed before the enqueue could "
+                "read its id: enqueue again"
+            )
+        run_id, result_id, created_at = found[asked]
+        mine = run_id == row["new_id"]
+        settled[place] = {
+            **row,
+            "holder": run_id,
+            "held_result_id": None if mine else result_id,
+            "held_at": None if mine else created_at,
+        }
+    inserted = sum(row["holder"] == row["new_id"] for row in settled)
+    if inserted != rows[0]["inserted"]:
+        raise BadInput("a run was not enqueued: another run has its result id")
+    return settled
+
+
+def _enqueued(runs: Sequence[NewRun], rows: list[dict[str, Any]]) -> list[Enqueued]:
+    """Each input row's run: its own, or the run already holding its key (that the row's
+    `holder` names: a run of this batch, or one whose result id and enqueue time it holds)."""
+    batch = {row["new_id"]: run for run, row in zip(runs, rows, strict=True)}
+    enqueued = []
+    for row in rows:
+        holder = row["holder"]
+        if row["held_at"] is None:  # this run, or an earlier one of the batch
+            result_id, at = batch[holder].options.get("result_id"), row["clock"]
+        else:
+            result_id, at = row["held_result_id"], row["held_at"]
+        created = holder == row["new_id"]
+        enqueued.append(Enqueued(int(holder), created, result_id, at))
+    return enqueued
 
 
 def runs_copy_many(conn: Any, runs: Sequence[NewRun], *, now: datetime | None = None) -> list[int]:
@@ -120,48 +205,6 @@ def _copied(runs: Sequence[NewRun], now: datetime | None) -> dict[str, Any]:
     }
 
 
-def _work(job_type: str, tenant_id: str | None, key: str) -> tuple[str, str, str]:
-    """What an idempotency key is unique for: its job type and tenant (none: '')."""
-    return job_type, tenant_id or "", key
-
-
-def _keys_not_seen(
-    rows: list[dict[str, Any]],
-) -> list[tuple[str, str, dict[str, list[str | None]]]]:
-    """For the input rows the insert found no run for, the statements that find them, by
-    idempotency key (RUNS_INSERT_MANY_IDS_BY_KEY) and by unique key: each with the kind of
-    key it looks up and its parameters."""
-    missing = [row for row in rows if row["id"] is None]
-    by_idempotency = [row for row in missing if row["idempotency_key"] is not None]
-    by_unique = [row for row in missing if row["idempotency_key"] is None]
-    found = []
-    for statement, key, chosen in (
-        (queries.RUNS_INSERT_MANY_IDS_BY_KEY, "idempotency_key", by_idempotency),
-        (queries.RUNS_INSERT_MANY_IDS_BY_UNIQUE_KEY, "unique_key", by_unique),
-    ):
-        if chosen:
-            params = {
-                "job_types": [row["job_type"] for row in chosen],
-                "tenant_ids": [row["tenant_id"] for row in chosen],
-                "keys": [row[key] for row in chosen],
-            }
-            found.append((key, statement, params))
-    return found
-
-
-def _enqueued(rows: list[dict[str, Any]], found: dict[tuple[str, ...], int]) -> list[Enqueued]:
-    """Each input row's run: its own, or the run already holding its key (`found`, by the
-    kind of key, and the key's type, tenant and text)."""
-    enqueued = []
-    for row in rows:
-        run_id = row["id"]
-        if run_id is None:
-            kind = "idempotency_key" if row["idempotency_key"] is not None else "unique_key"
-            run_id = found[(kind, *_work(row["job_type"], row["tenant_id"], row[kind]))]
-        enqueued.append(Enqueued(id=int(run_id), created=bool(row["created"])))
-    return enqueued
-
-
 def runs_replace_waiting(conn: Any, replacing: dict[str, Any]) -> None:
     """A debounce: the waiting runs `_replacing` names take their new payload and run_at."""
     conn.execute(queries.RUNS_REPLACE_WAITING, replacing)
@@ -184,6 +227,8 @@ def _replacing(
         return None
     return {
         "ids": [done.id for _, done in chosen],
+        "job_types": [run.job_type for run, _ in chosen],
+        "tenant_ids": [run.options.get("tenant_id") for run, _ in chosen],
         "unique_keys": [run.options["unique_key"] for run, _ in chosen],
         "payloads": [run.payload_json for run, _ in chosen],
         "run_ats": [run.options.get("run_at") for run, _ in chosen],

@@ -6,7 +6,6 @@ statements are queries.tasks.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -33,16 +32,6 @@ async def task_return_value_set_async(
     params = {"value": value_json, "id": run_id, "token": lease_token}
     cursor = await conn.execute(queries.TASK_RETURN_VALUE_SET, params)
     return cursor.rowcount == 1
-
-
-def task_enqueued_at_get(conn: Any, run_id: int) -> datetime | None:
-    row = conn.execute(queries.TASK_ENQUEUED_AT_GET, {"id": run_id}).fetchone()
-    return None if row is None else row[0]
-
-
-def task_result_id_get(conn: Any, run_id: int) -> Any:
-    """The result id of the run `run_id`."""
-    return conn.execute(queries.TASK_RESULT_ID_GET, {"id": run_id}).fetchone()[0]
 
 
 def task_result_get(conn: Any, run_id: int) -> dict[str, Any] | None:

@@ -1,6 +1,7 @@
 """The Tasks backend as the roles of deploy/roles.sql: a Django app whose login may enqueue
-(jobrunner_enqueuer) enqueues without reading any run back but its enqueue time, and reading
-results (`get_result`) takes a login that may read runs.
+(jobrunner_enqueuer) enqueues without reading any column of a run (the run that holds a task's
+unique key, its result id and enqueue time come from jobrunner_runs_holding_keys), and
+reading results (`get_result`) takes a login that may read runs.
 
 Each role's login runs the test project in a process of its own, its database URL the login's.
 """
