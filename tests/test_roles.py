@@ -283,7 +283,7 @@ GRANTS: dict[str, dict[str, str]] = {
         READER: "SELECT",
         OPERATOR: "SELECT INSERT UPDATE DELETE",
     },
-    "job_rate_windows": {
+    "job_rate_arrivals": {
         WORKER: "SELECT INSERT UPDATE",
         READER: "SELECT",
         OPERATOR: "SELECT DELETE",
