@@ -21,8 +21,8 @@
 -- jobrunner_worker    tick: claim, finalize, heartbeat, hand back, rescue, materialize, prune
 --                     after the tick, the metrics textfile, pings; and reads what a tick
 --                     reads. Reads and writes job_runs, job_attempts, job_effects,
---                     job_run_tally, job_schedule_skips, job_run_logs; reads and updates
---                     job_definitions; reads job_type_pauses, job_type_limits,
+--                     job_run_tally, job_schedule_skips, job_run_logs, job_handlers_seen;
+--                     reads and updates job_definitions; reads job_type_pauses, job_type_limits,
 --                     job_schedule_health; counts starts in job_rate_windows. Nothing of the
 --                     audit trail.
 -- jobrunner_enqueuer  apps: enqueue(), enqueue_async() and enqueue_many(), `jobrunner enqueue`
@@ -253,6 +253,10 @@ INSERT INTO jobrunner_grants VALUES
 
     ('job_schedule_health', 'jobrunner_worker', 'SELECT', NULL),
     ('job_schedule_health', 'jobrunner_reader', 'SELECT', NULL),
+
+    -- A tick records the job types it has handlers for (migration 0030); status reads them.
+    ('job_handlers_seen', 'jobrunner_worker', 'SELECT, INSERT, UPDATE, DELETE', NULL),
+    ('job_handlers_seen', 'jobrunner_reader', 'SELECT', NULL),
 
     -- A finalize writes each attempt's run log, and the worker reads what a tick reads and
     -- show; pruning a run deletes its logs through the foreign key's cascade, which acts as

@@ -1,0 +1,23 @@
+-- Which job types a tick had handlers for, and when last: one row a type. A tick that found
+-- work upserts its handler types (once per tick, and only rows older than a few minutes, so
+-- a busy minute writes nothing); `status` and the tick's own warning name the types whose
+-- runs are due while no tick has had a handler for them recently. Rows of types no tick has
+-- handled for 30 days are removed by the same upsert.
+CREATE TABLE job_handlers_seen (
+    job_type  text PRIMARY KEY,
+    host      text NOT NULL,
+    seen_at   timestamptz NOT NULL
+);
+
+-- The worker records, the reader reads (status); by name, where deploy/roles.sql made the
+-- roles already (it grants the same when run after migrating).
+DO $$
+BEGIN
+    IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'jobrunner_worker') THEN
+        GRANT SELECT, INSERT, UPDATE, DELETE ON job_handlers_seen TO jobrunner_worker;
+    END IF;
+    IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'jobrunner_reader') THEN
+        GRANT SELECT ON job_handlers_seen TO jobrunner_reader;
+    END IF;
+END
+$$;
