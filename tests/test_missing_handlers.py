@@ -50,3 +50,17 @@ def test_a_type_another_tick_handles_is_not_named(db_url, conn):
 
 def test_an_idle_tick_names_nothing(db_url, conn):
     assert _tick(db_url, "--handlers", "tests.handlers.basic") == []
+
+
+def test_status_names_due_types_no_tick_had_a_handler_for(db_url, conn):
+    from tests.test_ops import cli, cli_json
+
+    enqueue(conn, "test.ok", {})
+    assert _tick(db_url, "--handlers", "tests.handlers.basic", "--types", "test.ok") == []
+    enqueue(conn, "test.ok", {})
+    enqueue(conn, "app.unloaded", {})
+    assert cli_json(db_url, "status")["no_handler_seen_job_types"] == ["app.unloaded"]
+    shown = cli(db_url, "status").stdout
+    assert "no handler seen" in shown and "app.unloaded" in shown
+    [line] = [x for x in shown.splitlines() if "no handler seen" in x]
+    assert "test.ok" not in line

@@ -11,7 +11,7 @@ import click
 
 from cronjob.cli import Count, database_url_option, json_option
 from cronjob.commands import open_connection
-from cronjob.commands.render import iso, table, when
+from cronjob.commands.render import clip, iso, table, when
 from cronjob.errors import BadInput
 from cronjob.inputs import excerpt
 from cronjob.text import printable
@@ -60,6 +60,7 @@ def status(database_url: str | None, unclaimed_after: str, as_json: bool) -> Non
     from cronjob import horizon, store
     from cronjob.health import read_overview
     from cronjob.inputs import parse_duration
+    from cronjob.store.preflight import handlers_seen_missing_due
 
     after = parse_duration(unclaimed_after, what="--unclaimed-after")
     conn = open_connection(database_url)
@@ -68,12 +69,27 @@ def status(database_url: str | None, unclaimed_after: str, as_json: bool) -> Non
         schedules = store.definitions_list_schedules(conn)
         health = _health(store.definitions_list_health(conn))
         holders = horizon.read_holders(conn)[: horizon.HOLDERS_SHOWN]
+        unhandled = handlers_seen_missing_due(conn, [], most=NO_HANDLER_SHOWN)
     if as_json:
         found = _status_dict(overview, schedules, after, health)
         found["snapshot_holders"] = [horizon.as_json(h) for h in holders]
+        found["no_handler_seen_job_types"] = unhandled
         click.echo(json.dumps(found, indent=2))
     else:
         _print_status(overview, schedules, after, health, holders)
+        _fact(
+            "no handler seen",
+            ", ".join(clip(t, 60) for t in unhandled)
+            + ": due, and no tick has had a handler for them in the last hour (load them "
+            "with --handlers, JOBRUNNER_HANDLERS, entry points or --handlers-path)"
+            if unhandled
+            else "none",
+            problem=bool(unhandled),
+        )
+
+
+# How many job types with due runs and no handler seen `status` names.
+NO_HANDLER_SHOWN = 20
 
 
 def _health(rows: list[Any]) -> dict[str, Any]:
