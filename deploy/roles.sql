@@ -159,7 +159,8 @@ SELECT format('ALTER TABLE %I.%I OWNER TO jobrunner_owner', n.nspname, c.relname
    AND c.relname IN ('jobrunner_migrations', 'job_definitions', 'job_runs', 'job_attempts',
                      'job_effects', 'job_type_pauses', 'job_audit', 'job_audit_batches',
                      'job_run_tally', 'job_schedule_skips', 'job_schedule_health',
-                     'job_run_logs', 'job_type_limits', 'job_rate_windows')
+                     'job_run_logs', 'job_type_limits', 'job_rate_windows',
+                     'job_handlers_seen')
    AND c.relowner <> 'jobrunner_owner'::regrole
  ORDER BY c.relname
 \gexec

@@ -60,7 +60,6 @@ def status(database_url: str | None, unclaimed_after: str, as_json: bool) -> Non
     from cronjob import horizon, store
     from cronjob.health import read_overview
     from cronjob.inputs import parse_duration
-    from cronjob.store.preflight import handlers_seen_missing_due
 
     after = parse_duration(unclaimed_after, what="--unclaimed-after")
     conn = open_connection(database_url)
@@ -69,7 +68,7 @@ def status(database_url: str | None, unclaimed_after: str, as_json: bool) -> Non
         schedules = store.definitions_list_schedules(conn)
         health = _health(store.definitions_list_health(conn))
         holders = horizon.read_holders(conn)[: horizon.HOLDERS_SHOWN]
-        unhandled = handlers_seen_missing_due(conn, [], most=NO_HANDLER_SHOWN)
+        unhandled = store.handlers_seen_missing_due(conn, [], most=NO_HANDLER_SHOWN)
     if as_json:
         found = _status_dict(overview, schedules, after, health)
         found["snapshot_holders"] = [horizon.as_json(h) for h in holders]

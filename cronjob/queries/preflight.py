@@ -28,18 +28,14 @@ FROM (SELECT EXISTS (SELECT 1 FROM job_runs
 
 # -- which job types ticks have handlers for (job_handlers_seen, migration 0030) --
 
-# How long a tick's record of its handler types counts as recent, and how often it is renewed.
-HANDLERS_SEEN_RECENT = "interval '1 hour'"
-HANDLERS_SEEN_RENEW = "interval '5 minutes'"
-
-# Once per tick that found work: rows younger than HANDLERS_SEEN_RENEW are left as they are,
+# Once per tick that found work: rows younger than 5 minutes are left as they are,
 # so most ticks write nothing; types no tick has handled for 30 days go.
 HANDLERS_SEEN_RECORD = f"""
 WITH gone AS (DELETE FROM job_handlers_seen WHERE seen_at < {_NOW} - interval '30 days')
 INSERT INTO job_handlers_seen AS s (job_type, host, seen_at)
 SELECT t, %(host)s, {_NOW} FROM unnest(%(job_types)s::text[]) AS t
 ON CONFLICT (job_type) DO UPDATE SET host = excluded.host, seen_at = excluded.seen_at
-WHERE s.seen_at < excluded.seen_at - {HANDLERS_SEEN_RENEW}
+WHERE s.seen_at < excluded.seen_at - interval '5 minutes'
 """
 
 # The job types of due runs that neither `job_types` (the asking tick's) nor any tick seen
@@ -53,7 +49,7 @@ SELECT DISTINCT due.job_type FROM (
     LIMIT 1000) due
 WHERE NOT EXISTS (SELECT 1 FROM job_handlers_seen s
                   WHERE s.job_type = due.job_type
-                    AND s.seen_at >= {_NOW} - {HANDLERS_SEEN_RECENT})
+                    AND s.seen_at >= {_NOW} - interval '1 hour')
 ORDER BY due.job_type LIMIT %(most)s
 """
 

@@ -251,7 +251,7 @@ def _name_missing_handlers(
 ) -> None:
     """Once per tick: record the job types this tick handles (when it found work), and warn
     in one line about due runs of types that neither it nor any tick of late handles."""
-    from cronjob.store.preflight import handlers_seen_missing_due, handlers_seen_record
+    from cronjob.store import handlers_seen_missing_due, handlers_seen_record
 
     try:
         if recorded and handlers:
