@@ -20,6 +20,7 @@ import contextlib
 import os
 import stat
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,17 +43,71 @@ def data_dir() -> Path:
 
 
 def url(database: str = "postgres") -> str:
+    """The server's URL (it has no password), starting the server first if it is not
+    running."""
+    _refuse_root()
+    pgdata = data_dir() / "pgdata"
+    running = _running_socket_dir(pgdata)
+    if running is None or not _is_private(Path(running)):
+        running = _start(pgdata)
+    return _uri(running, database)
+
+
+def _refuse_root() -> None:
     if os.geteuid() == 0:
         raise DatabaseUnavailable(
             "the embedded PostgreSQL server does not run as root: set JOBRUNNER_DATABASE_URL "
             "(or JOBRUNNER_DATABASE_URL_FILE) to a PostgreSQL server, or run jobrunner as a "
             "user that is not root"
         )
+
+
+@dataclass(frozen=True)
+class ServerState:
+    """What `jobrunner server status` tells: `pid` and `url` are None when it is not
+    running (or runs with a socket others could reach, which the next command replaces)."""
+
+    data_dir: Path
+    pid: int | None
+    url: str | None
+
+    @property
+    def running(self) -> bool:
+        return self.pid is not None
+
+
+def state() -> ServerState:
+    """Whether the embedded server runs, read from its postmaster.pid: starts nothing."""
+    _refuse_root()
     pgdata = data_dir() / "pgdata"
-    running = _running_socket_dir(pgdata)
-    if running is None or not _is_private(Path(running)):
-        running = _start(pgdata)
-    return _uri(running, database)
+    found = _postmaster(pgdata)
+    if found is None or not _is_private(Path(found[1])):
+        return ServerState(pgdata, None, None)
+    return ServerState(pgdata, found[0], _uri(found[1], "postgres"))
+
+
+def stop() -> ServerState | None:
+    """Stop the embedded server (a fast shutdown: open sessions are ended, their
+    transactions rolled back). What ran, or None if it was not running."""
+    _refuse_root()
+    pgdata = data_dir() / "pgdata"
+    if _postmaster(pgdata, ready_only=False) is None:
+        return None
+    import fcntl
+
+    lock = os.open(pgdata.parent / ".start.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        # Not while another command is starting it: that one would find it gone.
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        found = _postmaster(pgdata, ready_only=False)
+        if found is None:
+            return None
+        ran = ServerState(pgdata, found[0], _uri(found[1], "postgres") if found[1] else None)
+        stop_fast = ("-m", "fast", "-w", "-t", str(START_TIMEOUT), "stop")
+        _run(_binaries() / "pg_ctl", "-D", pgdata, *stop_fast, pgdata=pgdata, doing="stop")
+        return ran
+    finally:
+        os.close(lock)
 
 
 def _uri(socket_dir: str, database: str) -> str:
@@ -63,13 +118,24 @@ def _uri(socket_dir: str, database: str) -> str:
 
 def _running_socket_dir(pgdata: Path) -> str | None:
     # Reading postmaster.pid keeps every command after the first from doing more.
+    found = _postmaster(pgdata)
+    return None if found is None else found[1]
+
+
+def _postmaster(pgdata: Path, *, ready_only: bool = True) -> tuple[int, str] | None:
+    """The live server's pid and socket directory, from its postmaster.pid; None if no
+    server runs there (or, with `ready_only`, none that accepts connections yet)."""
     try:
         lines = (pgdata / "postmaster.pid").read_text().splitlines()
-        pid, socket_dir, status = int(lines[0]), lines[4], lines[7].strip()
+        pid = int(lines[0])
         os.kill(pid, 0)
     except (OSError, ValueError, IndexError):
         return None
-    return socket_dir if status == "ready" and socket_dir else None
+    socket_dir = lines[4] if len(lines) > 4 else ""
+    status = lines[7].strip() if len(lines) > 7 else ""
+    if ready_only and not (status == "ready" and socket_dir):
+        return None
+    return pid, socket_dir
 
 
 def _is_private(directory: Path) -> bool:
@@ -190,7 +256,7 @@ def _pg_ctl_start(bindir: Path, pgdata: Path, options: str, **as_account: Any) -
     _run(bindir / "pg_ctl", "-D", pgdata, *command, pgdata=pgdata, **as_account)
 
 
-def _run(*command: str | Path, pgdata: Path, **as_account: Any) -> None:
+def _run(*command: str | Path, pgdata: Path, doing: str = "start", **as_account: Any) -> None:
     import subprocess
     import tempfile
 
@@ -208,7 +274,7 @@ def _run(*command: str | Path, pgdata: Path, **as_account: Any) -> None:
             )
         except (OSError, subprocess.SubprocessError) as exc:
             raise DatabaseUnavailable(
-                f"cannot start the embedded PostgreSQL server in {pgdata}: {exc}"
+                f"cannot {doing} the embedded PostgreSQL server in {pgdata}: {exc}"
             ) from None
         if result.returncode == 0:
             return
@@ -218,7 +284,7 @@ def _run(*command: str | Path, pgdata: Path, **as_account: Any) -> None:
     with_log = f" (see {log})" if log.exists() else ""
     detail = said[-1] if said else f"{Path(command[0]).name} exited {result.returncode}"
     raise DatabaseUnavailable(
-        f"cannot start the embedded PostgreSQL server in {pgdata}: {detail}{with_log}"
+        f"cannot {doing} the embedded PostgreSQL server in {pgdata}: {detail}{with_log}"
     )
 
 

@@ -21,7 +21,7 @@
 -- jobrunner_worker    tick: claim, finalize, heartbeat, hand back, rescue, materialize, prune
 --                     after the tick, the metrics textfile, pings; and reads what a tick
 --                     reads. Reads and writes job_runs, job_attempts, job_effects,
---                     job_run_tally, job_schedule_skips; reads job_run_logs and inserts
+--                     job_run_tally, job_schedule_skips, job_handlers_seen; reads job_run_logs and inserts
 --                     the log of an attempt a run made (a trigger refuses any other); reads
 --                     and updates job_definitions; reads job_type_pauses, job_type_limits,
 --                     job_schedule_health; times starts in job_rate_arrivals. Nothing of the
@@ -162,7 +162,7 @@ SELECT format('ALTER TABLE %I.%I OWNER TO jobrunner_owner', n.nspname, c.relname
                      'job_effects', 'job_type_pauses', 'job_audit', 'job_audit_batches',
                      'job_run_tally', 'job_schedule_skips', 'job_schedule_health',
                      'job_run_logs', 'job_type_limits', 'job_rate_windows',
-                     'job_rate_arrivals')
+                     'job_rate_arrivals', 'job_handlers_seen')
    AND c.relowner <> 'jobrunner_owner'::regrole
  ORDER BY c.relname
 \gexec

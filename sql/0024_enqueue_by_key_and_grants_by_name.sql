@@ -197,7 +197,13 @@ LANGUAGE sql IMMUTABLE AS $$
         -- and the worker reads what a tick reads and show; pruning a run deletes its logs
         -- through the foreign key's cascade, which acts as the table's owner.
         ('job_run_logs', 'jobrunner_worker', 'SELECT, INSERT', NULL),
-        ('job_run_logs', 'jobrunner_reader', 'SELECT', NULL)
+        ('job_run_logs', 'jobrunner_reader', 'SELECT', NULL),
+
+        -- Tables of later migrations, granted once they exist (each calls
+        -- jobrunner_grant_roles() in the transaction that creates its table). The job types
+        -- a tick has handlers for (0025): the tick records them, status reads them.
+        ('job_handlers_seen', 'jobrunner_worker', 'SELECT, INSERT, UPDATE, DELETE', NULL),
+        ('job_handlers_seen', 'jobrunner_reader', 'SELECT', NULL)
 $$;
 
 -- Gives the roles of roles.sql that exist exactly the grants of jobrunner_role_grants() on

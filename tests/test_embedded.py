@@ -3,6 +3,7 @@ and changing the mode of no directory jobrunner did not create."""
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import re
@@ -39,9 +40,11 @@ def _modes(paths: list[Path]) -> dict[str, int]:
 def _jobrunner(*args: str, env: dict[str, str], account: Account | None = None, cwd: Path):
     """`jobrunner ARGS` as this process, or as `account` with the Python it can run."""
     python = account.python if account else pgserver.AccountPython(sys.executable)
+    # This session's Python imports the jobrunner under test as the session does.
+    checkout = {"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}
     return subprocess.run(
         [python.executable, "-m", "cronjob", *args],
-        env={**env, **python.env},
+        env={**env, **(checkout if python.copy is None else {}), **python.env},
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -272,3 +275,80 @@ def test_a_socket_directory_someone_else_made_is_refused_in_one_line(user_server
     finally:
         shutil.rmtree(home.parent, ignore_errors=True)
         shutil.rmtree(taken, ignore_errors=True)
+
+
+@as_root
+def test_as_root_the_server_commands_say_in_one_line_that_it_is_refused(tmp_path):
+    data = Path(tempfile.mkdtemp(prefix="jr-root-")) / "jobrunner"
+    try:
+        env = _bare_env(Path.home(), JOBRUNNER_DATA_DIR=str(data))
+        for command in (["status"], ["status", "--json"], ["url"], ["stop"]):
+            result = _jobrunner("server", *command, env=env, cwd=tmp_path)
+            assert result.returncode == 1, result.stderr
+            assert result.stdout == ""
+            [line] = result.stderr.strip().splitlines()
+            assert "does not run as root" in line and "JOBRUNNER_DATABASE_URL" in line
+        assert not data.exists()
+    finally:
+        shutil.rmtree(data.parent, ignore_errors=True)
+
+
+def _server(*args: str, home: Path, account: Account, **env: str) -> subprocess.CompletedProcess:
+    return _jobrunner("server", *args, env=_bare_env(home, **env), account=account, cwd=home)
+
+
+def test_server_status_url_and_stop_tell_and_drive_the_embedded_server(account):
+    user = account.user
+    home = Path(tempfile.mkdtemp(prefix="jr-srv-", dir="/tmp"))
+    if user is not None:
+        os.chown(home, user.pw_uid, user.pw_gid)
+    pgdata = home / ".local" / "share" / "jobrunner" / "pgdata"
+    url = embedded._uri(str(pgdata), "postgres")
+    try:
+        stopped = {"running": False, "data_dir": str(pgdata), "url": None, "pid": None}
+        assert json.loads(_server("status", "--json", home=home, account=account).stdout) == (
+            stopped
+        )
+        idle = _server("stop", home=home, account=account)
+        assert (idle.returncode, idle.stdout) == (
+            0,
+            f"the embedded server was not running (data dir {pgdata})\n",
+        )
+
+        printed = _server("url", home=home, account=account)
+        assert (printed.returncode, printed.stdout) == (0, url + "\n"), printed.stderr
+        # The URL reaches a migrated database from code of one's own.
+        enqueued = _jobrunner(
+            "enqueue",
+            "app.job",
+            env=_bare_env(home, JOBRUNNER_DATABASE_URL=url),
+            account=account,
+            cwd=home,
+        )
+        assert (enqueued.returncode, enqueued.stdout) == (0, "1\n"), enqueued.stderr
+        pid = int((pgdata / "postmaster.pid").read_text().splitlines()[0])
+        running = {"running": True, "data_dir": str(pgdata), "url": url, "pid": pid}
+        assert json.loads(_server("status", "--json", home=home, account=account).stdout) == (
+            running
+        )
+        shown = _server("status", home=home, account=account).stdout.splitlines()
+        assert shown == [
+            "running:   yes",
+            f"data dir:  {pgdata}",
+            f"url:       {url}",
+            f"pid:       {pid}",
+        ]
+
+        done = _server("stop", home=home, account=account)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == f"stopped the embedded server (pid {pid}, data dir {pgdata})\n"
+        assert not (pgdata / "postmaster.pid").exists()
+        assert json.loads(_server("status", "--json", home=home, account=account).stdout) == (
+            stopped
+        )
+        # Its data stays: started again, the run is still there.
+        again = _jobrunner("list", "--json", env=_bare_env(home), account=account, cwd=home)
+        assert [run["id"] for run in json.loads(again.stdout)] == [1], again.stderr
+    finally:
+        _stop(home, user)
+        shutil.rmtree(home, ignore_errors=True)

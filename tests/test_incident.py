@@ -335,9 +335,9 @@ def test_a_resumed_type_is_claimed_again_and_pausing_twice_keeps_the_first_reaso
 
 def test_a_tick_whose_only_due_work_is_paused_stays_idle(db_url, conn):
     enqueue(conn, "test.ok", {})
-    assert store.tick_work_exists(conn, ["test.ok"])
+    assert store.tick_work_exists(conn, ["test.ok"])[0]
     cli(db_url, "pause", "test.ok")
-    assert not store.tick_work_exists(conn, ["test.ok"])
+    assert not store.tick_work_exists(conn, ["test.ok"])[0]
 
 
 def test_scheduled_runs_of_a_paused_type_still_materialize_and_wait(db_url, conn):

@@ -294,6 +294,7 @@ GRANTS: dict[str, dict[str, str]] = {
     "job_schedule_skips": {WORKER: "SELECT INSERT DELETE", READER: "SELECT"},
     "job_schedule_health": {WORKER: "SELECT", READER: "SELECT"},
     "job_run_logs": {WORKER: "SELECT INSERT", READER: "SELECT"},
+    "job_handlers_seen": {WORKER: "SELECT INSERT UPDATE DELETE", READER: "SELECT"},
 }
 # The functions that act as the owner and that a role may call, and who may.
 CALLABLE = {

@@ -11,7 +11,7 @@ import click
 
 from cronjob.cli import Count, database_url_option, json_option
 from cronjob.commands import open_connection
-from cronjob.commands.render import iso, table, when
+from cronjob.commands.render import clip, iso, table, when
 from cronjob.errors import BadInput
 from cronjob.inputs import excerpt
 from cronjob.text import printable
@@ -69,13 +69,28 @@ def status(database_url: str | None, unclaimed_after: str, as_json: bool) -> Non
         health = _health(store.definitions_list_health(conn))
         holders = horizon.read_holders(conn)[: horizon.HOLDERS_SHOWN]
         held = locks.read_held(conn)
+        unhandled = store.handlers_seen_missing_due(conn, [], most=NO_HANDLER_SHOWN)
     if as_json:
         found = _status_dict(overview, schedules, after, health)
         found["snapshot_holders"] = [horizon.as_json(h) for h in holders]
         found["advisory_locks"] = [locks.held_json(x) for x in held]
+        found["no_handler_seen_job_types"] = unhandled
         click.echo(json.dumps(found, indent=2))
     else:
         _print_status(overview, schedules, after, health, holders, held)
+        _fact(
+            "no handler seen",
+            ", ".join(clip(t, 60) for t in unhandled)
+            + ": due, and no tick has had a handler for them in the last hour (load them "
+            "with --handlers, JOBRUNNER_HANDLERS, entry points or --handlers-path)"
+            if unhandled
+            else "none",
+            problem=bool(unhandled),
+        )
+
+
+# How many job types with due runs and no handler seen `status` names.
+NO_HANDLER_SHOWN = 20
 
 
 def _health(rows: list[Any]) -> dict[str, Any]:

@@ -11,12 +11,46 @@ from cronjob.queries import _NOW, _claimable
 # One question before a tick sets anything up: is there a due run of a type this
 # tick handles, a lease to rescue, or a schedule to materialize? Most ticks on most
 # hosts find nothing, and then cost this one round trip.
+# Its second column, asked only when there is no work: is a run due of a type this tick has
+# no handler for (then the tick names such types, HANDLERS_SEEN_MISSING_DUE).
 TICK_WORK_EXISTS = f"""
-SELECT EXISTS (SELECT 1 FROM job_runs
-               WHERE status IN ('queued', 'failed') AND run_at <= {_NOW}
-                 AND job_type = ANY({_claimable("%(job_types)s")}))
-    OR EXISTS (SELECT 1 FROM job_runs WHERE status = 'running' AND locked_until < {_NOW})
-    OR EXISTS (SELECT 1 FROM job_definitions WHERE enabled AND next_fire_at <= {_NOW})
+SELECT work, CASE WHEN work THEN false ELSE EXISTS (
+           SELECT 1 FROM job_runs
+           WHERE status IN ('queued', 'failed') AND run_at <= {_NOW}
+             AND job_type <> ALL(%(job_types)s::text[])) END
+FROM (SELECT EXISTS (SELECT 1 FROM job_runs
+                     WHERE status IN ('queued', 'failed') AND run_at <= {_NOW}
+                       AND job_type = ANY({_claimable("%(job_types)s")}))
+          OR EXISTS (SELECT 1 FROM job_runs WHERE status = 'running' AND locked_until < {_NOW})
+          OR EXISTS (SELECT 1 FROM job_definitions WHERE enabled AND next_fire_at <= {_NOW})
+      AS work) probe
+"""
+
+# -- which job types ticks have handlers for (job_handlers_seen, migration 0025) --
+
+# Once per tick that found work: rows younger than 5 minutes are left as they are,
+# so most ticks write nothing; types no tick has handled for 30 days go.
+HANDLERS_SEEN_RECORD = f"""
+WITH gone AS (DELETE FROM job_handlers_seen WHERE seen_at < {_NOW} - interval '30 days')
+INSERT INTO job_handlers_seen AS s (job_type, host, seen_at)
+SELECT t, %(host)s, {_NOW} FROM unnest(%(job_types)s::text[]) AS t
+ON CONFLICT (job_type) DO UPDATE SET host = excluded.host, seen_at = excluded.seen_at
+WHERE s.seen_at < excluded.seen_at - interval '5 minutes'
+"""
+
+# The job types of due runs that neither `job_types` (the asking tick's) nor any tick seen
+# recently has a handler for. Bounded: the first 1000 due runs of other types are looked at,
+# a few types named.
+HANDLERS_SEEN_MISSING_DUE = f"""
+SELECT DISTINCT due.job_type FROM (
+    SELECT job_type FROM job_runs
+    WHERE status IN ('queued', 'failed') AND run_at <= {_NOW}
+      AND job_type <> ALL(%(job_types)s::text[])
+    LIMIT 1000) due
+WHERE NOT EXISTS (SELECT 1 FROM job_handlers_seen s
+                  WHERE s.job_type = due.job_type
+                    AND s.seen_at >= {_NOW} - interval '1 hour')
+ORDER BY due.job_type LIMIT %(most)s
 """
 
 # -- schema: the migrations applied, and applying them --

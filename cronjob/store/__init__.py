@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from cronjob.store.preflight import (
     advisory_lock,
+    handlers_seen_missing_due,
+    handlers_seen_record,
     lock_wait_limits,
     migration_activity,
     migration_apply,
@@ -48,6 +50,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "advisory_lock",
+    "handlers_seen_missing_due",
+    "handlers_seen_record",
     "lock_wait_limits",
     "migration_activity",
     "migration_apply",

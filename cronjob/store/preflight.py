@@ -13,10 +13,31 @@ from typing import Any
 from cronjob.queries import preflight as queries
 
 
-def tick_work_exists(conn: Any, job_types: Iterable[str], *, now: datetime | None = None) -> bool:
-    """True if a run of `job_types` is due, a lease expired, or a schedule is due."""
+def tick_work_exists(
+    conn: Any, job_types: Iterable[str], *, now: datetime | None = None
+) -> tuple[bool, bool]:
+    """Whether a run of `job_types` is due, a lease expired, or a schedule is due; and,
+    when none is, whether a run of another type is due."""
     params = {"job_types": list(job_types), "now": now}
-    return bool(conn.execute(queries.TICK_WORK_EXISTS, params).fetchone()[0])
+    work, others_due = conn.execute(queries.TICK_WORK_EXISTS, params).fetchone()
+    return bool(work), bool(others_due)
+
+
+def handlers_seen_record(
+    conn: Any, job_types: Iterable[str], host: str, *, now: datetime | None = None
+) -> None:
+    """Record that a tick on `host` has handlers for `job_types` (rows a few minutes
+    old or newer are left as they are)."""
+    params = {"job_types": sorted(job_types), "host": host, "now": now}
+    conn.execute(queries.HANDLERS_SEEN_RECORD, params)
+
+
+def handlers_seen_missing_due(
+    conn: Any, job_types: Iterable[str], *, most: int = 10, now: datetime | None = None
+) -> list[str]:
+    """Job types of due runs that neither `job_types` nor a tick seen recently handles."""
+    params = {"job_types": list(job_types), "most": most, "now": now}
+    return [row[0] for row in conn.execute(queries.HANDLERS_SEEN_MISSING_DUE, params)]
 
 
 def migrations_get_latest_version(conn: Any) -> int:

@@ -207,7 +207,9 @@ def run_tick(
     report = TickReport()
     started = time.monotonic()
     original = conn
-    found_work = tick_work_exists(conn, handlers, now=options.now)  # idle probe
+    found_work, others_due = tick_work_exists(conn, handlers, now=options.now)  # idle probe
+    if found_work or others_due:
+        _name_missing_handlers(conn, handlers, options, recorded=found_work)
     if found_work:
         from cronjob.tick.steps import Steps, materialize, rescue
 
@@ -241,6 +243,46 @@ def run_tick(
     finally:
         _close_unless(conn, original)
     return report
+
+
+# How many job types the warning about due runs without a handler names.
+MISSING_HANDLERS_NAMED = 10
+
+LOAD_HANDLERS_HINT = (
+    "load their handler modules with --handlers MODULES (or JOBRUNNER_HANDLERS), the "
+    "jobrunner.handlers entry points, or --handlers-path DIR for modules not installed"
+)
+
+
+def _name_missing_handlers(
+    conn: Any, handlers: dict[str, HandlerSpec], options: TickOptions, *, recorded: bool
+) -> None:
+    """Once per tick: record the job types this tick handles (when it found work), and warn
+    in one line about due runs of types that neither it nor any tick of late handles."""
+    from cronjob.store import handlers_seen_missing_due, handlers_seen_record
+
+    try:
+        if recorded and handlers:
+            from cronjob.tick.steps import worker_name
+
+            handlers_seen_record(conn, handlers, worker_name(), now=options.now)
+        missing = handlers_seen_missing_due(
+            conn, handlers, most=MISSING_HANDLERS_NAMED + 1, now=options.now
+        )
+    except Exception as exc:
+        _log_failure("looking for due runs without a handler failed", describe(exc))
+        return
+    if missing:
+        from cronjob.log import get_logger
+        from cronjob.text import one_line, printable
+
+        named = [printable(one_line(t, limit=80)) for t in missing[:MISSING_HANDLERS_NAMED]]
+        get_logger().warning(
+            "due runs have no handler loaded",
+            job_types=named,
+            more_types=len(missing) > MISSING_HANDLERS_NAMED,
+            hint=LOAD_HANDLERS_HINT,
+        )
 
 
 def _prune(conn: Any, report: TickReport, older_than: float) -> None:
