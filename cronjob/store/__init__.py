@@ -13,6 +13,7 @@ All of them are reached through this one, `store.<name>`:
 - the rest (`runs`, `enqueue`, `definitions`, `tally`, `effects`, `incidents`, `limits`,
   `tasks`, `server`, `dashboard`), which read and write as models: each imported the first time one
   of its names is used.
+- `testing`, the pytest plugin's (cronjob.testing), imported by it alone, by its name.
 """
 
 from __future__ import annotations
