@@ -225,6 +225,22 @@ class Jobrunner:
             raise TypeError("sync_schedules() needs a schedule file outside a Django project")
         definitions.sync(self._conn, specs, now=self._now)
 
+    def limit(
+        self,
+        job_type: str,
+        *,
+        concurrency: int | None = None,
+        rate: str | None = None,
+        per: str | None = None,
+    ) -> None:
+        """Limit `job_type` as `jobrunner limit` does (`rate` "10/1m", `per` "tenant" or
+        "payload.FIELD"), in this test: its drains claim within it, by the test's clock."""
+        from cronjob import store
+        from cronjob.limits import parse_limit
+
+        wanted = parse_limit(job_type, concurrency=concurrency, per=per, rate=rate)
+        store.job_type_limit_set(self._conn, wanted, actor="test", now=self._now)
+
     def _drain(self, types: Sequence[str] | None) -> Any:
         from cronjob.testing.drain import TestDrain
         from cronjob.tick import observers
