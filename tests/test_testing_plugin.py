@@ -91,7 +91,9 @@ def test_a_failed_assertion_lists_what_was_enqueued_instead(plugin_database_url:
         out,
     )
     assert re.search(r"#\d+ charge_card tenant='7' payload=\{\"card\": \"4242\"", out)
-    assert "AssertionError: expected no waiting run of job type 'charge_card' with tenant '7'" in out
+    assert (
+        "AssertionError: expected no waiting run of job type 'charge_card' with tenant '7'" in out
+    )
     assert "found (1):" in out
     assert re.fullmatch(r"=* ?2 failed in .*", out.strip().splitlines()[-1])
 

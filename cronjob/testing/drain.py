@@ -24,7 +24,7 @@ import time
 from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from cronjob import store, transitions
 from cronjob.handlers import HandlerSpec
@@ -42,6 +42,7 @@ from cronjob.tick.flight import Flight, Result
 from cronjob.tick.steps import worker_name
 
 BATCH_SIZE = 100  # runs per claim: they run one at a time whatever it is
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,7 @@ class TestDrain:
         self.observers = observers
         self.worker = worker_name()
         self._decisions: list[Decision] = []
+        self._claimed: list[ClaimedRun] = []  # the last claim's runs not run yet
         self._attempts: list[Attempted] = []
         types = sorted(handlers)
         self._claim_args = {
@@ -102,6 +104,12 @@ class TestDrain:
     def run(self) -> Drained:
         for flight in self._flights():
             if flight.spec.is_async:
+                if _loop_running():
+                    self._give_back(flight)
+                    raise RuntimeError(
+                        "an async def handler's run cannot be drained by drain() inside a"
+                        " running event loop: use `await jobrunner.adrain()` in an async test"
+                    )
                 self._record(run_coroutine(self.attempt_async(flight)))
             else:
                 self._record(self.attempt(flight))
@@ -130,9 +138,21 @@ class TestDrain:
             if not runs:
                 return
             after = runs[-1]
-            for run in runs:
-                spec = self.handlers[run.job_type]
-                yield self.flight(run, spec)
+            self._claimed = list(runs)
+            while self._claimed:
+                run = self._claimed.pop(0)
+                yield self.flight(run, self.handlers[run.job_type])
+
+    def _give_back(self, flight: Flight) -> None:
+        """Stopping before `flight`: what is decided is written, and the runs of the claim
+        not run yet, `flight`'s first, are handed back as a stopping tick hands them back."""
+        runs, self._claimed = [flight.run, *self._claimed], []
+        decisions, self._decisions = self._decisions, []
+        self._finalized(decisions, store.runs_finalize_many(
+            self.conn, decisions, worker=self.worker, now=self.now
+        ))  # fmt: skip
+        store.runs_hand_back_many(self.conn, runs, now=self.now)
+        flight.ctx.close()
 
     def flight(self, run: ClaimedRun, spec: HandlerSpec) -> Flight:
         """A claimed run, ready for its attempt: its `ctx` on the test's transaction."""
@@ -213,14 +233,20 @@ class TestDrain:
         return Drained(**counts, attempts=tuple(self._attempts))
 
 
-def run_coroutine(coroutine: Coroutine[Any, Any, Result]) -> Result:
+def run_coroutine(coroutine: Coroutine[Any, Any, T]) -> T:
     """An `async def` handler's attempt, from a test that is not async: on a loop of its own."""
+    if _loop_running():
+        coroutine.close()
+        raise RuntimeError(
+            "an async def handler cannot be run from sync code inside a running event loop:"
+            " use `await jobrunner.adrain()` (or `arun_handler`) in an async test"
+        )
+    return asyncio.run(coroutine)
+
+
+def _loop_running() -> bool:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(coroutine)
-    coroutine.close()
-    raise RuntimeError(
-        "an async def handler's run cannot be drained by drain() inside a running event loop:"
-        " use `await jobrunner.adrain()` in an async test"
-    )
+        return False
+    return True

@@ -145,11 +145,12 @@ class Jobrunner:
         from cronjob.testing.drain import run_coroutine
 
         drain = self._drain([job_type])
+        if drain.handlers[job_type].is_async:
+            return run_coroutine(
+                self.arun_handler(job_type, payload, tenant=tenant, attempt=attempt)
+            )
         flight, call = handle.prepare(drain, job_type, payload, tenant=tenant, attempt=attempt)
-        if flight.spec.is_async:
-            result = run_coroutine(drain.attempt_async(flight))
-        else:
-            result = drain.attempt(flight)
+        result = drain.attempt(flight)
         return handle.conclude(drain, result, call)
 
     async def arun_handler(
