@@ -62,11 +62,9 @@ def jobrunner(request: pytest.FixtureRequest) -> Iterator[Any]:
         request.getfixturevalue("db")
         yield django_jobrunner()
         return
-    from cronjob.testing.jobrunner import Jobrunner
-
     database = request.getfixturevalue("jobrunner_test_database")
-    with database.transaction() as conn:
-        yield Jobrunner.begin(conn)
+    with database.jobrunner() as runner:
+        yield runner
 
 
 def _on_django(request: pytest.FixtureRequest) -> bool:
