@@ -13,8 +13,8 @@ plugin's session set-up with its one migration, every test). The difference of t
 is what the plugin costs beyond pytest's own overhead; the target is a few seconds for
 1,000 tests on 2 cores (issue 43). Bytecode is cached, as on a developer's machine: pytest
 rewrites the asserts of every module of a package that registers a plugin (jobrunner's
-among them), which costs a second or more a session when nothing is cached. Prints a table and writes it to
-`bench/TESTING-RESULTS.md`.
+among them), which costs a second or more a session when nothing is cached. Prints a table
+and writes it to `bench/TESTING-RESULTS.md`.
 """
 
 from __future__ import annotations

@@ -62,25 +62,11 @@ class TestDatabase:
 
     @contextmanager
     def jobrunner(self) -> Iterator[Jobrunner]:
-        """A test's `Jobrunner` in `transaction()`: its BEGIN and the clock's pin are sent
-        together, one round trip, as a suite of thousands of tests pays it for each."""
+        """A test's `Jobrunner`, in `transaction()`."""
         from cronjob.testing.jobrunner import Jobrunner
 
-        conn = self._connection()
-        block = conn.transaction(force_rollback=True)
-        try:
-            with conn.pipeline():
-                block.__enter__()
-                runner = Jobrunner.begin(conn)
-            yield runner
-        except BaseException as exc:
-            if not block.__exit__(type(exc), exc, exc.__traceback__):
-                raise
-        else:
-            block.__exit__(None, None, None)
-        finally:
-            if not conn.closed and conn.info.transaction_status != 0:  # left in a transaction
-                conn.rollback()
+        with self.transaction() as conn:
+            yield Jobrunner.begin(conn)
 
     def close(self) -> None:
         if self._conn is not None:
