@@ -248,6 +248,8 @@ class Jobrunner:
 
         handlers = self.handlers()
         if types is not None:
+            if self._django:
+                handlers.update(_django_tasks([t for t in types if t not in handlers]))
             missing = [t for t in types if t not in handlers]
             if missing:
                 raise LookupError(f"no handler for job type(s) {missing}: {_known(handlers)}")
@@ -263,6 +265,25 @@ def _known(handlers: dict[str, Any]) -> str:
             " jobrunner_handlers ini option)"
         )
     return "registered: " + ", ".join(sorted(handlers))
+
+
+def _django_tasks(job_types: list[str]) -> dict[str, HandlerSpec]:
+    """The handlers of the project's tasks that `job_types` name (those that name none are
+    left out): for a drain of named types, or a handler run alone, with no run waiting."""
+    if not job_types:
+        return {}
+    from cronjob.django.backend import known_task
+    from cronjob.django.discovery import known_tasks
+    from cronjob.django.runner import task_handler
+
+    tasks = known_tasks().tasks
+    found = {}
+    for job_type in job_types:
+        try:
+            found[job_type] = task_handler(known_task(job_type, tasks))
+        except ValueError:
+            continue
+    return found
 
 
 def _django_signals(handlers: dict[str, HandlerSpec]) -> list[Any]:

@@ -38,6 +38,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 _HANDLERS_LOADED = pytest.StashKey[bool]()
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With pytest-django, a test that uses the fixture is a test of Django's database: marked
+    so, as pytest-django makes the test database only for the tests it sees need one."""
+    if not items or not _django_project(config):
+        return
+    for item in items:
+        if "jobrunner" in getattr(item, "fixturenames", ()) and not item.get_closest_marker(
+            "django_db"
+        ):
+            item.add_marker(pytest.mark.django_db)
+
+
 @pytest.fixture(scope="session")
 def jobrunner_test_database() -> Iterator[Any]:
     """The session's jobrunner database, migrated: JOBRUNNER_TEST_DATABASE_URL, else the
@@ -68,8 +81,12 @@ def jobrunner(request: pytest.FixtureRequest) -> Iterator[Any]:
 
 
 def _on_django(request: pytest.FixtureRequest) -> bool:
+    return _django_project(request.config)
+
+
+def _django_project(config: pytest.Config) -> bool:
     """pytest-django runs this session, in a project whose TASKS use jobrunner's backend."""
-    if not request.config.pluginmanager.hasplugin("django"):
+    if not config.pluginmanager.hasplugin("django"):
         return False
     from django.conf import settings
 

@@ -33,8 +33,12 @@ class DrainTests(JobrunnerMixin, TestCase):
 
     def test_an_atomic_tasks_orm_writes_are_the_tests(self) -> None:
         finished = []
-        task_finished.connect(lambda sender, task_result, **kw: finished.append(task_result))
-        self.addCleanup(task_finished.receivers.clear)
+
+        def receiver(sender, task_result, **kwargs):
+            finished.append(task_result)
+
+        task_finished.connect(receiver)
+        self.addCleanup(task_finished.disconnect, receiver)
         place_order.enqueue("A-1")
 
         self.assertEqual(self.jobrunner.drain(), Drained(succeeded=1))
