@@ -41,5 +41,5 @@ RETURNING payload::text, tenant_id, result_id
 RUN_DELETE = "DELETE FROM job_runs WHERE id = %(id)s"
 
 # The test session's database, made on the server the configured URL names when missing.
-DATABASE_EXISTS = "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = %(name)s)"
-DATABASE_CREATE = "CREATE DATABASE {name}"  # an identifier, composed by the store
+SERVER_DATABASE_EXISTS = "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = %(name)s)"
+SERVER_DATABASE_CREATE = "CREATE DATABASE {name}"  # an identifier, composed by the store

@@ -59,14 +59,17 @@ def run_delete(conn: Any, run_id: int) -> None:
     conn.execute(queries.RUN_DELETE, {"id": run_id})
 
 
-def database_create_missing(conn: Any, name: str) -> None:
-    """Create the database `name` unless it exists; on an autocommit connection."""
+def server_database_exists(conn: Any, name: str) -> bool:
+    return bool(conn.execute(queries.SERVER_DATABASE_EXISTS, {"name": name}).fetchone()[0])
+
+
+def server_database_create(conn: Any, name: str) -> None:
+    """Create the database `name`, unless another session just did; on an autocommit
+    connection."""
     import contextlib
 
     import psycopg
     from psycopg import sql
 
-    if conn.execute(queries.DATABASE_EXISTS, {"name": name}).fetchone()[0]:
-        return
-    with contextlib.suppress(psycopg.errors.DuplicateDatabase):  # another session made it
-        conn.execute(sql.SQL(queries.DATABASE_CREATE).format(name=sql.Identifier(name)))
+    with contextlib.suppress(psycopg.errors.DuplicateDatabase):
+        conn.execute(sql.SQL(queries.SERVER_DATABASE_CREATE).format(name=sql.Identifier(name)))

@@ -112,11 +112,12 @@ def _for_this_worker(url: str) -> str:
 
 
 def _create_missing(server_url: str, name: str) -> None:
+    from cronjob import store
     from cronjob.db import connect
-    from cronjob.store import testing as store
 
     conn = connect(server_url)
     try:
-        store.database_create_missing(conn, name)
+        if not store.server_database_exists(conn, name):
+            store.server_database_create(conn, name)
     finally:
         conn.close()

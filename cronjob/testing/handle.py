@@ -49,8 +49,8 @@ def prepare(
 ) -> tuple[Any, _Call]:
     """The flight of a run of `job_type` taken for one call, whose handler keeps what it
     returned or raised in the `_Call` returned with it."""
+    from cronjob import store
     from cronjob.api import insert_runs, new_run
-    from cronjob.store import testing as store
 
     if attempt < 1:
         raise ValueError("attempt counts from 1")
@@ -73,7 +73,7 @@ def prepare(
 def conclude(drain: TestDrain, result: Result, call: _Call) -> Handled:
     """What the call did, told to the drain's observers (a Django task's task_finished);
     the run is gone."""
-    from cronjob.store import testing as store
+    from cronjob import store
 
     flight = result.flight
     try:

@@ -36,7 +36,7 @@ class Jobrunner:
     def begin(cls, conn: Any, *, django: bool = False) -> Jobrunner:
         """A test's jobrunner on `conn`, whose transaction is the test's: its clock pinned
         to that transaction's start (or to the clock already pinned in it)."""
-        from cronjob.store import testing as store
+        from cronjob import store
 
         return cls(conn, now=store.clock_pin(conn, None), django=django)
 
@@ -63,8 +63,8 @@ class Jobrunner:
         """Move the clock forward by `duration` ("90s", "5m", "2h", "1d", seconds or a
         timedelta): what is due, retries' backoff, rate windows and schedules follow.
         Returns the new time."""
+        from cronjob import store
         from cronjob.inputs import parse_duration
-        from cronjob.store import testing as store
 
         if isinstance(duration, timedelta):
             seconds = duration.total_seconds()
