@@ -36,8 +36,18 @@ class Jobrunner:
     def begin(cls, conn: Any, *, django: bool = False) -> Jobrunner:
         """A test's jobrunner on `conn`, whose transaction is the test's: its clock pinned
         to that transaction's start (or to the clock already pinned in it)."""
+        from psycopg.pq import TransactionStatus
+
         from cronjob import store
 
+        if conn.info.transaction_status != TransactionStatus.INTRANS:
+            # In autocommit the clock's pin would end with its own statement, and what the
+            # test enqueued would outlive it.
+            raise RuntimeError(
+                "jobrunner needs the test's open transaction: with pytest-django, use the db"
+                " fixture (not transactional_db); in Django, a TestCase (not a"
+                " TransactionTestCase)"
+            )
         return cls(conn, now=store.clock_pin(conn, None), django=django)
 
     @property
