@@ -189,3 +189,19 @@ def test_an_assertion_on_a_count_says_how_many_matched(runner):
 def test_matching_by_an_unknown_field_says_which_there_are(runner):
     with pytest.raises(TypeError, match="cannot match runs by 'colour': match by one of"):
         runner.enqueued(colour="red")
+
+
+def test_the_code_under_test_may_start_a_pipeline_after_an_assertion(runner):
+    enqueue(runner.conn, "t")
+    runner.assert_enqueued("t")
+    with runner.conn.pipeline():  # psycopg fails a pipeline started just after a stream
+        enqueue(runner.conn, "t")
+    runner.assert_enqueued("t", count=2)
+
+
+def test_outside_a_transaction_the_helper_refuses_in_one_line(db_url):
+    with (
+        psycopg.connect(db_url, autocommit=True) as conn,
+        pytest.raises(RuntimeError, match="jobrunner needs the test's open transaction"),
+    ):
+        Jobrunner.begin(conn)

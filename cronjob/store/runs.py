@@ -363,14 +363,19 @@ def runs_list(
     job_types: Sequence[str] | None = None,
     limit: int = 50,
     payloads: bool = True,
+    streamed: bool = True,
 ) -> Iterator[Run]:
-    """Runs, newest first, streamed a row at a time (payloads None unless `payloads`)."""
+    """Runs, newest first, streamed a row at a time (payloads None unless `payloads`);
+    without `streamed`, fetched at once (a test's few: cronjob.testing, where the code under
+    test may start a psycopg pipeline next, which fails just after a stream)."""
     params = {
         "statuses": list(statuses) if statuses else None,
         "job_types": list(job_types) if job_types else None,
         "limit": limit,
     }
     sql = queries.RUNS_LIST if payloads else queries.RUNS_LIST_WITHOUT_PAYLOAD
+    if not streamed:
+        return iter(conn.cursor(row_factory=_RUN).execute(sql, params).fetchall())
     # Streamed: the whole result of a client-side cursor is held in memory at once.
     return conn.cursor(row_factory=_RUN).stream(sql, params)
 

@@ -33,7 +33,11 @@ def waiting_runs(conn: Any, job_type: str | None = None) -> list[Run]:
     from cronjob import store
 
     runs = store.runs_list(
-        conn, statuses=WAITING, job_types=[job_type] if job_type else None, limit=1_000_000
+        conn,
+        statuses=WAITING,
+        job_types=[job_type] if job_type else None,
+        limit=1_000_000,
+        streamed=False,
     )
     return sorted(runs, key=lambda run: run.id)
 

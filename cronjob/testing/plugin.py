@@ -29,7 +29,8 @@ HANDLERS_OPTION = "jobrunner_handlers"
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini(
         HANDLERS_OPTION,
-        "handler modules the jobrunner fixture imports (as `jobrunner tick --handlers`)",
+        "handler modules the jobrunner fixture imports (as `jobrunner tick --handlers`), a line"
+        " or a comma between them",
         type="linelist",
         default=[],
     )
@@ -104,5 +105,6 @@ def _load_handlers(config: pytest.Config) -> None:
         return
     from cronjob.handlers import load_handler_modules
 
-    load_handler_modules(list(config.getini(HANDLERS_OPTION)))
+    lines = config.getini(HANDLERS_OPTION)
+    load_handler_modules([name for line in lines for name in line.split(",")])
     config.stash[_HANDLERS_LOADED] = True
