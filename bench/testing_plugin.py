@@ -139,8 +139,10 @@ def main() -> int:
     result = table(args.tests, samples)
     print(result)
     if not args.no_write:
+        load = ", ".join(f"{figure:.1f}" for figure in os.getloadavg())
         machine = (
-            f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+            f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()},"
+            f" load average at the end {load}"
         )
         (ROOT / "bench" / "TESTING-RESULTS.md").write_text(
             "# The pytest plugin's cost\n\n"

@@ -132,9 +132,12 @@ class TestDrain:
             decisions, self._decisions = self._decisions, []
             kept = store.runs_finalize_many(self.conn, decisions, worker=self.worker, now=self.now)
             self._finalized(decisions, kept)
-            # The idle tick's question first: most drains of a test find a run or two, and
-            # the claim costs several times more than asking whether there is one.
-            if not store.tick_work_exists(self.conn, self.handlers, now=self.now):
+            # Once runs were claimed, the idle tick's question before the next claim: after
+            # the run or two of most tests' drains nothing is due, and the claim costs
+            # several times more than asking whether anything is.
+            if after is not None and not store.tick_work_exists(
+                self.conn, self.handlers, now=self.now
+            ):
                 return
             kept, runs = store.runs_finalize_and_claim_many(
                 self.conn, [], limit=BATCH_SIZE, worker=self.worker, now=self.now,
