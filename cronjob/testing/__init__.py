@@ -19,7 +19,8 @@ The parts, one role each:
 | `enqueued`    | matching waiting runs, and the message of an assertion that fails         |
 | `drain`       | `TestDrain`: the tick's claim, handler call and finalize, in the test     |
 | `handle`      | one call of one handler, with nothing left enqueued                       |
-| `transaction` | `ctx.db` as a savepoint in the test's transaction; async views of it      |
+| `transaction` | the `Database` of a test's attempts: `ctx.db` a savepoint in the test's   |
+|               | transaction (the connection wrappers are `cronjob.store.savepoints`)      |
 | `django`      | the same on Django's connection, for TestCase and pytest-django           |
 
 The clock: a test's transaction pins the clock every jobrunner statement reads (the setting
