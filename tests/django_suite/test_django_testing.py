@@ -21,7 +21,7 @@ def test_the_projects_pytest_django_tests_pass(empty_database_url: str) -> None:
         timeout=300,
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    assert re.fullmatch(r"=* ?7 passed in .*", done.stdout.strip().splitlines()[-1])
+    assert re.fullmatch(r"=* ?8 passed in .*", done.stdout.strip().splitlines()[-1])
     for shown in [
         "test_a_task_enqueued_in_a_test_is_drained",
         "test_an_atomic_tasks_orders_are_written_in_the_test",

@@ -62,3 +62,10 @@ def test_an_async_task_is_drained_from_a_sync_test(jobrunner):
     add_async.enqueue(1, 2)
 
     assert jobrunner.drain() == Drained(succeeded=1)
+
+
+def test_outside_the_tests_transaction_the_fixture_refuses(transactional_db, request):
+    import pytest
+
+    with pytest.raises(RuntimeError, match="jobrunner needs the test's open transaction"):
+        request.getfixturevalue("jobrunner")
