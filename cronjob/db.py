@@ -39,6 +39,11 @@ class Database:
     embedded server). A test counts or refuses connections by overriding `connect`.
     """
 
+    # The connections it opens are savepoints in a caller's transaction (a test's:
+    # cronjob.testing.transaction.InTransaction), where a framework's transaction opened for
+    # a handler nests (cronjob.django.runner).
+    in_caller_transaction = False
+
     # Not a dataclass: its repr would show the URL, password and all.
     def __init__(self, url: str, source: str = "given") -> None:
         self.url = url

@@ -19,10 +19,12 @@ from psycopg import conninfo
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# The Django suite needs Django >= 6 (Python >= 3.12): tests/test_django.py runs it in a
-# venv of its own, which sets this.
+# The pytest plugin's sample project has tests of its own, which tests/test_testing_plugin.py
+# runs as its users would. The Django suite needs Django >= 6 (Python >= 3.12):
+# tests/test_django.py runs it in a venv of its own, which sets JOBRUNNER_DJANGO_SUITE.
+collect_ignore = ["plugin_project"]
 if not os.environ.get("JOBRUNNER_DJANGO_SUITE"):
-    collect_ignore = ["django_project", "django_suite"]
+    collect_ignore += ["django_project", "django_suite"]
 
 
 @contextmanager

@@ -26,6 +26,9 @@ DJANGO_VERSIONS = {"oldest": "django~=6.0.0", "newest": "django>=6.0"}
 # The release whose own tests of Tasks (tests/tasks of its source distribution) run on
 # jobrunner's backend, in a venv of its own, as they test against that release's code.
 DJANGO_TASKS_TESTS = "6.1.3"
+# For the test project's own pytest tests (tests/django_project/pytest_tests), which the suite
+# runs in a pytest of their own: the suite itself runs without it (`-p no:django`).
+PYTEST_DJANGO = "pytest-django>=4.9"
 
 
 def _python_312_or_newer() -> str | None:
@@ -54,12 +57,20 @@ def _venv(which: str, requirement: str) -> Path:
         pytest.skip("Django >= 6 needs Python >= 3.12, and none is installed")
     venv = ROOT / ".venvs" / f"django-{which}"
     stamp = venv / "installed.txt"
-    wanted = f"{python}\n{requirement}\n{(ROOT / 'pyproject.toml').read_text()}"
+    wanted = f"{python}\n{requirement}\n{PYTEST_DJANGO}\n{(ROOT / 'pyproject.toml').read_text()}"
     if not (stamp.exists() and stamp.read_text() == wanted):
         shutil.rmtree(venv, ignore_errors=True)
         subprocess.run([python, "-m", "venv", str(venv)], check=True)
         subprocess.run(
-            [str(venv / "bin" / "pip"), "install", "-q", "-e", f"{ROOT}[django,test]", requirement],
+            [
+                str(venv / "bin" / "pip"),
+                "install",
+                "-q",
+                "-e",
+                f"{ROOT}[django,test]",
+                requirement,
+                PYTEST_DJANGO,
+            ],
             check=True,
             capture_output=True,
         )
@@ -87,6 +98,8 @@ def test_the_django_suite_passes(which: str, server_url: str) -> None:
             "-q",
             "-p",
             "no:cacheprovider",
+            "-p",
+            "no:django",
             "tests/django_suite",
         ],
         cwd=ROOT,

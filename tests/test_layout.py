@@ -69,6 +69,7 @@ SQL_STATEMENT = re.compile(
                                         | TRIGGER | FUNCTION | SCHEMA | DATABASE | ROLE | TYPE )\b
     | \bTRUNCATE \s+ (?: TABLE \s+ )? \w+
     | \bSET \s+ (?: LOCAL | SESSION ) \s+ \w+
+    | \b(?: SAVEPOINT | RELEASE \s+ SAVEPOINT | ROLLBACK \s+ TO \s+ SAVEPOINT ) \s+ \w+
     | \bWITH \s+ \w+ \s+ AS \s+ (?: (?: NOT \s+ )? MATERIALIZED \s+ )? \(
     | (?i: \b(?: pg_advisory_\w+ | pg_try_advisory_\w+ | set_config | current_setting ) \s* \( )
     """,

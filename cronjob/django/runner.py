@@ -95,6 +95,9 @@ def task_handler(task: Any) -> HandlerSpec:
             if getattr(task, "atomic", False):
                 _run(task, ctx, payload, atomic=True)  # ends with the transaction
                 return
+            if ctx.database.in_caller_transaction:  # a test's: its connection stays as it is
+                _run(task, ctx, payload)
+                return
             _fresh_connections()
             try:
                 _run(task, ctx, payload)
@@ -240,14 +243,17 @@ class DjangoTransaction(ServerBinding):
     Opened in the worker thread before the handler runs, so its ORM writes go into it;
     `commit()` (after the tick recorded success in it) leaves the block, committing;
     `close()` leaves it rolling back, if it is still open. Either way the thread's
-    connection is then handled as at the end of a request.
+    connection is then handled as at the end of a request. `nested`: the run's transaction
+    is a savepoint in the caller's (a test's, cronjob.testing), and so is this block, after
+    which the connection stays as it is.
     """
 
-    def __init__(self, alias: str) -> None:
+    def __init__(self, alias: str, *, nested: bool = False) -> None:
         from django.db import connections, transaction
 
         self._django = connections[alias]
-        if self._django.in_atomic_block:
+        self._nested = nested
+        if self._django.in_atomic_block and not nested:
             raise HandlerTransactionError("Django's connection is already in a transaction")
         self._atomic: Any = transaction.atomic(using=alias)
         self._atomic.__enter__()
@@ -274,7 +280,7 @@ class DjangoTransaction(ServerBinding):
                 error=f"{type(exc).__name__}: {str(exc)[:500]}",
             )
         finally:
-            _end_of_task()
+            self._end()
 
     def close(self) -> None:
         atomic, self._atomic = self._atomic, None
@@ -283,13 +289,19 @@ class DjangoTransaction(ServerBinding):
             try:
                 atomic.__exit__(type(error), error, None)
             finally:
-                _end_of_task()
+                self._end()
+
+    def _end(self) -> None:
+        if not self._nested:
+            _end_of_task()
 
 
 def join_django_transaction(ctx: JobContext) -> None:
     """Make a new transaction on Django's connection this run's `ctx.db` (see `atomic`)."""
-    _fresh_connections()
-    joined = DjangoTransaction(database_alias())
+    nested = ctx.database.in_caller_transaction
+    if not nested:
+        _fresh_connections()
+    joined = DjangoTransaction(database_alias(), nested=nested)
     try:
         ctx.join_transaction(joined)
     except BaseException:

@@ -158,10 +158,15 @@ class TaskSignals(Observer):
             getattr(spec.func, "django_task", None) is not None for spec in handlers.values()
         )
 
-    def __init__(self) -> None:
-        from cronjob.log import capture_library_logs
+    def __init__(self, *, inline: bool = False) -> None:
+        """`inline`: task_finished is sent at once, on the thread that tells the outcome (the
+        test's drain, cronjob.testing, whose receivers see the test's transaction), and the
+        process's logging is left as it is."""
+        self._inline = inline
+        if not inline:
+            from cronjob.log import capture_library_logs
 
-        capture_library_logs(("django.tasks",))  # Django's own receivers' lines, as JSON
+            capture_library_logs(("django.tasks",))  # Django's own receivers' lines, as JSON
         self._queue: queue.SimpleQueue[tuple[TaskAttempt, str, Errored | None] | None]
         self._queue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -170,6 +175,9 @@ class TaskSignals(Observer):
         attempt = _started.pop(attempt_key(run), None)
         if attempt is None or outcome not in FINISHED:
             return  # not a task's, or no task_started was sent for it
+        if self._inline:
+            _send(attempt, outcome, error)
+            return
         if self._thread is None:
             self._thread = threading.Thread(
                 target=self._send, name="jobrunner-task-signals", daemon=True
@@ -189,14 +197,18 @@ class TaskSignals(Observer):
         from django.db import close_old_connections
 
         while (item := self._queue.get()) is not None:
-            attempt, outcome, error = item
             try:
-                result = finished_result(attempt, outcome, error)
-                _tell("task_finished", _send_finished(attempt.task, result, outcome, error))
-            except Exception as exc:
-                _log_failure("task_finished", "building it", exc)
+                _send(*item)
             finally:
                 close_old_connections()  # as at the end of a request, receivers' included
+
+
+def _send(attempt: TaskAttempt, outcome: str, error: Errored | None) -> None:
+    try:
+        result = finished_result(attempt, outcome, error)
+        _tell("task_finished", _send_finished(attempt.task, result, outcome, error))
+    except Exception as exc:
+        _log_failure("task_finished", "building it", exc)
 
 
 class TaskFailed(Exception):

@@ -17,6 +17,7 @@ One module per table or concern, each run by the store module of the same name
 | `tally`       | status and metrics: the snapshot, the finished-run tally, durations     |
 | `dashboard`   | the dashboard's pages of runs and of the audit trail, its charts        |
 | `server`      | the server's own: what holds back cleanup, whether a session writes     |
+| `testing`     | the pytest plugin's: the test's clock, an attempt's savepoint           |
 
 This module holds only the fragments several of them share, each written once: a
 fragment that guards correctness (the lease fence, the lease release) is named here
@@ -24,15 +25,23 @@ and reused, never typed again. An idle tick imports it with `preflight`, so it
 stays a handful of strings.
 
 Time-dependent statements take an optional `now` parameter so tests can drive the
-clock; in production it is NULL and the database clock decides.
+clock; in production it is NULL and the database clock decides. A session may pin the
+clock of every statement it runs, those of code that passes no `now` (an app's enqueue, a
+framework's) included, with the setting `jobrunner.now` (`_PINNED_CLOCK`): the pytest
+plugin's clock (cronjob.testing) is that setting, local to the test's transaction.
 """
 
 from __future__ import annotations
 
-_NOW = "coalesce(%(now)s::timestamptz, now())"
+# The clock the session pinned, if it did: NULL when `jobrunner.now` was never set, and ''
+# (NULL here too) once the transaction that set it locally is over. Read inline, not
+# through a function of a migration's: a function call costs the claim's update a few
+# times more per row, and a subquery more to plan than the claim saves.
+_PINNED_CLOCK = "nullif(current_setting('jobrunner.now', true), '')::timestamptz"
+_NOW = f"coalesce(%(now)s::timestamptz, {_PINNED_CLOCK}, now())"
 # For statements that may run late in a longer transaction (a success recorded in
 # the handler's own ctx.db transaction): now() would be when that transaction began.
-_STATEMENT_NOW = "coalesce(%(now)s::timestamptz, statement_timestamp())"
+_STATEMENT_NOW = f"coalesce(%(now)s::timestamptz, {_PINNED_CLOCK}, statement_timestamp())"
 
 
 def _claimable(job_types: str, *, limited: bool = True) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 
-from cronjob.queries import _NOW
+from cronjob.queries import _NOW, _PINNED_CLOCK
 from cronjob.run_options import ALWAYS_SENT, RUN_OPTIONS
 
 # A key is held by the run of the same job type and tenant (none: '') that has it: an
@@ -121,10 +121,12 @@ FROM jobrunner_runs_holding_keys(%(job_types)s::text[], %(tenant_ids)s::text[],
 
 # Runs that hold no key (run_options' keyed ones) conflict with nothing, and go in by COPY,
 # at a fraction of the insert's cost: the ids drawn first, in one statement, with the clock
-# the copied columns of run_options are computed from (`Option.copied`).
+# the copied columns of run_options are computed from (`Option.copied`), and whether that
+# clock is pinned (given, or the session's): the columns' defaults read the database's.
 RUNS_COPY_MANY_IDS = f"""
 SELECT {_NOW},
-       ARRAY(SELECT nextval('job_runs_id_seq') FROM generate_series(1, %(count)s::int))
+       ARRAY(SELECT nextval('job_runs_id_seq') FROM generate_series(1, %(count)s::int)),
+       %(now)s::timestamptz IS NOT NULL OR {_PINNED_CLOCK} IS NOT NULL
 """
 
 

@@ -13,6 +13,7 @@ All of them are reached through this one, `store.<name>`:
 - the rest (`runs`, `enqueue`, `definitions`, `tally`, `effects`, `incidents`, `limits`,
   `tasks`, `server`, `dashboard`), which read and write as models: each imported the first time one
   of its names is used.
+- `testing`, the pytest plugin's (cronjob.testing), searched last.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from cronjob.store.server import *  # noqa: F403
     from cronjob.store.tally import *  # noqa: F403
     from cronjob.store.tasks import *  # noqa: F403
+    from cronjob.store.testing import *  # noqa: F403
 
 __all__ = [
     "advisory_lock",
@@ -77,6 +79,7 @@ _MODULES = (
     "tasks",
     "server",
     "dashboard",
+    "testing",
 )
 
 

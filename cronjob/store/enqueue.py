@@ -170,11 +170,11 @@ def runs_copy_many(conn: Any, runs: Sequence[NewRun], *, now: datetime | None = 
     if any(run.keyed for run in runs):
         raise ValueError("runs_copy_many takes runs that hold no key: insert those")
     params = {"count": len(runs), "now": now}
-    clock, ids = conn.execute(queries.RUNS_COPY_MANY_IDS, params, binary=True).fetchone()
-    sent = _copied(runs, now)
-    statement = queries.runs_copy_many_sending(tuple(sent), stamped=now is not None)
+    clock, ids, pinned = conn.execute(queries.RUNS_COPY_MANY_IDS, params, binary=True).fetchone()
+    sent = _copied(runs, pinned)
+    statement = queries.runs_copy_many_sending(tuple(sent), stamped=pinned)
     with conn.cursor().copy(statement) as copy:
-        if not sent and now is None:
+        if not sent and not pinned:
             # In one write: a row at a time, the thread that sends a chunk takes the
             # interpreter's lock for each buffer it fills, and the server waits between two.
             copy.write(
@@ -184,19 +184,19 @@ def runs_copy_many(conn: Any, runs: Sequence[NewRun], *, now: datetime | None = 
                 )
             )
             return ids
-        stamps = (clock, clock) if now is not None else ()
+        stamps = (clock, clock) if pinned else ()
         for run_id, run in zip(ids, runs, strict=True):
             columns = [value(run.options, clock) for value in sent.values()]
             copy.write_row((run_id, run.job_type, run.payload_json, *columns, *stamps))
     return ids
 
 
-def _copied(runs: Sequence[NewRun], now: datetime | None) -> dict[str, Any]:
+def _copied(runs: Sequence[NewRun], pinned: bool) -> dict[str, Any]:
     """The options whose columns a COPY of `runs` sends, each with how it computes its value:
-    none when no run sets any (the columns' defaults are then the insert's values), else
-    those the insert would send."""
+    none when no run sets any and the clock is the database's (the columns' defaults are
+    then the insert's values), else those the insert would send."""
     given = {name for run in runs for name in run.options}
-    if not given and now is None:
+    if not given and not pinned:
         return {}
     return {
         name: option.copied or (lambda options, _clock, name=name: options.get(name))

@@ -54,6 +54,7 @@ def runs_claim_many(
     token: UUID | None = None,
     after: ClaimedRun | None = None,
     floors: Floors | None = None,
+    in_transaction: bool = False,
 ) -> list[ClaimedRun]:
     """Claim up to `limit` due runs in a transaction of their own (commits them).
 
@@ -62,7 +63,14 @@ def runs_claim_many(
     the previous claim handed over: the tenants take turns from the one after its own.
     `floors`, for a claim that resumes, are the last run taken of each (priority, tenant)
     since the last full claim (None: a full claim; cronjob/tick/resume.py).
+    `in_transaction`: in the caller's open transaction instead (`_in_transaction`).
     """
+    if in_transaction:
+        return runs_finalize_and_claim_many(
+            conn, [], job_types=job_types, leases=leases, max_attempts=max_attempts,
+            limit=limit, worker=worker, now=now, token=token, after=after, floors=floors,
+            in_transaction=True,
+        )[1]  # fmt: skip
     _require_autocommit(conn)
     params = _claim_params(
         job_types, leases, max_attempts, limit, worker, now, token, after, floors
@@ -78,6 +86,20 @@ def _require_autocommit(conn: Any) -> None:
     # planner settings of queries.RUNS_CLAIM_MANY_PLAN would stay on for the rest of it.
     if not conn.autocommit:
         raise ValueError("claiming needs an autocommit connection: a claim commits on its own")
+
+
+def _in_transaction(
+    conn: Any, decisions: Sequence[Decision], worker: str, now: datetime | None, params: Any
+) -> tuple[set[int], list[ClaimedRun]]:
+    """The finalize of `decisions` and a claim, in the caller's open transaction: for the
+    pytest plugin's drain (cronjob.testing), whose runs and claims are a test's, rolled back
+    with it. Without the claim's planner settings, which would stay on for the rest of that
+    transaction: a test's tables hold a handful of rows. Nor in a pipeline: the test's code
+    may have left the connection just after a `stream()`, which psycopg's next pipeline
+    then fails on."""
+    kept = runs_finalize_many(conn, decisions, worker=worker, now=now)
+    claiming = conn.execute(queries.RUNS_CLAIM_MANY, params)
+    return kept, _claimed_runs(claiming.fetchall(), params["token"])
 
 
 def _claim_params(
@@ -181,12 +203,19 @@ def runs_finalize_and_claim_many(
     token: UUID | None = None,
     after: ClaimedRun | None = None,
     floors: Floors | None = None,
+    in_transaction: bool = False,
 ) -> tuple[set[int], list[ClaimedRun]]:
     """Finalize one batch and claim the next in one transaction and one round trip.
 
     On an autocommit connection (required) each statement would commit, and wait
-    for the log flush, on its own; together they pay for one commit.
+    for the log flush, on its own; together they pay for one commit. `in_transaction`:
+    in the caller's open transaction instead (`_in_transaction`).
     """
+    if in_transaction:
+        params = _claim_params(
+            job_types, leases, max_attempts, limit, worker, now, token, after, floors
+        )
+        return _in_transaction(conn, decisions, worker, now, params)
     if not decisions:
         return set(), runs_claim_many(
             conn, job_types=job_types, leases=leases, max_attempts=max_attempts,
@@ -334,14 +363,19 @@ def runs_list(
     job_types: Sequence[str] | None = None,
     limit: int = 50,
     payloads: bool = True,
+    streamed: bool = True,
 ) -> Iterator[Run]:
-    """Runs, newest first, streamed a row at a time (payloads None unless `payloads`)."""
+    """Runs, newest first, streamed a row at a time (payloads None unless `payloads`);
+    without `streamed`, fetched at once (a test's few: cronjob.testing, where the code under
+    test may start a psycopg pipeline next, which fails just after a stream)."""
     params = {
         "statuses": list(statuses) if statuses else None,
         "job_types": list(job_types) if job_types else None,
         "limit": limit,
     }
     sql = queries.RUNS_LIST if payloads else queries.RUNS_LIST_WITHOUT_PAYLOAD
+    if not streamed:
+        return iter(conn.cursor(row_factory=_RUN).execute(sql, params).fetchall())
     # Streamed: the whole result of a client-side cursor is held in memory at once.
     return conn.cursor(row_factory=_RUN).stream(sql, params)
 
