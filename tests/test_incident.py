@@ -546,3 +546,18 @@ def test_prune_audit_older_than_trims_old_entries_only(db_url, conn):
     assert result.stdout == "pruned 1 audit entry\n"
     assert [e["command"] for e in audit_rows(conn)] == ["pause", "prune"]
     assert cli_json(db_url, "audit", "--since", "1d")[-1]["changed"] == 1
+
+
+def test_pause_and_resume_echo_a_type_with_its_control_characters_escaped(db_url):
+    job_type = "evil\x1b]0;owned\x07type"
+    said = [
+        run_cli(command, job_type, "--database-url", db_url, "--reason", "test")
+        for command in ("pause", "pause", "resume", "resume")
+    ]
+    assert [r.exit_code for r in said] == [0, 0, 0, 0], [r.stderr for r in said]
+    assert [r.stdout.strip() for r in said] == [
+        "paused evil\\x1b]0;owned\\x07type",
+        "evil\\x1b]0;owned\\x07type was already paused",
+        "resumed evil\\x1b]0;owned\\x07type",
+        "evil\\x1b]0;owned\\x07type was not paused",
+    ]

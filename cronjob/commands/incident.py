@@ -18,6 +18,7 @@ from cronjob.cli import database_url_option, json_option
 from cronjob.commands import open_connection
 from cronjob.commands.render import clip, iso, table, when
 from cronjob.errors import BadInput
+from cronjob.text import printable
 
 # What each command is doing while its progress shows.
 WORKING = {"retry": "retrying", "cancel": "cancelling", "prune": "pruning"}
@@ -274,7 +275,8 @@ def pause(
     with conn:
         paused = operations.pause_types(conn, types, actor=who, reason=why).changed
     for job_type in types:
-        click.echo(f"paused {job_type}" if job_type in paused else f"{job_type} was already paused")
+        said = f"paused {job_type}" if job_type in paused else f"{job_type} was already paused"
+        click.echo(printable(said))
 
 
 @click.command()
@@ -294,7 +296,8 @@ def resume(
     with conn:
         resumed = operations.resume_types(conn, types, actor=who, reason=why).changed
     for job_type in types:
-        click.echo(f"resumed {job_type}" if job_type in resumed else f"{job_type} was not paused")
+        said = f"resumed {job_type}" if job_type in resumed else f"{job_type} was not paused"
+        click.echo(printable(said))
 
 
 # -- audit --------------------------------------------------------------------

@@ -310,7 +310,7 @@ def pause(name: str, database_url: str | None, actor: str | None, reason: str | 
     conn = open_connection(database_url)
     with conn:
         changed = operations.pause_schedule(conn, name, actor=who, reason=why).changed
-    click.echo(f"paused {name}" if changed else f"{name} was already paused")
+    click.echo(printable(f"paused {name}" if changed else f"{name} was already paused"))
 
 
 @schedule.command()
@@ -327,9 +327,9 @@ def resume(name: str, database_url: str | None, actor: str | None, reason: str |
     with conn:
         found, done = operations.resume_schedule(conn, name, actor=who, reason=why)
     if done.changed:
-        click.echo(f"resumed {name}: next run {_next_run(found)}")
+        click.echo(printable(f"resumed {name}: next run {_next_run(found)}"))
     else:
-        click.echo(f"{name} was not paused")
+        click.echo(printable(f"{name} was not paused"))
 
 
 @schedule.command(name="run")
