@@ -160,14 +160,20 @@ def test_a_failed_attempts_span_says_why(db_url, conn, collector):
     assert span.events == ["exception"]
 
 
-def test_a_sigtermed_tick_still_exports_its_spans(db_url, conn, collector):
+def test_a_sigtermed_tick_still_exports_its_spans(db_url, conn, collector, tmp_path):
     insert_run(conn, "test.slow", payload={"seconds": 30})
-    env = {**collector.environment(), "OTEL_BSP_SCHEDULE_DELAY": "60000"}  # only at exit
+    exec_log = tmp_path / "exec.log"
+    env = {
+        **collector.environment(),
+        "OTEL_BSP_SCHEDULE_DELAY": "60000",  # only at exit
+        "JOBRUNNER_TEST_EXEC_LOG": str(exec_log),
+    }
     process = jobrunner_process(
         "tick", "--database-url", db_url, "--handlers", HANDLERS, "--grace", "1s", env=env
     )
-    running = "SELECT count(*) FROM job_runs WHERE status = 'running'"
-    wait_for(lambda: conn.execute(running).fetchone()[0], "the run to start")
+    # The handler itself, not only the claim: a run claimed but not yet started when the
+    # signal comes is handed back before its attempt (and its span) begins.
+    wait_for(lambda: exec_log.exists() and exec_log.read_text(), "the handler to start")
 
     process.send_signal(signal.SIGTERM)
     _out, err = process.communicate(timeout=60)

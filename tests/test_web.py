@@ -335,7 +335,7 @@ def test_commands_but_web_import_nothing_of_the_dashboard_or_its_libraries(db_ur
 
 
 def test_a_runs_page_shows_what_each_attempt_logged_as_show_prints_it_when_shown(db_url, conn):
-    run_id = insert_run(conn, "test.chatty")
+    run_id = insert_run(conn, "test.chatty", attempts=1)  # a log is kept for an attempt made
     conn.execute(
         "INSERT INTO job_run_logs (run_id, attempt, worker, outcome, events, trimmed)"
         " VALUES (%s, 1, 'host:7', 'failed', %s, 3)",

@@ -30,7 +30,7 @@ ATTEMPT_SAVEPOINT_ROLLBACK = (
 # token of the caller's.
 RUN_TAKE = f"""
 UPDATE job_runs
-SET status = 'running', attempts = %(attempt)s, max_attempts = %(max_attempts)s,
+SET status = 'running', finished_at = NULL, attempts = %(attempt)s, max_attempts = %(max_attempts)s,
     locked_by = %(worker)s, locked_until = {_NOW} + make_interval(secs => %(lease)s),
     lease_token = %(token)s, started_at = {_NOW}, updated_at = {_NOW}
 WHERE id = %(id)s

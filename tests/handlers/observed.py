@@ -7,6 +7,7 @@ import logging
 from typing import Any
 
 from cronjob import Retry, handler
+from tests.exec_log import record
 
 
 @handler("test.chatty", max_attempts=3)
@@ -50,6 +51,7 @@ def traced_failure(ctx: Any, payload: Any) -> None:
 @handler("test.slow", lease="30s")
 def slow(ctx: Any, payload: Any) -> None:
     """Runs until told to stop, or for `seconds`."""
+    record(ctx)  # a test that stops the tick waits for the handler to be running
     ctx.log.info("started")
     ctx.cancelled.wait(float(payload.get("seconds", 30)))
 
