@@ -2,7 +2,8 @@
 
 What a run can be enqueued with is `cronjob.run_options.RunOptions`: `enqueue`,
 `enqueue_async` and `new_run` take its keys as keywords; `enqueue_many` takes the runs
-`new_run` checks, any number of them.
+`new_run` checks, any number of them; `enqueue_batch` takes them with the run to enqueue
+once they have all ended.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from cronjob.run_options import NewRun, checked_run, unknown
 if TYPE_CHECKING:
     from typing import Unpack
 
+    from cronjob.models import Batch
     from cronjob.run_options import RunOptions
 
 # Runs per statement of enqueue_many, and the most JSON one statement carries: what keeps
@@ -124,3 +126,79 @@ def insert_runs(conn: Any, runs: Sequence[NewRun]) -> list[int]:
     if len(runs) >= COPY_AT_LEAST and not any(run.keyed for run in runs):
         return runs_copy_many(conn, runs)
     return [enqueued.id for enqueued in runs_insert_many(conn, runs)]
+
+
+# What a batch's callback may be enqueued with besides its type and payload: it is enqueued
+# by the database, when the last member ends, due at once.
+_THEN_OPTIONS = frozenset({"tenant_id", "priority", "max_attempts", "traceparent", "tracestate"})
+_ON = ("finished", "succeeded")
+
+
+def enqueue_batch(
+    conn: Any, runs: Iterable[NewRun], *, then: NewRun, on: str = "finished"
+) -> Batch:
+    """Enqueue `runs` (each from `new_run`) as a batch, and `then` (from `new_run`) to run once
+    every one of them has ended; returns the batch: its id and the runs' ids, in order.
+
+    `then` is enqueued exactly once, in the transaction that finishes the last member
+    (succeeded, dead or cancelled): with `on="succeeded"`, only if every member succeeded
+    (else the batch records why). Its handler sees `ctx.batch`. A batch of no runs ends at
+    once. Runs in the caller's transaction, as `enqueue_many` does; a run whose key another
+    run holds is that run, which is no member of the batch.
+    """
+    from cronjob.models import Batch
+    from cronjob.store import batch_end, batch_insert
+
+    _check_then(then, on)
+    members = _members(runs)
+    batch_id = batch_insert(conn, then, on)
+    ids = enqueue_many(conn, members(batch_id))
+    batch_end(conn, batch_id)
+    return Batch(batch_id, ids)
+
+
+async def enqueue_batch_async(
+    conn: Any, runs: Iterable[NewRun], *, then: NewRun, on: str = "finished"
+) -> Batch:
+    """As `enqueue_batch`, on a psycopg AsyncConnection, in the caller's transaction."""
+    from cronjob.models import Batch
+    from cronjob.store import batch_end_async, batch_insert_async, runs_insert_many_async
+
+    _check_then(then, on)
+    members = _members(runs)
+    batch_id = await batch_insert_async(conn, then, on)
+    ids: list[int] = []
+    for chunk in _chunks(members(batch_id)):
+        ids.extend(enqueued.id for enqueued in await runs_insert_many_async(conn, chunk))
+    await batch_end_async(conn, batch_id)
+    return Batch(batch_id, ids)
+
+
+def _check_then(then: Any, on: Any) -> None:
+    from cronjob.errors import BadInput
+    from cronjob.run_options import RUN_OPTIONS
+
+    if not isinstance(then, NewRun):
+        raise TypeError("then= takes a run made by new_run(job_type, payload, ...)")
+    if on not in _ON:
+        raise BadInput(f"on= takes 'finished' or 'succeeded', not {on!r:.40}")
+    if extra := sorted(set(then.options) - _THEN_OPTIONS):
+        raise BadInput(
+            "a batch's callback is enqueued when its last member ends: it takes no"
+            f" {RUN_OPTIONS[extra[0]].what}"
+        )
+
+
+def _members(runs: Iterable[NewRun]) -> Any:
+    """`runs` as members of a batch yet to be made: a list checked whole first, so that a
+    mistake in it makes no batch; an iterable read as it is sent."""
+    if isinstance(runs, Sequence):
+        for position, run in enumerate(runs):
+            _check_new_run(run, position)
+
+    def of(batch_id: int) -> Iterator[NewRun]:
+        for position, run in enumerate(runs):
+            _check_new_run(run, position)
+            yield NewRun(run.job_type, run.payload_json, {**run.options, "batch_id": batch_id})
+
+    return of

@@ -24,7 +24,7 @@ from cronjob.text import one_line
 # Due definitions locked and written per transaction. A claim batch is bounded by how many
 # runs a tick can start at once; this one only by how long its row locks last (tens of
 # milliseconds), and larger batches spread each statement's fixed cost over more rows.
-# A tick sizes its own batch from its claim batch instead (BATCH_FACTOR).
+# A tick sizes its own batch from its claim batch instead, by the factor below.
 MATERIALIZE_BATCH_SIZE = 1000
 BATCH_FACTOR = 10  # a tick materializes this many definitions per run it claims at once
 

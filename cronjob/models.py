@@ -512,3 +512,37 @@ class TypeLimit:
     reason: str | None = None
     set_by: str = ""
     set_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A batch as `enqueue_batch` made it: its id and its members' run ids, in order."""
+
+    id: int
+    run_ids: list[int]
+
+
+@dataclass(frozen=True)
+class BatchState:
+    """A batch and how its members ended: what a callback sees as `ctx.batch` (the counts
+    as they were when the callback was enqueued) and what `batch show` prints (as they are)."""
+
+    id: int
+    on_outcome: str  # 'finished' or 'succeeded'
+    then_type: str
+    definition_id: int | None  # the schedule whose occurrence it is
+    scheduled_for: datetime | None  # that occurrence
+    started_at: datetime  # when it was enqueued
+    ended_at: datetime | None  # when its last member first ended
+    counts: dict[str, int]  # members by status
+    not_succeeded: list[int]  # the first hundred members (by id) that did not succeed
+    reason: str | None  # why no callback ran (on_outcome 'succeeded')
+    callback_run_id: int | None
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def finished(self) -> int:
+        return sum(n for status, n in self.counts.items() if status in TERMINAL)

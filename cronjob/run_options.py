@@ -33,6 +33,7 @@ from cronjob.inputs import (
     encode_payload,
     excerpt,
     parse_duration,
+    parse_id,
     parse_int,
     parse_integer,
     parse_max_attempts,
@@ -310,6 +311,18 @@ class RunOptions(TypedDict, total=False):
             what="tracestate",
             sql_type="text",
             column="tracestate",
+            optional=True,
+        ),
+    ]
+    # The batch the run is a member of (migration 0031): enqueue_batch sets it, on the runs it
+    # is given, after making the batch.
+    batch_id: Annotated[
+        int,
+        Option(
+            check=lambda value, what: parse_id(value, what=what),
+            what="batch id",
+            sql_type="bigint",
+            column="batch_id",
             optional=True,
         ),
     ]

@@ -162,7 +162,7 @@ SELECT format('ALTER TABLE %I.%I OWNER TO jobrunner_owner', n.nspname, c.relname
                      'job_effects', 'job_type_pauses', 'job_audit', 'job_audit_batches',
                      'job_run_tally', 'job_schedule_skips', 'job_schedule_health',
                      'job_run_logs', 'job_type_limits', 'job_rate_windows',
-                     'job_rate_arrivals')
+                     'job_rate_arrivals', 'job_batches')
    AND c.relowner <> 'jobrunner_owner'::regrole
  ORDER BY c.relname
 \gexec

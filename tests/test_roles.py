@@ -249,12 +249,12 @@ def test_deploy_readme_shows_the_role_table_the_server_enforces() -> None:
 # or on the columns in brackets. A role not named for a table has nothing on it.
 _ENQUEUED = (
     "id job_type payload run_at idempotency_key max_attempts priority tenant_id queue"
-    " result_id run_after traceparent tracestate unique_key created_at updated_at"
+    " result_id run_after traceparent tracestate unique_key created_at updated_at batch_id"
 )
 _OPERATOR_READS = (
     "id definition_id job_type tenant_id scheduled_for run_at status attempts max_attempts"
     " priority locked_by locked_until last_error error_type started_at finished_at created_at"
-    " updated_at"
+    " updated_at batch_id"
 )
 _OPERATOR_WRITES = (
     "status attempts run_at finished_at locked_by locked_until lease_token updated_at"
@@ -294,11 +294,19 @@ GRANTS: dict[str, dict[str, str]] = {
     "job_schedule_skips": {WORKER: "SELECT INSERT DELETE", READER: "SELECT"},
     "job_schedule_health": {WORKER: "SELECT", READER: "SELECT"},
     "job_run_logs": {WORKER: "SELECT INSERT", READER: "SELECT"},
+    "job_batches": {
+        WORKER: "SELECT INSERT",
+        ENQUEUER: "INSERT(id on_outcome then_type then_payload then_tenant_id then_priority"
+        " then_max_attempts created_at)",
+        READER: "SELECT",
+        OPERATOR: "SELECT DELETE",
+    },
 }
 # The functions that act as the owner and that a role may call, and who may.
 CALLABLE = {
     "jobrunner_runs_holding_keys": {WORKER, ENQUEUER},
     "jobrunner_replace_waiting": {WORKER, ENQUEUER},
+    "jobrunner_batch_end": {WORKER, ENQUEUER},
 }
 _PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
 _COLUMN_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "REFERENCES")
@@ -414,6 +422,27 @@ def test_the_enqueuer_bulk_enqueues_by_copy(world: World) -> None:
             [ids],
         ).fetchone()
     assert found == (50, 100)
+
+
+def test_the_enqueuer_makes_batches_the_worker_ends_them_and_the_reader_sees_them(
+    world: World,
+) -> None:
+    from cronjob import store
+    from cronjob.api import enqueue_batch, new_run
+
+    with psycopg.connect(world.logins[ENQUEUER]) as conn:
+        empty = enqueue_batch(conn, [], then=new_run("test.ok"))
+        batch = enqueue_batch(conn, [new_run("test.ok"), new_run("test.ok")], then=new_run("x"))
+    assert refused(world.logins[ENQUEUER], "SELECT id FROM job_batches")
+    ticked = as_role(
+        world, WORKER, "tick", "--handlers", "tests.handlers.basic", "--types", "test.ok"
+    )
+    assert ticked.exit_code == 0, ticked.stderr
+    with psycopg.connect(world.logins[READER]) as conn:
+        assert store.batch_get(conn, empty.id).callback_run_id is not None
+        ended = store.batch_get(conn, batch.id)
+    assert ended.counts == {"succeeded": 2}
+    assert ended.callback_run_id is not None
 
 
 def test_the_enqueuer_may_insert_exactly_the_columns_an_enqueue_sets(world: World) -> None:

@@ -11,8 +11,8 @@ All of them are reached through this one, `store.<name>`:
   version, asking whether a tick has work. It builds no models, so an idle tick,
   which asks and leaves, never imports them.
 - the rest (`runs`, `enqueue`, `definitions`, `tally`, `effects`, `incidents`, `limits`,
-  `tasks`, `server`, `dashboard`), which read and write as models: each imported the first time one
-  of its names is used.
+  `tasks`, `server`, `dashboard`, `batches`), which read and write as models: each imported
+  the first time one of its names is used.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from cronjob.store.preflight import (
 )
 
 if TYPE_CHECKING:
+    from cronjob.store.batches import *  # noqa: F403
     from cronjob.store.dashboard import *  # noqa: F403
     from cronjob.store.definitions import *  # noqa: F403
     from cronjob.store.effects import *  # noqa: F403
@@ -73,6 +74,7 @@ _MODULES = (
     "tasks",
     "server",
     "dashboard",
+    "batches",
 )
 
 

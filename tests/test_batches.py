@@ -1,0 +1,267 @@
+"""Batches: a callback enqueued exactly once, in the transaction of the last member's finish.
+
+Real `jobrunner tick` processes drain a batch of 2,000 while one of them is killed mid-run;
+their handlers (tests/handlers/batches.py) log every start and end with the wall clock, and
+the callback logs what `ctx.batch` told it: the order of events is read from that log, never
+from what the database says about itself. The race of two last members finishing at once is
+played out on two connections, each step in an order the test chooses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+import tests.handlers.batches  # noqa: F401 - registers the handlers for in-process ticks
+from cronjob import enqueue_batch, enqueue_batch_async, new_run
+from cronjob.errors import BadInput
+from tests.conftest import count, jobrunner_process, run_cli, wait_for
+from tests.factories import tick
+
+HANDLERS = "tests.handlers.batches"
+
+
+def batch_of(conn: Any, payloads: list[dict[str, Any]], **then: Any) -> Any:
+    on = then.pop("on", "finished")
+    with conn.transaction():
+        return enqueue_batch(
+            conn,
+            [new_run("batch.member", p) for p in payloads],
+            then=new_run("batch.summary", {"report": "weekly"}, **then),
+            on=on,
+        )
+
+
+def callbacks(conn: Any) -> list[tuple[int, str]]:
+    return conn.execute(
+        "SELECT id, status FROM job_runs WHERE job_type = 'batch.summary' ORDER BY id"
+    ).fetchall()
+
+
+def statuses(conn: Any, batch_id: int) -> dict[str, int]:
+    rows = conn.execute(
+        "SELECT status, count(*) FROM job_runs WHERE batch_id = %s GROUP BY status", [batch_id]
+    )
+    return dict(rows.fetchall())
+
+
+class Hosts:
+    """`n` hosts, each running `jobrunner tick` again and again (as cron would) until no run
+    is left unfinished."""
+
+    def __init__(self, db_url: str, log: Path, n: int) -> None:
+        self.db_url, self.log = db_url, log
+        self.errors: list[str] = []
+        self.killed: list[int] = []
+        self.threads = [threading.Thread(target=self._host) for _ in range(n)]
+        for thread in self.threads:
+            thread.start()
+
+    def _left(self) -> int:
+        with psycopg.connect(self.db_url) as conn:
+            return count(conn, "SELECT count(*) FROM job_runs WHERE finished_at IS NULL")
+
+    def _host(self) -> None:
+        while self._left():
+            process = jobrunner_process(
+                "tick", "--database-url", self.db_url, "--handlers", HANDLERS,
+                "--concurrency", "4", "--log-level", "warning",
+                env={"JOBRUNNER_TEST_EXEC_LOG": str(self.log)},
+            )  # fmt: skip
+            _, stderr = process.communicate(timeout=300)
+            if process.returncode == -9:
+                self.killed.append(process.pid)
+            elif process.returncode != 0:
+                self.errors.append(stderr)
+            time.sleep(0.05)
+
+    def join(self, timeout: float = 300) -> None:
+        deadline = time.monotonic() + timeout
+        for thread in self.threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        assert not any(t.is_alive() for t in self.threads), "the hosts did not finish"
+        assert not self.errors, self.errors[0]
+
+
+def read_log(log: Path) -> tuple[dict[tuple[int, int], list[float]], list[dict[str, Any]]]:
+    """Each member execution's [start, end] (end missing: killed), and each callback's view."""
+    executions: dict[tuple[int, int], list[float]] = {}
+    called = []
+    for line in log.read_text().splitlines():
+        event, run_id, attempt, _pid, at, *rest = line.split(" ", 5)
+        if event == "callback":
+            called.append({"run_id": int(run_id), "at": float(at), **json.loads(rest[0])})
+        else:
+            executions.setdefault((int(run_id), int(attempt)), []).append(float(at))
+    return executions, called
+
+
+def test_a_batch_of_2000_drained_by_three_ticks_one_killed_calls_back_once_after_every_end(
+    db_url, conn, tmp_path
+):
+    log = tmp_path / "exec.log"
+    payloads: list[dict[str, Any]] = [{"seconds": 0.002} for _ in range(2000)]
+    for i in range(0, 2000, 200):
+        payloads[i + 7] = {"fail": True}  # ten members end dead
+    payloads[1000] = {"kill": True}  # kills its tick mid-run, with others in flight
+    batch = batch_of(conn, payloads)
+    cancelled = batch.run_ids[1500:1505]
+    assert run_cli("cancel", *map(str, cancelled), "--database-url", db_url).exit_code == 0
+
+    hosts = Hosts(db_url, log, 3)
+    hosts.join()
+
+    assert len(hosts.killed) == 1
+    executions, called = read_log(log)
+    assert len(called) == 1
+    [view] = called
+    assert callbacks(conn) == [(view["run_id"], "succeeded")]
+    ends = [times[-1] for times in executions.values() if len(times) == 2]
+    assert view["at"] > max(ends)
+    # Every member ran to an end but the cancelled ones; the one that killed its tick, and
+    # the others in flight with it, ran again.
+    ended = {run_id for (run_id, _), times in executions.items() if len(times) == 2}
+    assert ended == set(batch.run_ids) - set(cancelled)
+    assert any(len(times) == 1 for times in executions.values())
+    final = statuses(conn, batch.id)
+    assert final == {"succeeded": 1985, "dead": 10, "cancelled": 5}
+    assert view["counts"] == final
+    assert view["id"] == batch.id
+    dead = [r for r, p in zip(batch.run_ids, payloads, strict=True) if p.get("fail")]
+    assert view["not_succeeded"] == sorted(dead + cancelled)
+
+
+def test_an_empty_batch_calls_back_at_once(db_url, conn):
+    batch = batch_of(conn, [])
+    assert batch.run_ids == []
+    [(callback, status)] = callbacks(conn)
+    assert status == "queued"
+    tick(db_url, "batch.summary")
+    assert callbacks(conn) == [(callback, "succeeded")]
+    assert conn.execute("SELECT counts FROM job_batches").fetchone()[0] == {}
+
+
+def test_the_callback_waits_for_the_last_member_and_sees_its_batch(db_url, conn, tmp_path):
+    batch = batch_of(conn, [{}, {}, {"fail": True}], tenant_id="acme", priority=3)
+    run_cli("cancel", str(batch.run_ids[0]), "--database-url", db_url)
+    assert callbacks(conn) == []
+    report = tick(db_url, "batch.member")
+    assert report is not None
+    [(callback, _)] = callbacks(conn)
+    tenant, priority = conn.execute(
+        "SELECT tenant_id, priority FROM job_runs WHERE id = %s", [callback]
+    ).fetchone()
+    assert (tenant, priority) == ("acme", 3)
+
+    from cronjob import store
+
+    state = store.batch_get_by_callback(conn, callback)
+    assert state.id == batch.id
+    assert state.counts == {"succeeded": 1, "dead": 1, "cancelled": 1}
+    assert state.not_succeeded == [batch.run_ids[0], batch.run_ids[2]]
+    assert state.ended_at >= state.started_at
+
+
+def test_on_succeeded_with_a_dead_member_calls_nothing_back_and_says_why(db_url, conn):
+    batch = batch_of(conn, [{}, {"fail": True}], on="succeeded")
+    tick(db_url, "batch.member")
+    assert callbacks(conn) == []
+    reason, ended = conn.execute(
+        "SELECT reason, ended_at FROM job_batches WHERE id = %s", [batch.id]
+    ).fetchone()
+    assert ended is not None
+    assert reason == "no callback: 1 member(s) did not succeed (dead 1)"
+
+
+def test_a_member_retried_after_the_callback_runs_again_without_a_second_callback(db_url, conn):
+    batch = batch_of(conn, [{}, {"fail": True}])
+    tick(db_url, "batch.member")
+    assert len(callbacks(conn)) == 1
+    conn.execute("UPDATE job_runs SET payload = '{}' WHERE id = %s", [batch.run_ids[1]])
+    assert run_cli("retry", str(batch.run_ids[1]), "--database-url", db_url).exit_code == 0
+    tick(db_url, "batch.member")
+    assert statuses(conn, batch.id) == {"succeeded": 2}
+    assert len(callbacks(conn)) == 1
+
+
+def _finish(conn: Any, run_id: int) -> None:
+    conn.execute(
+        "UPDATE job_runs SET status = 'succeeded', finished_at = now() WHERE id = %s", [run_id]
+    )
+
+
+def test_two_last_members_finishing_at_once_call_back_exactly_once(db_url, conn):
+    """The second finish is written while the first is in flight (its row locked by a
+    transaction that has not committed): neither sees the other's finish in its snapshot."""
+    a, b = batch_of(conn, [{}, {}]).run_ids
+    with psycopg.connect(db_url) as first, psycopg.connect(db_url) as second:
+        second.execute("SELECT 1 FROM job_runs WHERE id = %s FOR UPDATE", [b])  # b in flight
+        _finish(first, a)  # sees b unfinished, and b's writer may not see a: waits its turn
+        finishing = threading.Thread(target=lambda: (_finish(second, b), second.commit()))
+        finishing.start()
+        wait_for(
+            lambda: count(
+                conn,
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND query LIKE 'UPDATE job_runs%%'",
+            ),
+            "the second finish to wait for the first's turn",
+        )
+        first.commit()
+        finishing.join(20)
+    assert len(callbacks(conn)) == 1
+
+
+def test_a_finish_that_sees_another_member_unfinished_makes_that_finish_see_it(db_url, conn):
+    a, b = batch_of(conn, [{}, {}]).run_ids
+    with psycopg.connect(db_url) as first, psycopg.connect(db_url) as second:
+        _finish(first, a)  # b is not in flight: a's finish is not the last
+        finishing = threading.Thread(target=lambda: (_finish(second, b), second.commit()))
+        finishing.start()
+        wait_for(
+            lambda: count(
+                conn,
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND query LIKE 'UPDATE job_runs%%'",
+            ),
+            "b's finish to wait for a's",
+        )
+        first.commit()
+        finishing.join(20)
+    assert len(callbacks(conn)) == 1
+
+
+def test_a_batch_is_enqueued_in_the_callers_transaction_and_checked_first(db_url, conn):
+    with pytest.raises(BadInput):
+        batch_of(conn, [{}], on="sometimes")
+    with pytest.raises(BadInput, match="takes no idempotency key"):
+        batch_of(conn, [{}], idempotency_key="k")
+    with pytest.raises(TypeError):
+        enqueue_batch(conn, [new_run("batch.member"), {"type": "x"}], then=new_run("t"))
+    with conn.transaction(force_rollback=True):
+        enqueue_batch(conn, [new_run("batch.member")], then=new_run("batch.summary"))
+    assert count(conn, "SELECT count(*) FROM job_batches") == 0
+    assert count(conn, "SELECT count(*) FROM job_runs") == 0
+
+
+def test_the_async_twin_enqueues_a_batch_in_the_callers_transaction(db_url, conn):
+    async def enqueue() -> Any:
+        async with await psycopg.AsyncConnection.connect(db_url) as aconn:
+            batch = await enqueue_batch_async(
+                aconn, [new_run("batch.member"), new_run("batch.member")],
+                then=new_run("batch.summary"),
+            )  # fmt: skip
+            await aconn.commit()
+            return batch
+
+    batch = asyncio.run(enqueue())
+    assert statuses(conn, batch.id) == {"queued": 2}
+    tick(db_url, "batch.member")
+    assert len(callbacks(conn)) == 1
