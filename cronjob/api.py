@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from cronjob import tracecontext
-from cronjob.run_options import NewRun, checked_run, unknown
+from cronjob.run_options import WAITING, NewRun, checked_run, unknown
 
 if TYPE_CHECKING:
     from typing import Unpack
@@ -46,7 +46,8 @@ def enqueue(conn: Any, job_type: str, payload: Any = None, **options: Unpack[Run
 
     `options` are those of `cronjob.run_options.RunOptions`: `run_at` (a timezone-aware
     datetime) or `delay` (a duration), `idempotency_key`, `max_attempts`, `priority`,
-    `tenant_id`. Runs in the caller's transaction: the job exists only if that
+    `tenant_id`, `after` (the ids of runs that must succeed first; `after_policy="finished"`:
+    end first, however). Runs in the caller's transaction: the job exists only if that
     transaction commits. An `idempotency_key` is unique per (job type, tenant): when a run
     of this type for this tenant (or for no tenant) has it already, nothing is inserted
     and that run's id is returned.
@@ -58,9 +59,19 @@ async def enqueue_async(
     conn: Any, job_type: str, payload: Any = None, **options: Unpack[RunOptions]
 ) -> int:
     """As `enqueue`, on a psycopg AsyncConnection, in the caller's transaction."""
-    from cronjob.store import runs_insert_many_async
+    from cronjob.store import (
+        dependencies_insert_many_async,
+        dependencies_list_unknown_async,
+        runs_insert_many_async,
+    )
 
-    enqueued = await runs_insert_many_async(conn, [new_run(job_type, payload, **options)])
+    run = new_run(job_type, payload, **options)
+    plain, parents = _apart([run])
+    if parents:
+        await dependencies_list_unknown_async(conn, parents)
+    enqueued = await runs_insert_many_async(conn, plain)
+    if parents:
+        await dependencies_insert_many_async(conn, _edges([run], enqueued))
     return enqueued[0].id
 
 
@@ -121,11 +132,47 @@ def insert_runs(conn: Any, runs: Sequence[NewRun]) -> list[int]:
     A run whose idempotency key a run of the same job type and tenant holds already is not
     inserted: that run's id is returned. `enqueue_many` takes any number of runs.
     """
-    from cronjob.store import runs_copy_many, runs_insert_many
+    from cronjob.store import (
+        dependencies_insert_many,
+        dependencies_list_unknown,
+        runs_copy_many,
+        runs_insert_many,
+    )
 
+    plain, parents = _apart(runs)
+    if parents:
+        # Refused before anything is written; the runs go in by the insert, which tells
+        # which of them it created (a run whose key another holds waits for nothing new).
+        dependencies_list_unknown(conn, parents)
+        enqueued = runs_insert_many(conn, plain)
+        dependencies_insert_many(conn, _edges(runs, enqueued))
+        return [run.id for run in enqueued]
     if len(runs) >= COPY_AT_LEAST and not any(run.keyed for run in runs):
         return runs_copy_many(conn, runs)
     return [enqueued.id for enqueued in runs_insert_many(conn, runs)]
+
+
+def _apart(runs: Sequence[NewRun]) -> tuple[Sequence[NewRun], list[int]]:
+    """`runs` without the options that make a run wait (recorded after the insert), and every
+    run id they wait for; `runs` itself when none waits."""
+    if not any("after" in run.options for run in runs):
+        return runs, []
+    plain = [
+        NewRun(run.job_type, run.payload_json,
+               {k: v for k, v in run.options.items() if k not in WAITING})
+        for run in runs
+    ]  # fmt: skip
+    return plain, sorted({parent for run in runs for parent in run.options.get("after", ())})
+
+
+def _edges(runs: Sequence[NewRun], enqueued: Sequence[Any]) -> list[tuple[int, int, str]]:
+    """(run id, parent id, policy) for each run created that waits for others."""
+    return [
+        (done.id, parent, run.options.get("after_policy", "succeeded"))
+        for run, done in zip(runs, enqueued, strict=True)
+        if done.created
+        for parent in run.options.get("after", ())
+    ]
 
 
 # What a batch's callback may be enqueued with besides its type and payload: it is enqueued

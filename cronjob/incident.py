@@ -49,7 +49,7 @@ def _all_but(*excluded: Status) -> tuple[str, ...]:
 
 def _actions() -> dict[str, Action]:
     # The store's record functions load on first use; an idle tick never comes here.
-    unfinished = ("queued", "failed", "running")
+    unfinished = ("queued", "failed", "running", "waiting")
     finished = ("succeeded", "dead", "cancelled")
     return {
         "retry": Action("retry", "retried", _all_but(Status.SUCCEEDED), store.runs_retry_selected),

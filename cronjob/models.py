@@ -20,6 +20,7 @@ class Status(enum.StrEnum):
     FAILED = "failed"
     DEAD = "dead"
     CANCELLED = "cancelled"
+    WAITING = "waiting"  # for the runs it was enqueued after (`after=`) to succeed
 
 
 TERMINAL = frozenset({Status.SUCCEEDED, Status.DEAD, Status.CANCELLED})

@@ -133,8 +133,137 @@ CREATE TRIGGER job_runs_batch_member_finished
           AND OLD.status NOT IN ('succeeded', 'dead', 'cancelled'))
     EXECUTE FUNCTION jobrunner_batch_member_finished();
 
--- What each role may do, as 0024 lists it, with the batch's table and column, and the
--- function that ends a batch (README "Roles").
+-- Dependencies (README "Batches and dependencies"): a run that waits for others. Until every
+-- run it waits for has succeeded it is 'waiting', a status no claim looks at (the claim's
+-- index holds 'queued' and 'failed' alone), so a thousand waiting runs cost a claim nothing.
+-- The finish of the last of them makes it 'queued' and due, in the transaction of that
+-- finish; a parent dead or cancelled cancels it, with a reason naming that parent, unless it
+-- runs after its parents however they ended (policy 'finished').
+ALTER TABLE job_runs DROP CONSTRAINT job_runs_status_check;
+ALTER TABLE job_runs ADD CONSTRAINT job_runs_status_check
+    CHECK (status IN ('queued', 'running', 'succeeded', 'failed', 'dead', 'cancelled',
+                      'waiting')) NOT VALID;
+ALTER TABLE job_runs VALIDATE CONSTRAINT job_runs_status_check;
+
+-- Set on a run that others wait for, when the first of them is enqueued: the trigger below
+-- runs for its finish alone. A constant default: no rewrite of the table.
+ALTER TABLE job_runs ADD COLUMN has_dependents boolean NOT NULL DEFAULT false;
+
+CREATE TABLE job_run_dependencies (
+    parent_id  bigint NOT NULL REFERENCES job_runs (id) ON DELETE CASCADE,
+    run_id     bigint NOT NULL REFERENCES job_runs (id) ON DELETE CASCADE,
+    -- 'succeeded': the run starts once every parent succeeded, and is cancelled if one is
+    -- dead or cancelled; 'finished': it starts once every parent has ended, however.
+    policy     text NOT NULL DEFAULT 'succeeded' CHECK (policy IN ('succeeded', 'finished')),
+    PRIMARY KEY (parent_id, run_id)
+);
+CREATE INDEX job_run_dependencies_run ON job_run_dependencies (run_id);
+-- `status` and `metrics` count the waiting runs as they count the runnable ones, through an
+-- index of them alone, whatever the history holds.
+CREATE INDEX job_runs_waiting ON job_runs (job_type) WHERE status = 'waiting';
+
+-- The ids among `ids` that name no run: an enqueue refuses them before it writes anything.
+-- As the owner: the enqueuer reads nothing of job_runs, and learns here only whether an id
+-- it names exists.
+CREATE FUNCTION jobrunner_runs_unknown(ids bigint[]) RETURNS bigint[]
+LANGUAGE sql STABLE SECURITY DEFINER AS $$
+    SELECT coalesce(array_agg(DISTINCT i ORDER BY i), '{}')
+    FROM unnest(ids) AS i
+    WHERE NOT EXISTS (SELECT 1 FROM job_runs r WHERE r.id = i)
+$$;
+REVOKE ALL ON FUNCTION jobrunner_runs_unknown(bigint[]) FROM PUBLIC;
+
+-- Decides a waiting run `child` once one of its parents ended at `at`: cancelled, due, or
+-- still waiting. Its row is locked first: two parents ending at once on two ticks take turns
+-- on it, and the second reads the parents (a statement of its own, a new snapshot) once the
+-- first has committed, so the last of them always sees every other ended.
+CREATE FUNCTION jobrunner_run_decide_waiting(child bigint, at timestamptz) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER AS $$
+DECLARE
+    current text;
+    blocking record;
+    open_parents bigint;
+BEGIN
+    SELECT status INTO current FROM job_runs WHERE id = child FOR UPDATE;
+    IF current IS DISTINCT FROM 'waiting' THEN
+        RETURN;
+    END IF;
+    SELECT p.id, p.status INTO blocking
+    FROM job_run_dependencies d JOIN job_runs p ON p.id = d.parent_id
+    WHERE d.run_id = child AND d.policy = 'succeeded' AND p.status IN ('dead', 'cancelled')
+    ORDER BY p.id LIMIT 1;
+    IF FOUND THEN
+        UPDATE job_runs
+        SET status = 'cancelled', finished_at = at, updated_at = at,
+            error_type = 'dependency_failed',
+            last_error = format('cancelled: run %s, which it waits for, is %s',
+                                blocking.id, blocking.status)
+        WHERE id = child;
+        RETURN;
+    END IF;
+    SELECT count(*) INTO open_parents
+    FROM job_run_dependencies d JOIN job_runs p ON p.id = d.parent_id
+    WHERE d.run_id = child
+      AND p.status NOT IN ('succeeded', 'dead', 'cancelled');
+    IF open_parents = 0 THEN
+        UPDATE job_runs SET status = 'queued', run_at = greatest(run_at, at), updated_at = at
+        WHERE id = child;
+    END IF;
+END
+$$;
+REVOKE ALL ON FUNCTION jobrunner_run_decide_waiting(bigint, timestamptz) FROM PUBLIC;
+
+-- Makes runs `runs[i]` (just inserted by the caller's transaction) wait for `parents[i]`
+-- under `policies[i]`, one edge per position. Each parent is marked (an update: it locks the
+-- parent's row, so a parent finishing meanwhile is seen finished here, or sees the edges once
+-- this commits), then each run is decided as a parent's finish would decide it: it may be due
+-- or cancelled at once.
+CREATE FUNCTION jobrunner_runs_wait(runs bigint[], parents bigint[], policies text[],
+                                    at timestamptz) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER AS $$
+DECLARE
+    child bigint;
+BEGIN
+    INSERT INTO job_run_dependencies (parent_id, run_id, policy)
+    SELECT p, r, pol FROM unnest(parents, runs, policies) AS e(p, r, pol)
+    ON CONFLICT DO NOTHING;
+    PERFORM 1 FROM (
+        SELECT id FROM job_runs WHERE id = ANY(parents) ORDER BY id FOR NO KEY UPDATE
+    ) locked;
+    UPDATE job_runs SET has_dependents = true WHERE id = ANY(parents) AND NOT has_dependents;
+    UPDATE job_runs SET status = 'waiting'
+    WHERE id = ANY(runs) AND status = 'queued' AND attempts = 0;
+    FOR child IN SELECT DISTINCT r FROM unnest(runs) AS r ORDER BY r LOOP
+        PERFORM jobrunner_run_decide_waiting(child, at);
+    END LOOP;
+END
+$$;
+REVOKE ALL ON FUNCTION jobrunner_runs_wait(bigint[], bigint[], text[], timestamptz) FROM PUBLIC;
+
+CREATE FUNCTION jobrunner_parent_finished() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER AS $$
+DECLARE
+    child bigint;
+BEGIN
+    FOR child IN SELECT run_id FROM job_run_dependencies WHERE parent_id = NEW.id ORDER BY run_id
+    LOOP
+        PERFORM jobrunner_run_decide_waiting(child, coalesce(NEW.finished_at, NEW.updated_at));
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+REVOKE ALL ON FUNCTION jobrunner_parent_finished() FROM PUBLIC;
+
+-- Only the finish of a run that others wait for pays for the function.
+CREATE TRIGGER job_runs_parent_finished
+    AFTER UPDATE OF status ON job_runs
+    FOR EACH ROW
+    WHEN (NEW.has_dependents AND NEW.status IN ('succeeded', 'dead', 'cancelled')
+          AND OLD.status NOT IN ('succeeded', 'dead', 'cancelled'))
+    EXECUTE FUNCTION jobrunner_parent_finished();
+
+-- What each role may do, as 0024 lists it, with the batch's table and column, the table of
+-- dependencies, and the functions that end a batch and make a run wait (README "Roles").
 CREATE OR REPLACE FUNCTION jobrunner_role_grants()
 RETURNS TABLE (relname name, grantee name, privileges text, columns name[])
 LANGUAGE sql IMMUTABLE AS $$
@@ -225,7 +354,13 @@ LANGUAGE sql IMMUTABLE AS $$
          '{id, on_outcome, then_type, then_payload, then_tenant_id, then_priority,'
          ' then_max_attempts, created_at}'),
         ('job_batches', 'jobrunner_reader', 'SELECT', NULL),
-        ('job_batches', 'jobrunner_operator', 'SELECT, DELETE', NULL)
+        ('job_batches', 'jobrunner_operator', 'SELECT, DELETE', NULL),
+
+        -- Written through jobrunner_runs_wait and the finish of a parent, as the owner;
+        -- `show` and the dashboard read them.
+        ('job_run_dependencies', 'jobrunner_worker', 'SELECT', NULL),
+        ('job_run_dependencies', 'jobrunner_reader', 'SELECT', NULL),
+        ('job_run_dependencies', 'jobrunner_operator', 'SELECT', NULL)
 $$;
 
 -- Gives the roles of roles.sql that exist exactly the grants of jobrunner_role_grants() on
@@ -319,7 +454,11 @@ BEGIN
                      ('jobrunner_replace_waiting', 'jobrunner_enqueuer'),
                      ('jobrunner_replace_waiting', 'jobrunner_worker'),
                      ('jobrunner_batch_end', 'jobrunner_enqueuer'),
-                     ('jobrunner_batch_end', 'jobrunner_worker')) AS f(proname, grantee)
+                     ('jobrunner_batch_end', 'jobrunner_worker'),
+                     ('jobrunner_runs_unknown', 'jobrunner_enqueuer'),
+                     ('jobrunner_runs_unknown', 'jobrunner_worker'),
+                     ('jobrunner_runs_wait', 'jobrunner_enqueuer'),
+                     ('jobrunner_runs_wait', 'jobrunner_worker')) AS f(proname, grantee)
         JOIN pg_proc p ON p.proname = f.proname
         JOIN pg_namespace n ON n.oid = p.pronamespace
         WHERE n.nspname = current_schema() AND f.grantee = ANY(roles)

@@ -301,12 +301,16 @@ GRANTS: dict[str, dict[str, str]] = {
         READER: "SELECT",
         OPERATOR: "SELECT DELETE",
     },
+    "job_run_dependencies": {WORKER: "SELECT", READER: "SELECT", OPERATOR: "SELECT"},
 }
 # The functions that act as the owner and that a role may call, and who may.
 CALLABLE = {
     "jobrunner_runs_holding_keys": {WORKER, ENQUEUER},
     "jobrunner_replace_waiting": {WORKER, ENQUEUER},
     "jobrunner_batch_end": {WORKER, ENQUEUER},
+    "jobrunner_runs_unknown": {WORKER, ENQUEUER},
+    "jobrunner_runs_wait": {WORKER, ENQUEUER},
+    "jobrunner_run_decide_waiting": set(),  # a parent's finish calls it, as the owner
 }
 _PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
 _COLUMN_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "REFERENCES")

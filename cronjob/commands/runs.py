@@ -47,6 +47,10 @@ def run_option_flags(func: Callable[..., Any]) -> Callable[..., Any]:
         option = RUN_OPTIONS[name]
         if option.is_flag:
             func = click.option(flag, name, is_flag=True, default=None, help=option.help)(func)
+        elif option.multiple:
+            func = click.option(
+                flag, name, metavar=option.metavar, multiple=True, help=option.help
+            )(func)
         else:
             func = click.option(flag, name, metavar=option.metavar, help=option.help)(func)
     return func
@@ -94,6 +98,8 @@ def enqueue(
     """
     from cronjob.api import insert_runs
 
+    # An option given once per value (--after) that was not given at all: unset.
+    options = {name: None if value == () else value for name, value in options.items()}
     if jsonl is not None:
         if (
             job_type
@@ -370,7 +376,7 @@ def retry(run_ids: tuple[str, ...], database_url: str | None, status_text: str |
     return _change_runs("retry", run_ids, database_url, status_text, as_json, options)
 
 
-@_selection_command("cancel", "Only runs in these statuses (queued, failed, running).")
+@_selection_command("cancel", "Only runs in these statuses (queued, failed, running, waiting).")
 def cancel(run_ids: tuple[str, ...], database_url: str | None, status_text: str | None,
            as_json: bool, **options: Any) -> int:  # fmt: skip
     """Cancel runs that have not finished: by id, or every run a filter selects.

@@ -18,6 +18,7 @@ One module per table or concern, each run by the store module of the same name
 | `dashboard`   | the dashboard's pages of runs and of the audit trail, its charts        |
 | `server`      | the server's own: what holds back cleanup, whether a session writes     |
 | `batches`     | batches: made, ended, read, their members, pruned                       |
+| `dependencies`| the runs a run waits for: recorded at its enqueue, read                 |
 
 This module holds only the fragments several of them share, each written once: a
 fragment that guards correctness (the lease fence, the lease release) is named here

@@ -11,8 +11,8 @@ All of them are reached through this one, `store.<name>`:
   version, asking whether a tick has work. It builds no models, so an idle tick,
   which asks and leaves, never imports them.
 - the rest (`runs`, `enqueue`, `definitions`, `tally`, `effects`, `incidents`, `limits`,
-  `tasks`, `server`, `dashboard`, `batches`), which read and write as models: each imported
-  the first time one of its names is used.
+  `tasks`, `server`, `dashboard`, `batches`, `dependencies`), which read and write as
+  models: each imported the first time one of its names is used.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from cronjob.store.batches import *  # noqa: F403
     from cronjob.store.dashboard import *  # noqa: F403
     from cronjob.store.definitions import *  # noqa: F403
+    from cronjob.store.dependencies import *  # noqa: F403
     from cronjob.store.effects import *  # noqa: F403
     from cronjob.store.enqueue import *  # noqa: F403
     from cronjob.store.incidents import *  # noqa: F403
@@ -75,6 +76,7 @@ _MODULES = (
     "server",
     "dashboard",
     "batches",
+    "dependencies",
 )
 
 
