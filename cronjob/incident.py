@@ -125,7 +125,14 @@ def build_selection(
         error_like=error_like,
         schedule=options.get("schedule"),
         limit=options.get("limit"),
+        batch_id=_batch_id(options.get("batch_id")),
     )
+
+
+def _batch_id(given: Any) -> int | None:
+    from cronjob.inputs import parse_id
+
+    return None if given is None else parse_id(given, what="--batch")
 
 
 def with_clock(

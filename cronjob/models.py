@@ -392,6 +392,7 @@ class Selection:
     since: datetime | None = None  # last changed (or finished) at or after
     until: datetime | None = None  # last changed (or finished) before
     limit: int | None = None
+    batch_id: int | None = None  # members of this batch
 
     @property
     def filtered(self) -> bool:
@@ -407,6 +408,7 @@ class Selection:
                 self.schedule,
                 self.since,
                 self.until,
+                self.batch_id,
             )
         )
 
@@ -423,6 +425,7 @@ class Selection:
             "since": self.since.isoformat() if self.since else None,
             "until": self.until.isoformat() if self.until else None,
             "limit": self.limit,
+            "batch": self.batch_id,
         }
         return {k: v for k, v in shown.items() if v is not None}
 

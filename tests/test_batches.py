@@ -265,3 +265,76 @@ def test_the_async_twin_enqueues_a_batch_in_the_callers_transaction(db_url, conn
     assert statuses(conn, batch.id) == {"queued": 2}
     tick(db_url, "batch.member")
     assert len(callbacks(conn)) == 1
+
+
+# -- the command line ------------------------------------------------------------------
+
+
+def jsonl(*payloads: dict[str, Any]) -> str:
+    return "".join(json.dumps({"type": "batch.member", "payload": p}) + "\n" for p in payloads)
+
+
+def test_enqueue_jsonl_then_makes_a_batch_and_prints_its_id(db_url, conn):
+    result = run_cli(
+        "enqueue", "--jsonl", "-", "--then", "batch.summary", "--then-payload", '{"week": 2}',
+        "--database-url", db_url, input=jsonl({}, {}, {}),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    batch_id = int(result.stdout)
+    assert statuses(conn, batch_id) == {"queued": 3}
+    as_json = run_cli(
+        "enqueue", "--jsonl", "-", "--then", "batch.summary", "--json",
+        "--database-url", db_url, input=jsonl({}, {}),
+    )  # fmt: skip
+    shown = json.loads(as_json.stdout)
+    assert sorted(shown) == ["batch_id", "run_ids"] and len(shown["run_ids"]) == 2
+    tick(db_url, "batch.member")
+    [(callback, _), _] = callbacks(conn)
+    payload = conn.execute("SELECT payload FROM job_runs WHERE id = %s", [callback]).fetchone()
+    assert payload == ({"week": 2},)
+
+
+def test_then_needs_jsonl_and_a_bad_line_writes_no_batch(db_url, conn):
+    alone = run_cli("enqueue", "t", "--then", "x", "--database-url", db_url)
+    assert alone.exit_code == 2 and "--then goes with --jsonl" in alone.stderr
+    bad = run_cli(
+        "enqueue", "--jsonl", "-", "--then", "batch.summary", "--database-url", db_url,
+        input=jsonl({}) + "not json\n",
+    )  # fmt: skip
+    assert bad.exit_code == 2
+    assert count(conn, "SELECT count(*) FROM job_batches") == 0
+    assert count(conn, "SELECT count(*) FROM job_runs") == 0
+
+
+def test_batches_and_batch_show_tell_progress_and_the_callback(db_url, conn):
+    batch = batch_of(conn, [{}, {"fail": True}])
+    listed = json.loads(run_cli("batches", "--json", "--database-url", db_url).stdout)
+    assert [(b["id"], b["finished"], b["total"]) for b in listed] == [(batch.id, 0, 2)]
+    tick(db_url, "batch.member")
+    shown = json.loads(
+        run_cli("batch", "show", str(batch.id), "--json", "--database-url", db_url).stdout
+    )
+    assert shown["counts"] == {"succeeded": 1, "dead": 1}
+    assert shown["not_succeeded"] == [batch.run_ids[1]]
+    assert shown["callback_run_id"] == callbacks(conn)[0][0]
+    text = run_cli("batch", "show", str(batch.id), "--database-url", db_url).stdout
+    assert "finished  2/2 (100%)" in text and f"callback  run {shown['callback_run_id']}" in text
+    missing = run_cli("batch", "show", "999", "--database-url", db_url)
+    assert missing.exit_code == 1 and "batch 999 not found" in missing.stderr
+
+
+def test_retry_and_cancel_take_a_batch_and_are_audited(db_url, conn):
+    batch = batch_of(conn, [{}, {}, {}])
+    other = batch_of(conn, [{}])
+    cancelled = run_cli("cancel", "--batch", str(batch.id), "--yes", "--database-url", db_url)
+    assert cancelled.exit_code == 0, cancelled.stderr
+    assert statuses(conn, batch.id) == {"cancelled": 3}
+    assert statuses(conn, other.id) == {"queued": 1}
+    assert len(callbacks(conn)) == 1  # the cancelled batch ended
+    retried = run_cli("retry", "--batch", str(batch.id), "--yes", "--database-url", db_url)
+    assert retried.exit_code == 0, retried.stderr
+    assert statuses(conn, batch.id) == {"queued": 3}
+    audit = conn.execute("SELECT command, selection FROM job_audit ORDER BY id").fetchall()
+    assert [(c, s["batch"]) for c, s in audit] == [("cancel", batch.id), ("retry", batch.id)]
+    tick(db_url, "batch.member")
+    assert len(callbacks(conn)) == 2  # one per batch: the retried one does not fire again

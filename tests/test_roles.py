@@ -49,8 +49,11 @@ ROLE_TABLE: dict[str, frozenset[str]] = {
     "tick": TICKS,
     "enqueue": ENQUEUES,
     "enqueue --jsonl": ENQUEUES,
+    "enqueue --jsonl --then": ENQUEUES,
     "retry": OPERATES,
+    "retry --batch": OPERATES,
     "cancel": OPERATES,
+    "cancel --batch": OPERATES,
     "prune": OPERATES,
     "prune --audit-older-than": frozenset({OWNER}),
     "pause": OPERATES,
@@ -70,6 +73,8 @@ ROLE_TABLE: dict[str, frozenset[str]] = {
     "schedule list": READS | {OPERATOR},  # what it manages
     "schedule show": READS,
     "audit": frozenset({OWNER, READER}),
+    "batches": READS | {OPERATOR},  # what it retries and cancels
+    "batch show": READS | {OPERATOR},
     "schedule preview": EVERYONE,  # needs no database
 }
 # The Django backend's, run by the Django suite (tests/django_suite/test_django_roles.py).
@@ -94,6 +99,16 @@ class World:
     def run(self, job_type: str = "test.ok", **columns: Any) -> str:
         with psycopg.connect(self.db.admin, autocommit=True) as conn:
             return str(insert_run(conn, job_type, **columns))
+
+    def batch(self) -> str:
+        """A batch of one queued run and one dead one."""
+        with psycopg.connect(self.db.admin, autocommit=True) as conn:
+            batch_id = conn.execute(
+                "INSERT INTO job_batches (then_type) VALUES ('t') RETURNING id"
+            ).fetchone()[0]
+            insert_run(conn, "test.ok", batch_id=batch_id)
+            insert_run(conn, "test.ok", batch_id=batch_id, status="dead", attempts=1)
+        return str(batch_id)
 
     def schedule(self, *, enabled: bool = True) -> str:
         name = self.unique("schedule")
@@ -148,6 +163,11 @@ ARGUMENTS: dict[str, Callable[[World], Sequence[str]]] = {
     "tick": _tick,
     "enqueue": lambda w: ["enqueue", "test.ok", "--idempotency-key", "K", "--tenant", "acme"],
     "enqueue --jsonl": lambda w: ["enqueue", "--jsonl", w.file(JSONL)],
+    "enqueue --jsonl --then": lambda w: ["enqueue", "--jsonl", w.file(JSONL), "--then", "t"],
+    "retry --batch": lambda w: ["retry", "--batch", w.batch(), "--yes"],
+    "cancel --batch": lambda w: ["cancel", "--batch", w.batch(), "--yes"],
+    "batches": lambda w: ["batches"],
+    "batch show": lambda w: ["batch", "show", w.batch()],
     "retry": lambda w: ["retry", w.run(status="dead", attempts=1)],
     "cancel": lambda w: ["cancel", w.run()],
     "prune": lambda w: ["prune", w.run(status="succeeded")],

@@ -11,6 +11,7 @@ import click
 
 from cronjob.cli import Count, database_url_option, json_option, lock_wait_option
 from cronjob.commands import open_connection
+from cronjob.commands.batches import batch_callback, batch_member, then_options
 from cronjob.commands.render import clip, iso, table, when
 from cronjob.errors import BadInput
 from cronjob.inputs import (
@@ -23,7 +24,7 @@ from cronjob.inputs import (
     parse_payload,
     read_text,
 )
-from cronjob.run_options import RUN_OPTIONS, checked_run
+from cronjob.run_options import RUN_OPTIONS, NewRun, checked_run
 from cronjob.text import printable
 
 # A --jsonl line holds one payload and a few short fields.
@@ -77,6 +78,7 @@ def run_option_flags(func: Callable[..., Any]) -> Callable[..., Any]:
     "- for stdin. One transaction: a bad line anywhere, or SIGINT or SIGTERM, and nothing "
     "is enqueued.",
 )
+@then_options
 @lock_wait_option("another --jsonl batch with idempotency keys")
 def enqueue(
     job_type: str | None,
@@ -84,6 +86,9 @@ def enqueue(
     payload: str | None,
     payload_file: IO[bytes] | None,
     jsonl: IO[bytes] | None,
+    then_type: str | None,
+    then_payload: str | None,
+    as_json: bool,
     lock_wait: float,
     **options: str | None,
 ) -> None:
@@ -92,6 +97,7 @@ def enqueue(
     \b
     jobrunner enqueue send_email --payload '{"to": "a@example.com"}' --delay 5m
     jobrunner enqueue --jsonl runs.jsonl
+    jobrunner enqueue --jsonl reports.jsonl --then reports.summary
 
     Each run records the caller's trace from TRACEPARENT and TRACESTATE, if set
     (OpenTelemetry's carrier for processes), so that its attempts are traced in it.
@@ -100,6 +106,7 @@ def enqueue(
 
     # An option given once per value (--after) that was not given at all: unset.
     options = {name: None if value == () else value for name, value in options.items()}
+    then = batch_callback(then_type, then_payload, as_json, jsonl is not None, _trace_context())
     if jsonl is not None:
         if (
             job_type
@@ -110,7 +117,7 @@ def enqueue(
             raise BadInput(
                 "--jsonl takes every field from its lines: give no TYPE or other options"
             )
-        _enqueue_jsonl(jsonl, database_url, lock_wait)
+        _enqueue_jsonl(jsonl, database_url, lock_wait, then=then, as_json=as_json)
         return
     if not job_type:
         raise BadInput("missing TYPE: the job type to enqueue (or use --jsonl)")
@@ -123,7 +130,14 @@ def enqueue(
     click.echo(run_id)
 
 
-def _enqueue_jsonl(stream: IO[bytes], database_url: str | None, lock_wait: float) -> None:
+def _enqueue_jsonl(
+    stream: IO[bytes],
+    database_url: str | None,
+    lock_wait: float,
+    *,
+    then: NewRun | None = None,
+    as_json: bool = False,
+) -> None:
     """Check and insert chunk by chunk in one transaction, and print the ids once it commits.
 
     The first chunk is checked before connecting; a bad line further on rolls everything
@@ -136,6 +150,7 @@ def _enqueue_jsonl(stream: IO[bytes], database_url: str | None, lock_wait: float
     from concurrent.futures import ThreadPoolExecutor
     from itertools import chain
 
+    from cronjob import store
     from cronjob.commands.progress import on_terminal, watching
 
     with _tuned_for_bulk():
@@ -152,7 +167,10 @@ def _enqueue_jsonl(stream: IO[bytes], database_url: str | None, lock_wait: float
             with progress as watch, conn.transaction(), ThreadPoolExecutor(1) as sender:
                 keyed = False
                 sending = None
+                batch_id = None if then is None else store.batch_insert(conn, then, "finished")
                 for chunk in chain([first], chunks):
+                    if batch_id is not None:
+                        chunk = [batch_member(run, batch_id) for run in chunk]
                     watch.checkpoint()
                     lock = not keyed and any(run.keyed for run in chunk)
                     keyed = keyed or lock
@@ -161,7 +179,14 @@ def _enqueue_jsonl(stream: IO[bytes], database_url: str | None, lock_wait: float
                     sending = sender.submit(_send, conn, chunk, lock, lock_wait)
                 if sending is not None:
                     _sent(sending, ids, watch)
+                if batch_id is not None:
+                    store.batch_end(conn, batch_id)
             ids.seek(0)
+            if batch_id is not None:
+                run_ids = [int(line) for line in ids]
+                shown = {"batch_id": batch_id, "run_ids": run_ids} if as_json else batch_id
+                click.echo(json.dumps(shown) if as_json else shown)
+                return
             while block := ids.read(1 << 16):
                 click.echo(block, nl=False)
 
