@@ -185,9 +185,19 @@ class Materializer:
             with database_errors(), conn.transaction():
                 if exclusive:
                     return self._write_exclusive(conn, advance, self.tenants_sql, now)
-                return store.runs_materialize_tenants(
+                batches = []
+                if advance.definition.then_type is not None:
+                    # Each occurrence's runs are a batch: made first, so the runs join it,
+                    # and ended after, so an occurrence with no tenant calls back at once.
+                    batches = store.batches_insert_for_occurrences(
+                        conn, advance.definition, advance.scheduled_fors, now=now
+                    )
+                created = store.runs_materialize_tenants(
                     conn, advance, tenants_sql=self.tenants_sql, now=now
                 )
+                for batch_id in batches:
+                    store.batch_end(conn, batch_id, now=now)
+                return created
         except DatabaseError as exc:
             self._problem(advance.definition, f"the tenant query failed: {exc.description}")
             return None

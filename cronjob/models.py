@@ -283,6 +283,7 @@ class Definition:
     next_fire_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    then_type: str | None = None  # each occurrence's tenant runs are a batch calling it back
 
 
 DEFAULT_CATCH_UP_LIMIT = 100  # as the schema's default for job_definitions.catch_up_limit
@@ -306,6 +307,7 @@ class DefinitionSpec:
     expect_within: int | None = None
     ping_url: str | None = None
     ping_failure_url: str | None = None  # None: ping_url + "/fail"
+    then_type: str | None = None  # each occurrence's batch calls back a run of this type
     enabled: bool | None = None  # None: a new definition is enabled, an existing one unchanged
 
 
@@ -322,6 +324,7 @@ class DueDefinition:
     catch_up_limit: int
     materialized_through: datetime
     overlap: str = "allow"
+    then_type: str | None = None
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,10 @@ CREATE TABLE job_batches (
     callback_run_id  bigint UNIQUE
 );
 
+-- A tenant-scoped schedule whose occurrences' tenant runs each form a batch that calls back a
+-- run of this type (`schedule add --then`).
+ALTER TABLE job_definitions ADD COLUMN then_type text;
+
 -- One batch per occurrence of a schedule: materializing is idempotent, and so is this.
 CREATE UNIQUE INDEX job_batches_occurrence ON job_batches (definition_id, scheduled_for)
     WHERE definition_id IS NOT NULL;

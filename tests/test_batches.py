@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -338,3 +340,109 @@ def test_retry_and_cancel_take_a_batch_and_are_audited(db_url, conn):
     assert [(c, s["batch"]) for c, s in audit] == [("cancel", batch.id), ("retry", batch.id)]
     tick(db_url, "batch.member")
     assert len(callbacks(conn)) == 2  # one per batch: the retried one does not fire again
+
+
+# -- schedules fan out as batches -------------------------------------------------------
+
+TENANTS_SQL = "SELECT id FROM batch_tenants"
+
+
+def tenant_schedule(db_url: str, conn: Any, tenants: list[str]) -> None:
+    conn.execute("DROP TABLE IF EXISTS batch_tenants")
+    conn.execute("CREATE TABLE batch_tenants (id text)")
+    for tenant in tenants:
+        conn.execute("INSERT INTO batch_tenants VALUES (%s)", [tenant])
+    added = run_cli(
+        "schedule", "add", "weekly", "--cron", "* * * * *", "--type", "batch.member",
+        "--payload", '{"seconds": 0.05}', "--scope", "tenant", "--then", "batch.summary",
+        "--database-url", db_url,
+    )  # fmt: skip
+    assert added.exit_code == 0, added.stderr
+    conn.execute(
+        "UPDATE job_definitions SET materialized_through = %s, next_fire_at = %s",
+        [AT(0, 30), AT(1)],
+    )
+
+
+def AT(minute: int, second: int = 0) -> datetime:
+    return datetime(2031, 1, 6, 10, minute, second, tzinfo=UTC)
+
+
+def test_a_tenant_schedule_with_then_calls_back_once_per_occurrence_after_its_runs(
+    db_url, conn, tmp_path
+):
+    tenant_schedule(db_url, conn, ["acme", "globex", "initech"])
+    tick(db_url, now=AT(1, 5), tenants_sql=TENANTS_SQL)  # materializes 10:01, runs nothing
+    tick(db_url, now=AT(2, 5), tenants_sql=TENANTS_SQL)  # 10:02, while 10:01's runs wait
+    assert count(conn, "SELECT count(*) FROM job_runs WHERE batch_id IS NOT NULL") == 6
+    log = tmp_path / "exec.log"
+    options = json.dumps({"types": ["batch.member", "batch.summary"], "concurrency": 2})
+    ticks = [jobrunner_process_at(db_url, AT(2, 30), options, log) for _ in range(3)]
+    for process in ticks:
+        _, stderr = process.communicate(timeout=120)
+        assert process.returncode == 0, stderr
+    # A tick that drained before the callbacks were due leaves them: one more takes them.
+    last = jobrunner_process_at(db_url, AT(2, 30), options, log)
+    _, stderr = last.communicate(timeout=120)
+    assert last.returncode == 0, stderr
+
+    executions, called = read_log(log)
+    assert sorted(v["scheduled_for"] for v in called) == [AT(1).isoformat(), AT(2).isoformat()]
+    members = dict(
+        conn.execute("SELECT id, scheduled_for FROM job_runs WHERE batch_id IS NOT NULL")
+    )
+    for view in called:
+        assert view["counts"] == {"succeeded": 3}
+        ends = [
+            times[-1] for (run_id, _), times in executions.items()
+            if members[run_id].isoformat() == view["scheduled_for"]
+        ]  # fmt: skip
+        assert len(ends) == 3 and view["at"] > max(ends)
+        assert view["payload"] == {"schedule": "weekly"}
+
+
+def test_an_occurrence_with_no_tenant_still_calls_back(db_url, conn):
+    tenant_schedule(db_url, conn, [])
+    tick(db_url, now=AT(1, 5), tenants_sql=TENANTS_SQL)
+    [(callback, status)] = callbacks(conn)
+    assert status == "queued"
+    scheduled_for, counts = conn.execute(
+        "SELECT scheduled_for, counts FROM job_batches WHERE callback_run_id = %s", [callback]
+    ).fetchone()
+    assert (scheduled_for, counts) == (AT(1), {})
+    tick(db_url, now=AT(1, 6), tenants_sql=TENANTS_SQL)  # materializing again adds nothing
+    assert len(callbacks(conn)) == 1
+
+
+def test_then_needs_a_tenant_schedule_and_is_read_from_the_schedule_file(db_url, conn, tmp_path):
+    refused = run_cli(
+        "schedule", "add", "g", "--cron", "@daily", "--type", "t", "--then", "s",
+        "--database-url", db_url,
+    )  # fmt: skip
+    assert refused.exit_code == 2 and "scope tenant" in refused.stderr
+    path = tmp_path / "schedules.toml"
+    path.write_text(
+        '[schedules.weekly]\ncron = "@weekly"\ntype = "reports.weekly"\nscope = "tenant"\n'
+        'then = "reports.summary"\n'
+    )
+    synced = run_cli("schedule", "sync", str(path), "--database-url", db_url)
+    assert synced.exit_code == 0, synced.stderr
+    shown = json.loads(
+        run_cli("schedule", "show", "weekly", "--json", "--database-url", db_url).stdout
+    )
+    assert shown["then"] == "reports.summary"
+
+
+def jobrunner_process_at(db_url: str, now: datetime, options: str, log: Path) -> Any:
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    env = {**os.environ, "JOBRUNNER_TEST_EXEC_LOG": str(log)}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.tick_at", db_url, now.isoformat(),
+         json.dumps({**json.loads(options), "tenants_sql": TENANTS_SQL})],
+        env=env, cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip

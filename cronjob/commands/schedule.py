@@ -101,6 +101,11 @@ def schedule() -> None:
     metavar="URL",
     help="Requested when a run is dead (default: the ping URL followed by /fail).",
 )
+@click.option(
+    "--then", "then_type", metavar="TYPE",
+    help="With --scope tenant: each occurrence's tenant runs are a batch, and a run of TYPE "
+    "follows once they have all ended (also with no tenant).",
+)  # fmt: skip
 @actor_option
 @reason_option
 def add(
@@ -119,6 +124,7 @@ def add(
     expect_within: str | None,
     ping_url: str | None,
     ping_failure_url: str | None,
+    then_type: str | None,
     actor: str | None,
     reason: str | None,
 ) -> None:
@@ -141,6 +147,7 @@ def add(
         expect_within=expect_within,
         ping_url=ping_url,
         ping_failure_url=ping_failure_url,
+        then_type=then_type,
     )
     conn = open_connection(database_url)
     with conn, conn.transaction():
@@ -426,6 +433,7 @@ def sync(
     overlap = "allow"                 # or "skip", "queue" (while a run is unfinished)
     expect_within = "2h"              # default: two intervals plus the lease
     ping_url = "https://hc-ping.com/UUID"  # called on success; ping_failure_url when dead
+    then = "reports.summary"          # scope tenant: a run once an occurrence's runs ended
     enabled = true                    # leave out to keep a paused schedule paused
 
     The whole file is checked before anything is written; one bad entry rejects it.
@@ -593,7 +601,8 @@ def _definition_json(d: Any) -> dict[str, Any]:
         "max_attempts": d.max_attempts, "priority": d.priority, "catch_up": d.catch_up,
         "catch_up_limit": d.catch_up_limit, "overlap": d.overlap,
         "overlap_skips": d.overlap_skips, "expect_within": d.expect_within,
-        "ping_url": d.ping_url, "ping_failure_url": d.ping_failure_url, "enabled": d.enabled,
+        "ping_url": d.ping_url, "ping_failure_url": d.ping_failure_url, "then": d.then_type,
+        "enabled": d.enabled,
         "materialized_through": iso(d.materialized_through),
         "next_fire_at": iso(d.next_fire_at), "created_at": iso(d.created_at),
         "updated_at": iso(d.updated_at),

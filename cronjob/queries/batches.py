@@ -20,6 +20,17 @@ VALUES (%(id)s, %(on_outcome)s, %(then_type)s, %(then_payload)s::text::jsonb, %(
         coalesce(%(then_priority)s, 0), %(then_max_attempts)s, {_NOW})
 """
 
+# The batches of a schedule's occurrences (`schedule add --then`), one per occurrence: the
+# new ones, made as the occurrence's tenant runs are, under the definition's row lock.
+BATCHES_INSERT_FOR_OCCURRENCES = f"""
+INSERT INTO job_batches (then_type, then_payload, definition_id, scheduled_for, created_at)
+SELECT %(then_type)s, jsonb_build_object('schedule', %(name)s::text), %(definition_id)s, s,
+       {_NOW}
+FROM unnest(%(scheduled_fors)s::timestamptz[]) AS s
+ON CONFLICT (definition_id, scheduled_for) WHERE definition_id IS NOT NULL DO NOTHING
+RETURNING id
+"""
+
 # A batch whose members have all ended already (none, or none it inserted) ends now, in the
 # enqueue's transaction; any other answers at its first unfinished member.
 BATCH_END = f"SELECT jobrunner_batch_end(%(id)s, {_NOW})"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -49,6 +50,21 @@ async def batch_end_async(conn: Any, batch_id: int, *, now: datetime | None = No
     return (await (await conn.execute(queries.BATCH_END, {"id": batch_id, "now": now})).fetchone())[
         0
     ]
+
+
+def batches_insert_for_occurrences(
+    conn: Any, definition: Any, scheduled_fors: Sequence[datetime], *, now: datetime | None
+) -> list[int]:
+    """Make the batch of each occurrence of `definition` (a DueDefinition with a then_type)
+    that has none yet; returns their ids."""
+    params = {
+        "then_type": definition.then_type,
+        "name": definition.name,
+        "definition_id": definition.id,
+        "scheduled_fors": list(scheduled_fors),
+        "now": now,
+    }
+    return [row[0] for row in conn.execute(queries.BATCHES_INSERT_FOR_OCCURRENCES, params)]
 
 
 def _state(row: dict[str, Any], *, live: bool) -> BatchState:
