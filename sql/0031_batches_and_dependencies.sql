@@ -353,7 +353,7 @@ LANGUAGE sql IMMUTABLE AS $$
         -- A schedule's occurrence makes its batch as it materializes; a member's finish ends
         -- its batch through jobrunner_batch_end, as the owner. An enqueue writes a batch it
         -- draws the id of first (it reads nothing back); pruning removes the ended ones.
-        ('job_batches', 'jobrunner_worker', 'SELECT, INSERT', NULL),
+        ('job_batches', 'jobrunner_worker', 'SELECT, INSERT, DELETE', NULL),
         ('job_batches', 'jobrunner_enqueuer', 'INSERT',
          '{id, on_outcome, then_type, then_payload, then_tenant_id, then_priority,'
          ' then_max_attempts, created_at}'),

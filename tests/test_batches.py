@@ -446,3 +446,25 @@ def jobrunner_process_at(db_url: str, now: datetime, options: str, log: Path) ->
          json.dumps({**json.loads(options), "tenants_sql": TENANTS_SQL})],
         env=env, cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
+
+
+def test_pruning_removes_a_finished_batch_with_its_runs(db_url, conn):
+    ended = batch_of(conn, [{}, {}])
+    going = batch_of(conn, [{}])
+    tick(db_url, "batch.member", "batch.summary")
+    run_cli("enqueue", "batch.member", "--database-url", db_url)  # a run of no batch, waiting
+    waiting = batch_of(conn, [{}])  # not finished: stays
+    pruned = run_cli("prune", "--older-than", "0s", "--database-url", db_url)
+    assert pruned.exit_code == 0, pruned.stderr
+    assert count(conn, "SELECT count(*) FROM job_batches") == 1
+    assert conn.execute("SELECT id FROM job_batches").fetchone()[0] == waiting.id
+    assert {ended.id, going.id}.isdisjoint(
+        {r[0] for r in conn.execute("SELECT DISTINCT batch_id FROM job_runs")}
+    )
+
+
+def test_a_batch_is_kept_while_its_callback_has_not_run(db_url, conn):
+    batch = batch_of(conn, [{}])
+    tick(db_url, "batch.member")  # the callback is queued, not run
+    assert run_cli("prune", "--older-than", "0s", "--database-url", db_url).exit_code == 0
+    assert count(conn, "SELECT count(*) FROM job_batches WHERE id = %s", batch.id) == 1

@@ -315,7 +315,7 @@ GRANTS: dict[str, dict[str, str]] = {
     "job_schedule_health": {WORKER: "SELECT", READER: "SELECT"},
     "job_run_logs": {WORKER: "SELECT INSERT", READER: "SELECT"},
     "job_batches": {
-        WORKER: "SELECT INSERT",
+        WORKER: "SELECT INSERT DELETE",
         ENQUEUER: "INSERT(id on_outcome then_type then_payload then_tenant_id then_priority"
         " then_max_attempts created_at)",
         READER: "SELECT",

@@ -65,9 +65,12 @@ ORDER BY id
 LIMIT %(limit)s
 """
 
-# Pruning: the batches that ended before the cutoff and whose members are all gone.
+# Pruning: the batches that ended before the cutoff, whose members are all gone and whose
+# callback has finished (its handler reads its batch) or is gone too.
 BATCHES_PRUNE = f"""
 DELETE FROM job_batches b
 WHERE b.ended_at < {_NOW} - make_interval(secs => %(older_than)s)
   AND NOT EXISTS (SELECT 1 FROM job_runs r WHERE r.batch_id = b.id)
+  AND NOT EXISTS (SELECT 1 FROM job_runs c WHERE c.id = b.callback_run_id
+                  AND c.status NOT IN ('succeeded', 'dead', 'cancelled'))
 """
