@@ -28,8 +28,9 @@ def prune_runs(
 ) -> PruneReport:
     """Delete finished runs (succeeded, dead, cancelled) more than `older_than` seconds old.
 
-    Effects-ledger keys whose run is gone go too, and the batches whose runs are all gone. `conn` must be in autocommit mode,
-    so each batch commits as it goes; a failure halfway keeps what was already pruned.
+    Effects-ledger keys whose run is gone go too, and the batches whose runs are all gone.
+    `conn` must be in autocommit mode, so each batch commits as it goes; a failure halfway
+    keeps what was already pruned.
     """
     if not conn.autocommit:
         raise ValueError("prune_runs needs an autocommit connection: each batch commits alone")
