@@ -842,7 +842,11 @@ def test_the_reader_serves_every_page_of_the_dashboard(world: World) -> None:
 
     run_id = world.run(status="dead", attempts=1, payload={"to": "ada@example.com"})
     schedule = world.schedule()
-    pages = ("/", "/runs", f"/runs/{run_id}", "/schedules", f"/schedules/{schedule}", "/audit")
+    batch = world.batch()
+    pages = (
+        "/", "/runs", f"/runs/{run_id}", "/schedules", f"/schedules/{schedule}", "/audit",
+        "/batches", f"/batches/{batch}", f"/runs?batch={batch}",
+    )  # fmt: skip
 
     with serving(app(world.logins[READER], show_payloads=True)) as base:
         answers = {page: request(base + page) for page in pages}

@@ -44,6 +44,9 @@ BATCH_GET_BY_CALLBACK = (
     f"SELECT {_BATCH_COLUMNS} FROM job_batches b WHERE b.callback_run_id = %(run_id)s"
 )
 
+# The batch a run is a member of (the run page links it).
+BATCH_GET_ID_BY_MEMBER = "SELECT batch_id FROM job_runs WHERE id = %(run_id)s"
+
 # A batch with its members' statuses now, counted on job_runs_batch.
 _LIVE_COUNTS = """(SELECT coalesce(jsonb_object_agg(status, n), '{}')
         FROM (SELECT status, count(*) AS n FROM job_runs r

@@ -86,6 +86,12 @@ def batch_get_by_callback(conn: Any, run_id: int) -> BatchState | None:
     return None if row is None else _state(row, live=False)
 
 
+def batch_get_id_by_member(conn: Any, run_id: int) -> int | None:
+    """The batch run `run_id` is a member of, if any."""
+    row = conn.execute(queries.BATCH_GET_ID_BY_MEMBER, {"run_id": run_id}).fetchone()
+    return None if row is None else row[0]
+
+
 def batch_get(conn: Any, batch_id: int) -> BatchState | None:
     """A batch with its members' statuses as they are now."""
     row = conn.cursor(row_factory=dict_row).execute(queries.BATCH_GET, {"id": batch_id}).fetchone()
