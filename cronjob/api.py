@@ -194,12 +194,25 @@ def enqueue_batch(
     run holds is that run, which is no member of the batch.
     """
     from cronjob.models import Batch
-    from cronjob.store import batch_end, batch_insert
+    from cronjob.store import batch_end, batch_insert, runs_copy_many, runs_lock_for_keyed_batch
 
     _check_then(then, on)
-    members = _members(runs)
+    if isinstance(runs, Sequence):
+        # A list is checked whole first, so that a mistake in it makes no batch at all.
+        for position, run in enumerate(runs):
+            _check_new_run(run, position)
     batch_id = batch_insert(conn, then, on)
-    ids = enqueue_many(conn, members(batch_id))
+    ids: list[int] = []
+    keyed = False
+    for chunk in _chunks(runs):
+        if len(chunk) >= COPY_AT_LEAST and not any(run.options for run in chunk):
+            # The common batch: runs that set no option, copied with their batch's id.
+            ids.extend(runs_copy_many(conn, chunk, batch_id=batch_id))
+            continue
+        if not keyed and any(run.keyed for run in chunk):
+            runs_lock_for_keyed_batch(conn)  # as enqueue_many: keyed batches take turns
+            keyed = True
+        ids.extend(insert_runs(conn, [_member(run, batch_id) for run in chunk]))
     batch_end(conn, batch_id)
     return Batch(batch_id, ids)
 
@@ -212,11 +225,14 @@ async def enqueue_batch_async(
     from cronjob.store import batch_end_async, batch_insert_async, runs_insert_many_async
 
     _check_then(then, on)
-    members = _members(runs)
+    if isinstance(runs, Sequence):
+        for position, run in enumerate(runs):
+            _check_new_run(run, position)
     batch_id = await batch_insert_async(conn, then, on)
     ids: list[int] = []
-    for chunk in _chunks(members(batch_id)):
-        ids.extend(enqueued.id for enqueued in await runs_insert_many_async(conn, chunk))
+    for chunk in _chunks(runs):
+        members = [_member(run, batch_id) for run in chunk]
+        ids.extend(enqueued.id for enqueued in await runs_insert_many_async(conn, members))
     await batch_end_async(conn, batch_id)
     return Batch(batch_id, ids)
 
@@ -236,16 +252,6 @@ def _check_then(then: Any, on: Any) -> None:
         )
 
 
-def _members(runs: Iterable[NewRun]) -> Any:
-    """`runs` as members of a batch yet to be made: a list checked whole first, so that a
-    mistake in it makes no batch; an iterable read as it is sent."""
-    if isinstance(runs, Sequence):
-        for position, run in enumerate(runs):
-            _check_new_run(run, position)
-
-    def of(batch_id: int) -> Iterator[NewRun]:
-        for position, run in enumerate(runs):
-            _check_new_run(run, position)
-            yield NewRun(run.job_type, run.payload_json, {**run.options, "batch_id": batch_id})
-
-    return of
+def _member(run: NewRun, batch_id: int) -> NewRun:
+    """`run` as a member of batch `batch_id`."""
+    return NewRun(run.job_type, run.payload_json, {**run.options, "batch_id": batch_id})

@@ -41,9 +41,14 @@ CREATE INDEX job_batches_ended ON job_batches (ended_at) WHERE ended_at IS NOT N
 -- lookup of the batch; the batch outlives its members (pruning removes it after them).
 ALTER TABLE job_runs ADD COLUMN batch_id bigint;
 
--- A batch's members by status: its progress (counts), and whether any member is unfinished,
--- found among the few entries of the unfinished statuses whatever the batch's size.
-CREATE INDEX job_runs_batch ON job_runs (batch_id, status) WHERE batch_id IS NOT NULL;
+-- A batch's members by status: its progress (counts), and an unfinished member, found from
+-- the highest id of a status down (jobrunner_batch_end). Claims take the lowest ids first, so
+-- the highest queued member is unclaimed until the batch's last claim: the probe finds one
+-- at once, not after the entries of the members that have moved on, whatever the batch's
+-- size. Ordered by -id, not id: no other index gives that order, so no plan walks the
+-- primary key down from the newest run, as one may for ORDER BY id DESC when the statistics
+-- say that most runs are the batch's (taken while a large batch waited).
+CREATE INDEX job_runs_batch ON job_runs (batch_id, status, (-id)) WHERE batch_id IS NOT NULL;
 
 -- Ends batch `batch` if every member has ended: enqueues its callback (due at `at`, the last
 -- member's finish) and records the counts, or, with on_outcome 'succeeded' and a member that
@@ -67,20 +72,23 @@ CREATE FUNCTION jobrunner_batch_end(batch bigint, at timestamptz) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER AS $$
 DECLARE
     b job_batches;
+    unfinished text;
     tallied jsonb;
     failed bigint[];
     missing bigint;
     callback bigint;
 BEGIN
-    PERFORM 1 FROM job_runs
-    WHERE batch_id = batch AND status IN ('queued', 'running', 'failed')
-    LIMIT 1 FOR SHARE SKIP LOCKED;
-    IF FOUND THEN
-        RETURN NULL;
-    END IF;
+    FOREACH unfinished IN ARRAY ARRAY['queued', 'running', 'failed', 'waiting'] LOOP
+        PERFORM 1 FROM job_runs
+        WHERE batch_id = batch AND status = unfinished
+        ORDER BY -id LIMIT 1 FOR SHARE SKIP LOCKED;
+        IF FOUND THEN
+            RETURN NULL;
+        END IF;
+    END LOOP;
     PERFORM pg_advisory_xact_lock(hashtext('jobrunner.batch'), hashint8(batch));
-    IF EXISTS (SELECT 1 FROM job_runs
-               WHERE batch_id = batch AND status IN ('queued', 'running', 'failed')) THEN
+    IF EXISTS (SELECT 1 FROM job_runs WHERE batch_id = batch
+               AND status IN ('queued', 'running', 'failed', 'waiting')) THEN
         RETURN NULL;
     END IF;
     SELECT * INTO b FROM job_batches WHERE id = batch FOR UPDATE;

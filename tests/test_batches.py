@@ -468,3 +468,24 @@ def test_a_batch_is_kept_while_its_callback_has_not_run(db_url, conn):
     tick(db_url, "batch.member")  # the callback is queued, not run
     assert run_cli("prune", "--older-than", "0s", "--database-url", db_url).exit_code == 0
     assert count(conn, "SELECT count(*) FROM job_batches WHERE id = %s", batch.id) == 1
+
+
+# -- the guide ------------------------------------------------------------------------
+
+
+def test_the_readme_section_is_the_guide_and_its_schedule_file_syncs(db_url, conn, tmp_path):
+    import re
+
+    from tests.conftest import ROOT
+
+    guide = (ROOT / "docs/guides/batches.md").read_text()
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Batches and dependencies\n", 1)[1].split("\n## ", 1)[0]
+    assert section.replace("\n### ", "\n## ").strip().startswith(guide.split("\n", 1)[1].strip())
+    [toml] = re.findall(r"```toml\n(.*?)```", guide, re.S)
+    path = tmp_path / "schedules.toml"
+    path.write_text(toml)
+    synced = run_cli("schedule", "sync", str(path), "--database-url", db_url)
+    assert synced.exit_code == 0, synced.stderr
+    shown = run_cli("schedule", "show", "weekly-reports", "--json", "--database-url", db_url)
+    assert json.loads(shown.stdout)["then"] == "reports.summary"
