@@ -489,3 +489,24 @@ def test_the_readme_section_is_the_guide_and_its_schedule_file_syncs(db_url, con
     assert synced.exit_code == 0, synced.stderr
     shown = run_cli("schedule", "show", "weekly-reports", "--json", "--database-url", db_url)
     assert json.loads(shown.stdout)["then"] == "reports.summary"
+
+
+def test_one_tick_that_finishes_a_batch_runs_its_callback_and_the_runs_it_released(db_url, conn):
+    """The last finishes write what the tick's last claim could not see: it looks again."""
+    batch = batch_of(conn, [{} for _ in range(600)])
+    waiting = enqueue_after(conn, batch.run_ids[-1])
+    process = jobrunner_process(
+        "tick", "--database-url", db_url, "--handlers", HANDLERS, "--log-level", "warning"
+    )
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 0, stderr
+    assert callbacks(conn)[0][1] == "succeeded"
+    assert conn.execute("SELECT status FROM job_runs WHERE id = %s", [waiting]).fetchone() == (
+        "succeeded",
+    )
+
+
+def enqueue_after(conn: Any, parent: int) -> int:
+    from cronjob import enqueue
+
+    return enqueue(conn, "batch.member", {}, after=[parent])
