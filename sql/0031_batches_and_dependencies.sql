@@ -68,7 +68,8 @@ CREATE INDEX job_runs_batch ON job_runs (batch_id, status, (-id)) WHERE batch_id
 --      take turns on an advisory lock keyed by the batch and ask again once it is theirs:
 --      the last of them sees every other committed. The update of the batch's row (WHERE
 --      callback_run_id IS NULL) makes a second callback impossible even so.
-CREATE FUNCTION jobrunner_batch_end(batch bigint, at timestamptz) RETURNS bigint
+CREATE FUNCTION jobrunner_batch_end(batch bigint, at timestamptz, probe boolean DEFAULT true)
+RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER AS $$
 DECLARE
     b job_batches;
@@ -79,6 +80,7 @@ DECLARE
     callback bigint;
 BEGIN
     FOREACH unfinished IN ARRAY ARRAY['queued', 'running', 'failed', 'waiting'] LOOP
+        EXIT WHEN NOT probe;  -- the trigger below probed already
         PERFORM 1 FROM job_runs
         WHERE batch_id = batch AND status = unfinished
         ORDER BY -id LIMIT 1 FOR SHARE SKIP LOCKED;
@@ -124,12 +126,36 @@ BEGIN
     RETURN callback;
 END
 $$;
-REVOKE ALL ON FUNCTION jobrunner_batch_end(bigint, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION jobrunner_batch_end(bigint, timestamptz, boolean) FROM PUBLIC;
 
+-- A member's finish asks the probe of jobrunner_batch_end here, in the trigger's own call:
+-- most finishes are not the last, and pay one function call, not two. And once per
+-- transaction and batch: the member the probe share-locked (the guard) stays unfinished and
+-- locked until this transaction ends (no other can finish it), so its own finish, whenever
+-- it comes, sees every finish of this transaction: the batch's later finishes here skip the
+-- probe, but for the guard's, which probes again. The mark is transaction-local, and goes
+-- with a savepoint rolled back, as the lock does.
 CREATE FUNCTION jobrunner_batch_member_finished() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER AS $$
+DECLARE
+    unfinished text;
+    guard bigint;
+    mark text := current_setting('jobrunner.batch_guard', true);
 BEGIN
-    PERFORM jobrunner_batch_end(NEW.batch_id, coalesce(NEW.finished_at, NEW.updated_at));
+    IF split_part(mark, ':', 1) = NEW.batch_id::text
+       AND split_part(mark, ':', 2) <> NEW.id::text THEN
+        RETURN NULL;
+    END IF;
+    FOREACH unfinished IN ARRAY ARRAY['queued', 'running', 'failed', 'waiting'] LOOP
+        SELECT id INTO guard FROM job_runs
+        WHERE batch_id = NEW.batch_id AND status = unfinished
+        ORDER BY -id LIMIT 1 FOR SHARE SKIP LOCKED;
+        IF FOUND THEN
+            PERFORM set_config('jobrunner.batch_guard', NEW.batch_id || ':' || guard, true);
+            RETURN NULL;
+        END IF;
+    END LOOP;
+    PERFORM jobrunner_batch_end(NEW.batch_id, coalesce(NEW.finished_at, NEW.updated_at), false);
     RETURN NULL;
 END
 $$;

@@ -510,3 +510,21 @@ def enqueue_after(conn: Any, parent: int) -> int:
     from cronjob import enqueue
 
     return enqueue(conn, "batch.member", {}, after=[parent])
+
+
+def test_members_finished_in_one_transaction_call_back_once_whichever_is_last(db_url, conn):
+    """A finish that skips its probe (the batch's guard is locked by its transaction) is
+    covered by the guard's own finish, in the same transaction or a later one."""
+    a, b, c = batch_of(conn, [{}, {}, {}]).run_ids
+    with psycopg.connect(db_url) as tx:
+        _finish(tx, a)  # probes: guards c (the highest unfinished), b skipped next
+        _finish(tx, b)
+        _finish(tx, c)  # the guard itself: probes again, and is the last
+        tx.commit()
+    assert len(callbacks(conn)) == 1
+    d, e = batch_of(conn, [{}, {}]).run_ids
+    with psycopg.connect(db_url) as tx:
+        _finish(tx, d)  # guards e
+        tx.commit()
+    _finish(conn, e)
+    assert len(callbacks(conn)) == 2
