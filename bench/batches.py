@@ -68,8 +68,9 @@ def enqueue(url: str, n: int, *, batch: bool) -> float:
         return time.perf_counter() - started
 
 
-def drain(cluster, tmpl: str, n: int, *, batch: bool) -> float:
-    """Jobs per second of two ticks at once draining `n` runs (and, as a batch, its callback)."""
+def drain(cluster, tmpl: str, n: int, *, batch: bool, ticks: int = 2) -> float:
+    """Jobs per second of `ticks` ticks at once draining `n` runs (and, as a batch, its
+    callback)."""
     import psycopg
 
     name = f"d{time.monotonic_ns()}"
@@ -80,7 +81,7 @@ def drain(cluster, tmpl: str, n: int, *, batch: bool) -> float:
             conn.execute("VACUUM ANALYZE")
         cluster.checkpoint()
         started = time.perf_counter()
-        for process in [jobrunner(url, "tick", *TICK) for _ in range(2)]:
+        for process in [jobrunner(url, "tick", *TICK) for _ in range(ticks)]:
             finished(process)
         seconds = time.perf_counter() - started
         with psycopg.connect(url) as conn:
@@ -149,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--batches", type=int, default=200)
     parser.add_argument("--members", type=int, default=10)
+    parser.add_argument("--one-tick", action="store_true", help="also drain with one tick")
     parser.add_argument("--out", default=str(ROOT / "bench" / "batches-results.json"))
     args = parser.parse_args(argv)
     results: dict[str, list[float]] = {}
@@ -167,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
             for batch in order:
                 kind = "batch" if batch else "no batch"
                 note(f"drain jobs/s, two ticks, {kind}", drain(cluster, tmpl, args.n, batch=batch))
+                if args.one_tick:
+                    value = drain(cluster, tmpl, args.n, batch=batch, ticks=1)
+                    note(f"drain jobs/s, one tick, {kind}", value)
             for batch in order:
                 kind = "enqueue_batch" if batch else "enqueue_many"
                 name = f"e{time.monotonic_ns()}"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Callable, Iterator
 from typing import IO, Any
@@ -12,6 +11,7 @@ import click
 from cronjob.cli import Count, database_url_option, json_option, lock_wait_option
 from cronjob.commands import open_connection
 from cronjob.commands.batches import batch_callback, batch_member, then_options
+from cronjob.commands.progress import tuned_for_bulk
 from cronjob.commands.render import clip, iso, table, when
 from cronjob.errors import BadInput
 from cronjob.inputs import (
@@ -153,7 +153,7 @@ def _enqueue_jsonl(
     from cronjob import store
     from cronjob.commands.progress import on_terminal, watching
 
-    with _tuned_for_bulk():
+    with tuned_for_bulk():
         chunks = _jsonl_chunks(stream)
         first = next(chunks, None)
         if first is None:
@@ -189,26 +189,6 @@ def _enqueue_jsonl(
                 return
             while block := ids.read(1 << 16):
                 click.echo(block, nl=False)
-
-
-@contextlib.contextmanager
-def _tuned_for_bulk() -> Iterator[None]:
-    """For a bulk enqueue, no cyclic garbage collection: its passes over the runs a chunk
-    holds cost a sixth of the time, and the strings, dicts and runs it makes hold no cycles.
-    And the interpreter's lock handed over every half millisecond, not every five: while the
-    sender waits for it, for a moment's work, the server has nothing to store."""
-    import gc
-    import sys
-
-    collecting, interval = gc.isenabled(), sys.getswitchinterval()
-    gc.disable()
-    sys.setswitchinterval(0.0005)
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(interval)
-        if collecting:
-            gc.enable()
 
 
 def _send(conn: Any, chunk: list[Any], lock: bool, lock_wait: float) -> list[int]:

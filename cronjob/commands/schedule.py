@@ -19,7 +19,7 @@ from cronjob.cli import (
 )
 from cronjob.commands import open_connection
 from cronjob.commands.incident import actor_option, check_reason, reason_option, record_audit
-from cronjob.commands.render import clip, iso, table
+from cronjob.commands.render import clip, definition_json, iso, table
 from cronjob.errors import BadInput
 from cronjob.text import printable
 
@@ -173,7 +173,7 @@ def list_schedules(database_url: str | None, as_json: bool) -> None:
     with conn:
         found = store.definitions_list(conn)
     if as_json:
-        click.echo(json.dumps([_definition_json(d) for d in found], indent=2))
+        click.echo(json.dumps([definition_json(d) for d in found], indent=2))
         return
     if not found:
         click.echo("No schedules. Add one with `jobrunner schedule add` or `schedule sync FILE`.")
@@ -204,7 +204,7 @@ def show(name: str, database_url: str | None, as_json: bool) -> None:
     upcoming, problem = _upcoming(found)
     local = _in_zone(found.timezone)
     if as_json:
-        shown = _definition_json(found)
+        shown = definition_json(found)
         shown["upcoming"] = [local(t) for t in upcoming]
         if problem is not None:
             shown["problem"] = problem
@@ -592,18 +592,3 @@ def _next_run(definition: Any) -> str:
     if definition.next_fire_at is None:
         return "never"
     return _in_zone(definition.timezone)(definition.next_fire_at)
-
-
-def _definition_json(d: Any) -> dict[str, Any]:
-    return {
-        "id": d.id, "name": d.name, "type": d.job_type, "cron": d.schedule,
-        "timezone": d.timezone, "scope": d.scope, "payload": d.payload,
-        "max_attempts": d.max_attempts, "priority": d.priority, "catch_up": d.catch_up,
-        "catch_up_limit": d.catch_up_limit, "overlap": d.overlap,
-        "overlap_skips": d.overlap_skips, "expect_within": d.expect_within,
-        "ping_url": d.ping_url, "ping_failure_url": d.ping_failure_url, "then": d.then_type,
-        "enabled": d.enabled,
-        "materialized_through": iso(d.materialized_through),
-        "next_fire_at": iso(d.next_fire_at), "created_at": iso(d.created_at),
-        "updated_at": iso(d.updated_at),
-    }  # fmt: skip
