@@ -68,6 +68,7 @@ CREATE INDEX job_runs_batch ON job_runs (batch_id, status, (-id)) WHERE batch_id
 --      take turns on an advisory lock keyed by the batch and ask again once it is theirs:
 --      the last of them sees every other committed. The update of the batch's row (WHERE
 --      callback_run_id IS NULL) makes a second callback impossible even so.
+-- `probe` false skips step 1: the caller (the trigger below) has just asked it.
 CREATE FUNCTION jobrunner_batch_end(batch bigint, at timestamptz, probe boolean DEFAULT true)
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER AS $$
