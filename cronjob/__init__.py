@@ -7,7 +7,14 @@ from typing import TYPE_CHECKING, Any
 from cronjob.handlers import Backoff, Fail, Retry, handler
 
 if TYPE_CHECKING:
-    from cronjob.api import enqueue, enqueue_async, enqueue_many, new_run
+    from cronjob.api import (
+        enqueue,
+        enqueue_async,
+        enqueue_batch,
+        enqueue_batch_async,
+        enqueue_many,
+        new_run,
+    )
 
 __all__ = [
     "Backoff",
@@ -15,6 +22,8 @@ __all__ = [
     "Retry",
     "enqueue",
     "enqueue_async",
+    "enqueue_batch",
+    "enqueue_batch_async",
     "enqueue_many",
     "handler",
     "new_run",
@@ -24,7 +33,14 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     # enqueue pulls in the database layer; handler modules that only declare
     # handlers should not pay for it at import.
-    if name in ("enqueue", "enqueue_async", "enqueue_many", "new_run"):
+    if name in (
+        "enqueue",
+        "enqueue_async",
+        "enqueue_batch",
+        "enqueue_batch_async",
+        "enqueue_many",
+        "new_run",
+    ):
         from cronjob import api
 
         return getattr(api, name)

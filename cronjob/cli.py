@@ -39,6 +39,8 @@ COMMANDS = {
     "audit": "cronjob.commands.incident:audit",
     "limit": "cronjob.commands.limits:limit",
     "limits": "cronjob.commands.limits:list_limits",
+    "batches": "cronjob.commands.batches:batches",
+    "batch": "cronjob.commands.batches:batch",
     "sync": "cronjob.commands.django:sync",
     "web": "cronjob.commands.web:web",
     "server": "cronjob.commands.server:server",

@@ -29,6 +29,7 @@ class HandlerTransactionError(Exception):
 
 
 _EVENT_LOCK = threading.Lock()
+_UNREAD = object()  # ctx.batch before its one read
 
 
 class CancelEvent(threading.Event):
@@ -111,6 +112,7 @@ class JobContext:
         self._db: Any = None
         self._side: Any = None
         self._log: Any = None
+        self._batch: Any = _UNREAD
         # The attempt's OpenTelemetry span when the tick traces (set by cronjob.tracing);
         # otherwise a stand-in whose methods do nothing, so handlers may use it always.
         self.span: Any = NO_SPAN
@@ -176,6 +178,19 @@ class JobContext:
                 raise
             self._db = conn
         return self._db
+
+    @property
+    def batch(self) -> Any:
+        """The batch this run is the callback of (`cronjob.models.BatchState`: its id, its
+        members' counts by status and those that did not succeed, when it started and ended,
+        the schedule occurrence it fanned out for), or None. Read once, on first use, on a
+        connection of its own: no other run pays for it."""
+        if self._batch is _UNREAD:
+            from cronjob import store
+
+            with self._database.connect(autocommit=True) as conn:
+                self._batch = store.batch_get_by_callback(conn, self.run_id)
+        return self._batch
 
     @property
     def used_db(self) -> bool:

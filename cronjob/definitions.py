@@ -55,6 +55,7 @@ FILE_KEYS = {
     "expect_within": "expect_within",
     "ping_url": "ping_url",
     "ping_failure_url": "ping_failure_url",
+    "then": "then_type",
     "enabled": "enabled",
 }
 
@@ -85,6 +86,7 @@ def definition_spec(
     expect_within: Any = None,
     ping_url: Any = None,
     ping_failure_url: Any = None,
+    then_type: Any = None,
     enabled: Any = None,
 ) -> DefinitionSpec:
     """Validate every field of a definition; raises BadInput naming the first problem."""
@@ -113,6 +115,10 @@ def definition_spec(
         )
     if catch_up_limit is not None and catch_up != "all":
         raise BadInput("a catch-up limit applies to catch-up policy 'all' only")
+    if then_type is not None:
+        then_type = check_text(then_type, what="then type", max_length=200)
+        if scope != "tenant" or overlap != "allow":
+            raise BadInput("then applies to a schedule with scope tenant and overlap allow")
     if enabled is not None and not isinstance(enabled, bool):
         raise BadInput(f"invalid enabled {excerpt(enabled)}: expected true or false")
     return DefinitionSpec(
@@ -132,6 +138,7 @@ def definition_spec(
         expect_within=None if expect_within is None else _expect_within(expect_within),
         ping_url=None if ping_url is None else check_ping_url(ping_url, what="ping_url"),
         ping_failure_url=_ping_failure_url(ping_url, ping_failure_url),
+        then_type=then_type,
         enabled=enabled,
     )
 
@@ -400,6 +407,7 @@ def _differences(current: Definition, spec: DefinitionSpec) -> tuple[str, ...]:
         ("expect_within", current.expect_within, spec.expect_within),
         ("ping_url", current.ping_url, spec.ping_url),
         ("ping_failure_url", current.ping_failure_url, spec.ping_failure_url),
+        ("then", current.then_type, spec.then_type),
     ]
     if spec.enabled is not None:
         pairs.append(("enabled", current.enabled, spec.enabled))

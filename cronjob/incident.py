@@ -49,7 +49,7 @@ def _all_but(*excluded: Status) -> tuple[str, ...]:
 
 def _actions() -> dict[str, Action]:
     # The store's record functions load on first use; an idle tick never comes here.
-    unfinished = ("queued", "failed", "running")
+    unfinished = ("queued", "failed", "running", "waiting")
     finished = ("succeeded", "dead", "cancelled")
     return {
         "retry": Action("retry", "retried", _all_but(Status.SUCCEEDED), store.runs_retry_selected),
@@ -125,7 +125,14 @@ def build_selection(
         error_like=error_like,
         schedule=options.get("schedule"),
         limit=options.get("limit"),
+        batch_id=_batch_id(options.get("batch_id")),
     )
+
+
+def _batch_id(given: Any) -> int | None:
+    from cronjob.inputs import parse_id
+
+    return None if given is None else parse_id(given, what="--batch")
 
 
 def with_clock(

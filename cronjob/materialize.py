@@ -24,7 +24,7 @@ from cronjob.text import one_line
 # Due definitions locked and written per transaction. A claim batch is bounded by how many
 # runs a tick can start at once; this one only by how long its row locks last (tens of
 # milliseconds), and larger batches spread each statement's fixed cost over more rows.
-# A tick sizes its own batch from its claim batch instead (BATCH_FACTOR).
+# A tick sizes its own batch from its claim batch instead, by the factor below.
 MATERIALIZE_BATCH_SIZE = 1000
 BATCH_FACTOR = 10  # a tick materializes this many definitions per run it claims at once
 
@@ -185,9 +185,19 @@ class Materializer:
             with database_errors(), conn.transaction():
                 if exclusive:
                     return self._write_exclusive(conn, advance, self.tenants_sql, now)
-                return store.runs_materialize_tenants(
+                batches = []
+                if advance.definition.then_type is not None:
+                    # Each occurrence's runs are a batch: made first, so the runs join it,
+                    # and ended after, so an occurrence with no tenant calls back at once.
+                    batches = store.batches_insert_for_occurrences(
+                        conn, advance.definition, advance.scheduled_fors, now=now
+                    )
+                created = store.runs_materialize_tenants(
                     conn, advance, tenants_sql=self.tenants_sql, now=now
                 )
+                for batch_id in batches:
+                    store.batch_end(conn, batch_id, now=now)
+                return created
         except DatabaseError as exc:
             self._problem(advance.definition, f"the tenant query failed: {exc.description}")
             return None

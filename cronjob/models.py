@@ -20,6 +20,7 @@ class Status(enum.StrEnum):
     FAILED = "failed"
     DEAD = "dead"
     CANCELLED = "cancelled"
+    WAITING = "waiting"  # for the runs it was enqueued after (`after=`) to succeed
 
 
 TERMINAL = frozenset({Status.SUCCEEDED, Status.DEAD, Status.CANCELLED})
@@ -282,6 +283,7 @@ class Definition:
     next_fire_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    then_type: str | None = None  # each occurrence's tenant runs are a batch calling it back
 
 
 DEFAULT_CATCH_UP_LIMIT = 100  # as the schema's default for job_definitions.catch_up_limit
@@ -305,6 +307,7 @@ class DefinitionSpec:
     expect_within: int | None = None
     ping_url: str | None = None
     ping_failure_url: str | None = None  # None: ping_url + "/fail"
+    then_type: str | None = None  # each occurrence's batch calls back a run of this type
     enabled: bool | None = None  # None: a new definition is enabled, an existing one unchanged
 
 
@@ -321,6 +324,7 @@ class DueDefinition:
     catch_up_limit: int
     materialized_through: datetime
     overlap: str = "allow"
+    then_type: str | None = None
 
 
 @dataclass(frozen=True)
@@ -391,6 +395,7 @@ class Selection:
     since: datetime | None = None  # last changed (or finished) at or after
     until: datetime | None = None  # last changed (or finished) before
     limit: int | None = None
+    batch_id: int | None = None  # members of this batch
 
     @property
     def filtered(self) -> bool:
@@ -406,6 +411,7 @@ class Selection:
                 self.schedule,
                 self.since,
                 self.until,
+                self.batch_id,
             )
         )
 
@@ -422,6 +428,7 @@ class Selection:
             "since": self.since.isoformat() if self.since else None,
             "until": self.until.isoformat() if self.until else None,
             "limit": self.limit,
+            "batch": self.batch_id,
         }
         return {k: v for k, v in shown.items() if v is not None}
 
@@ -512,3 +519,37 @@ class TypeLimit:
     reason: str | None = None
     set_by: str = ""
     set_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A batch as `enqueue_batch` made it: its id and its members' run ids, in order."""
+
+    id: int
+    run_ids: list[int]
+
+
+@dataclass(frozen=True)
+class BatchState:
+    """A batch and how its members ended: what a callback sees as `ctx.batch` (the counts
+    as they were when the callback was enqueued) and what `batch show` prints (as they are)."""
+
+    id: int
+    on_outcome: str  # 'finished' or 'succeeded'
+    then_type: str
+    definition_id: int | None  # the schedule whose occurrence it is
+    scheduled_for: datetime | None  # that occurrence
+    started_at: datetime  # when it was enqueued
+    ended_at: datetime | None  # when its last member first ended
+    counts: dict[str, int]  # members by status
+    not_succeeded: list[int]  # the first hundred members (by id) that did not succeed
+    reason: str | None  # why no callback ran (on_outcome 'succeeded')
+    callback_run_id: int | None
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def finished(self) -> int:
+        return sum(n for status, n in self.counts.items() if status in TERMINAL)

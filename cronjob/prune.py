@@ -28,8 +28,9 @@ def prune_runs(
 ) -> PruneReport:
     """Delete finished runs (succeeded, dead, cancelled) more than `older_than` seconds old.
 
-    Effects-ledger keys whose run is gone go too. `conn` must be in autocommit mode,
-    so each batch commits as it goes; a failure halfway keeps what was already pruned.
+    Effects-ledger keys whose run is gone go too, and the batches whose runs are all gone.
+    `conn` must be in autocommit mode, so each batch commits as it goes; a failure halfway
+    keeps what was already pruned.
     """
     if not conn.autocommit:
         raise ValueError("prune_runs needs an autocommit connection: each batch commits alone")
@@ -45,4 +46,6 @@ def prune_runs(
         if sum(deleted.values()) < batch_size:
             break
     effects = store.effects_prune_many(conn, older_than_seconds=0.0, batch_size=batch_size, now=now)
+    # A batch goes once its runs have: its row is all that is left of it.
+    store.batches_prune(conn, older_than=older_than, now=now)
     return PruneReport(totals, batches, effects)

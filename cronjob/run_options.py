@@ -33,6 +33,7 @@ from cronjob.inputs import (
     encode_payload,
     excerpt,
     parse_duration,
+    parse_id,
     parse_int,
     parse_integer,
     parse_max_attempts,
@@ -63,6 +64,7 @@ class Option(NamedTuple):
     metavar: str = "VALUE"
     help: str = ""
     is_flag: bool = False  # on the command line, a flag without a value; False means unset
+    multiple: bool = False  # on the command line, given once per value (a list in a JSON line)
 
 
 def _run_at(value: Any, what: str) -> datetime:
@@ -123,6 +125,24 @@ def _result_id(value: Any, what: str) -> uuid.UUID:
         return uuid.UUID(text)
     except ValueError:
         raise BadInput(f"invalid {what} {excerpt(text)}: expected a UUID") from None
+
+
+# The most runs one run may wait for.
+MAX_AFTER = 1000
+
+
+def _after(value: Any, what: str) -> tuple[int, ...] | None:
+    values = list(value) if isinstance(value, (list, tuple)) else [value]
+    if len(values) > MAX_AFTER:
+        raise BadInput(f"{what} takes at most {MAX_AFTER} run ids")
+    ids = tuple(dict.fromkeys(parse_id(v, what=what) for v in values))
+    return ids or None
+
+
+def _after_policy(value: Any, what: str) -> str:
+    if value not in ("succeeded", "finished"):
+        raise BadInput(f"invalid {what} {excerpt(value)}: expected succeeded or finished")
+    return str(value)
 
 
 def _copied_run_at(options: Mapping[str, Any], now: datetime) -> datetime:
@@ -313,6 +333,51 @@ class RunOptions(TypedDict, total=False):
             optional=True,
         ),
     ]
+    # The runs this one waits for (migration 0026): it is 'waiting', and claimable only once
+    # they have all succeeded. Not a column: the enqueue records the edges after the insert.
+    after: Annotated[
+        list[int] | tuple[int, ...] | int | str,
+        Option(
+            check=_after,
+            what="after",
+            sql_type="bigint",
+            column=None,
+            optional=True,
+            flag="--after",
+            key="after",
+            metavar="ID",
+            multiple=True,
+            help="Start only once run ID has succeeded (again for each run to wait for); if it "
+            "is dead or cancelled, this run is cancelled with a reason naming it.",
+        ),
+    ]
+    after_policy: Annotated[
+        str,
+        Option(
+            check=_after_policy,
+            what="after policy",
+            sql_type="text",
+            column=None,
+            optional=True,
+            flag="--after-policy",
+            key="after_policy",
+            metavar="POLICY",
+            help="With --after: succeeded (default) waits for every run to succeed; finished "
+            "runs once they have all ended, however.",
+        ),
+    ]
+    # The batch the run is a member of (migration 0026): enqueue_batch sets it, on the runs it
+    # is given, after making the batch.
+    batch_id: Annotated[
+        int,
+        Option(
+            check=lambda value, what: parse_id(value, what=what),
+            what="batch id",
+            sql_type="bigint",
+            column="batch_id",
+            optional=True,
+        ),
+    ]
 
 
 RUN_OPTIONS: dict[str, Option] = {
@@ -323,6 +388,8 @@ RUN_OPTIONS: dict[str, Option] = {
 ALWAYS_SENT = tuple(name for name, option in RUN_OPTIONS.items() if not option.optional)
 # The options that make a run keyed (Option.keyed).
 KEYED = frozenset(name for name, option in RUN_OPTIONS.items() if option.keyed)
+# The options that make a run wait for others: recorded apart from its insert.
+WAITING = frozenset({"after", "after_policy"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,6 +420,10 @@ def check_options(given: Mapping[str, Any], *, names: Mapping[str, str] = {}) ->
             options[name] = checked
     if "replace" in options and "unique_key" not in options:
         raise BadInput(f"{names.get('replace', 'replace')} needs a unique key")
+    if "after_policy" in options and "after" not in options:
+        raise BadInput(
+            f"{names.get('after_policy', 'after policy')} needs {names.get('after', 'after')}"
+        )
     if "run_at" in options and "delay" in options:
         at, delay = names.get("run_at", "run_at"), names.get("delay", "delay")
         raise BadInput(f"give either {at} or {delay}, not both")

@@ -21,11 +21,12 @@
 -- jobrunner_worker    tick: claim, finalize, heartbeat, hand back, rescue, materialize, prune
 --                     after the tick, the metrics textfile, pings; and reads what a tick
 --                     reads. Reads and writes job_runs, job_attempts, job_effects,
---                     job_run_tally, job_schedule_skips, job_handlers_seen; reads job_run_logs and inserts
---                     the log of an attempt a run made (a trigger refuses any other); reads
---                     and updates job_definitions; reads job_type_pauses, job_type_limits,
---                     job_schedule_health; times starts in job_rate_arrivals. Nothing of the
---                     audit trail.
+--                     job_run_tally, job_schedule_skips, job_handlers_seen; reads
+--                     job_run_logs and inserts the log of an attempt a run made (a trigger
+--                     refuses any other); reads and updates job_definitions; reads job_type_pauses, job_type_limits,
+--                     job_schedule_health; times starts in job_rate_arrivals; makes a
+--                     schedule occurrence's batch and prunes ended ones (job_batches); reads
+--                     job_run_dependencies. Nothing of the audit trail.
 -- jobrunner_enqueuer  apps: enqueue(), enqueue_async() and enqueue_many(), `jobrunner enqueue`
 --                     (--jsonl too), Django's Task.enqueue(). Inserts into job_runs the
 --                     columns an enqueue sets (by COPY too, in bulk), and reads no column
@@ -33,12 +34,15 @@
 --                     enqueue time) only through jobrunner_runs_holding_keys. Replaces a
 --                     waiting run's payload and run_at only through jobrunner_replace_waiting
 --                     (--unique-key with --replace), for a run of that key's type and
---                     tenant that its own login enqueued. Nothing else.
+--                     tenant that its own login enqueued. Inserts batches (job_batches, the
+--                     columns a batch is made with) and records a run's dependencies only
+--                     through jobrunner_runs_wait. Nothing else.
 -- jobrunner_reader    status, list, show, metrics, check, audit, limits, schedule list/show/preview,
 --                     Django's get_result(). Reads every table but job_effects.
 -- jobrunner_operator  retry, cancel, prune, pause, resume, limit, schedule add/pause/resume/
---                     remove/sync. Reads and updates the bookkeeping columns of job_runs
---                     (never payloads or return values) and deletes runs; reads and writes
+--                     remove/sync, batches, batch show. Reads and updates the bookkeeping
+--                     columns of job_runs (never payloads or return values) and deletes runs
+--                     and ended batches; reads dependencies; reads and writes
 --                     job_definitions, job_type_pauses and job_type_limits; appends to the
 --                     audit trail.
 --
@@ -55,7 +59,8 @@
 -- and its login (session_user) itself, whatever the INSERT says.
 --
 -- The triggers that keep derived tables (the finished-run tally, schedule health) act as the
--- owner (SECURITY DEFINER, migration 0016), so no role needs grants on what they write.
+-- owner (SECURITY DEFINER, migration 0016), so no role needs grants on what they write; so do
+-- those that end a batch and release a waiting run when a run finishes (migration 0026).
 --
 -- All are NOLOGIN group roles, and no password appears here. Give each app or host its
 -- own login in a group: credentials can then be rotated or revoked one login at a time
@@ -162,7 +167,8 @@ SELECT format('ALTER TABLE %I.%I OWNER TO jobrunner_owner', n.nspname, c.relname
                      'job_effects', 'job_type_pauses', 'job_audit', 'job_audit_batches',
                      'job_run_tally', 'job_schedule_skips', 'job_schedule_health',
                      'job_run_logs', 'job_type_limits', 'job_rate_windows',
-                     'job_rate_arrivals', 'job_handlers_seen')
+                     'job_rate_arrivals', 'job_handlers_seen', 'job_batches',
+                     'job_run_dependencies')
    AND c.relowner <> 'jobrunner_owner'::regrole
  ORDER BY c.relname
 \gexec

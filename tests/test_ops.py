@@ -24,7 +24,7 @@ from tests.conftest import count, run_cli
 from tests.factories import tick
 from tests.test_lifecycle import db_now
 
-STATUSES = ("queued", "running", "succeeded", "failed", "dead", "cancelled")
+STATUSES = ("queued", "running", "succeeded", "failed", "dead", "cancelled", "waiting")
 
 
 def cli(db_url: str, *args: str, env: dict[str, str] | None = None) -> Any:

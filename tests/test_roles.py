@@ -49,8 +49,11 @@ ROLE_TABLE: dict[str, frozenset[str]] = {
     "tick": TICKS,
     "enqueue": ENQUEUES,
     "enqueue --jsonl": ENQUEUES,
+    "enqueue --jsonl --then": ENQUEUES,
     "retry": OPERATES,
+    "retry --batch": OPERATES,
     "cancel": OPERATES,
+    "cancel --batch": OPERATES,
     "prune": OPERATES,
     "prune --audit-older-than": frozenset({OWNER}),
     "pause": OPERATES,
@@ -70,6 +73,8 @@ ROLE_TABLE: dict[str, frozenset[str]] = {
     "schedule list": READS | {OPERATOR},  # what it manages
     "schedule show": READS,
     "audit": frozenset({OWNER, READER}),
+    "batches": READS | {OPERATOR},  # what it retries and cancels
+    "batch show": READS | {OPERATOR},
     "schedule preview": EVERYONE,  # needs no database
 }
 # The Django backend's, run by the Django suite (tests/django_suite/test_django_roles.py).
@@ -94,6 +99,16 @@ class World:
     def run(self, job_type: str = "test.ok", **columns: Any) -> str:
         with psycopg.connect(self.db.admin, autocommit=True) as conn:
             return str(insert_run(conn, job_type, **columns))
+
+    def batch(self) -> str:
+        """A batch of one queued run and one dead one."""
+        with psycopg.connect(self.db.admin, autocommit=True) as conn:
+            batch_id = conn.execute(
+                "INSERT INTO job_batches (then_type) VALUES ('t') RETURNING id"
+            ).fetchone()[0]
+            insert_run(conn, "test.ok", batch_id=batch_id)
+            insert_run(conn, "test.ok", batch_id=batch_id, status="dead", attempts=1)
+        return str(batch_id)
 
     def schedule(self, *, enabled: bool = True) -> str:
         name = self.unique("schedule")
@@ -148,6 +163,11 @@ ARGUMENTS: dict[str, Callable[[World], Sequence[str]]] = {
     "tick": _tick,
     "enqueue": lambda w: ["enqueue", "test.ok", "--idempotency-key", "K", "--tenant", "acme"],
     "enqueue --jsonl": lambda w: ["enqueue", "--jsonl", w.file(JSONL)],
+    "enqueue --jsonl --then": lambda w: ["enqueue", "--jsonl", w.file(JSONL), "--then", "t"],
+    "retry --batch": lambda w: ["retry", "--batch", w.batch(), "--yes"],
+    "cancel --batch": lambda w: ["cancel", "--batch", w.batch(), "--yes"],
+    "batches": lambda w: ["batches"],
+    "batch show": lambda w: ["batch", "show", w.batch()],
     "retry": lambda w: ["retry", w.run(status="dead", attempts=1)],
     "cancel": lambda w: ["cancel", w.run()],
     "prune": lambda w: ["prune", w.run(status="succeeded")],
@@ -249,12 +269,12 @@ def test_deploy_readme_shows_the_role_table_the_server_enforces() -> None:
 # or on the columns in brackets. A role not named for a table has nothing on it.
 _ENQUEUED = (
     "id job_type payload run_at idempotency_key max_attempts priority tenant_id queue"
-    " result_id run_after traceparent tracestate unique_key created_at updated_at"
+    " result_id run_after traceparent tracestate unique_key created_at updated_at batch_id"
 )
 _OPERATOR_READS = (
     "id definition_id job_type tenant_id scheduled_for run_at status attempts max_attempts"
     " priority locked_by locked_until last_error error_type started_at finished_at created_at"
-    " updated_at"
+    " updated_at batch_id"
 )
 _OPERATOR_WRITES = (
     "status attempts run_at finished_at locked_by locked_until lease_token updated_at"
@@ -295,11 +315,23 @@ GRANTS: dict[str, dict[str, str]] = {
     "job_schedule_health": {WORKER: "SELECT", READER: "SELECT"},
     "job_run_logs": {WORKER: "SELECT INSERT", READER: "SELECT"},
     "job_handlers_seen": {WORKER: "SELECT INSERT UPDATE DELETE", READER: "SELECT"},
+    "job_batches": {
+        WORKER: "SELECT INSERT DELETE",
+        ENQUEUER: "INSERT(id on_outcome then_type then_payload then_tenant_id then_priority"
+        " then_max_attempts created_at)",
+        READER: "SELECT",
+        OPERATOR: "SELECT DELETE",
+    },
+    "job_run_dependencies": {WORKER: "SELECT", READER: "SELECT", OPERATOR: "SELECT"},
 }
 # The functions that act as the owner and that a role may call, and who may.
 CALLABLE = {
     "jobrunner_runs_holding_keys": {WORKER, ENQUEUER},
     "jobrunner_replace_waiting": {WORKER, ENQUEUER},
+    "jobrunner_batch_end": {WORKER, ENQUEUER},
+    "jobrunner_runs_unknown": {WORKER, ENQUEUER},
+    "jobrunner_runs_wait": {WORKER, ENQUEUER},
+    "jobrunner_run_decide_waiting": set(),  # a parent's finish calls it, as the owner
 }
 _PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
 _COLUMN_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "REFERENCES")
@@ -415,6 +447,27 @@ def test_the_enqueuer_bulk_enqueues_by_copy(world: World) -> None:
             [ids],
         ).fetchone()
     assert found == (50, 100)
+
+
+def test_the_enqueuer_makes_batches_the_worker_ends_them_and_the_reader_sees_them(
+    world: World,
+) -> None:
+    from cronjob import store
+    from cronjob.api import enqueue_batch, new_run
+
+    with psycopg.connect(world.logins[ENQUEUER]) as conn:
+        empty = enqueue_batch(conn, [], then=new_run("test.ok"))
+        batch = enqueue_batch(conn, [new_run("test.ok"), new_run("test.ok")], then=new_run("x"))
+    assert refused(world.logins[ENQUEUER], "SELECT id FROM job_batches")
+    ticked = as_role(
+        world, WORKER, "tick", "--handlers", "tests.handlers.basic", "--types", "test.ok"
+    )
+    assert ticked.exit_code == 0, ticked.stderr
+    with psycopg.connect(world.logins[READER]) as conn:
+        assert store.batch_get(conn, empty.id).callback_run_id is not None
+        ended = store.batch_get(conn, batch.id)
+    assert ended.counts == {"succeeded": 2}
+    assert ended.callback_run_id is not None
 
 
 def test_the_enqueuer_may_insert_exactly_the_columns_an_enqueue_sets(world: World) -> None:
@@ -790,7 +843,11 @@ def test_the_reader_serves_every_page_of_the_dashboard(world: World) -> None:
 
     run_id = world.run(status="dead", attempts=1, payload={"to": "ada@example.com"})
     schedule = world.schedule()
-    pages = ("/", "/runs", f"/runs/{run_id}", "/schedules", f"/schedules/{schedule}", "/audit")
+    batch = world.batch()
+    pages = (
+        "/", "/runs", f"/runs/{run_id}", "/schedules", f"/schedules/{schedule}", "/audit",
+        "/batches", f"/batches/{batch}", f"/runs?batch={batch}",
+    )  # fmt: skip
 
     with serving(app(world.logins[READER], show_payloads=True)) as base:
         answers = {page: request(base + page) for page in pages}

@@ -41,6 +41,7 @@ SAMPLES: dict[str, tuple[Any, str, Any]] = {
     ),
     "traceparent": (TRACEPARENT, TRACEPARENT, TRACEPARENT),
     "tracestate": ("vendor=abc,other=1", "vendor=abc,other=1", "vendor=abc,other=1"),
+    "batch_id": (42, "42", 42),
 }
 STORED = sorted(name for name, option in RUN_OPTIONS.items() if option.column)
 
@@ -82,8 +83,9 @@ def test_the_command_line_and_jsonl_take_every_option_but_the_frameworks_own():
     help_text = run_cli("enqueue", "--help").stdout
     for name, option in RUN_OPTIONS.items():
         # A Django task's, set by the backend alone; the trace context, taken from the
-        # caller's OpenTelemetry context or the TRACEPARENT and TRACESTATE variables.
-        if name in ("queue", "result_id", "run_after", "traceparent", "tracestate"):
+        # caller's OpenTelemetry context or the TRACEPARENT and TRACESTATE variables; the
+        # batch, set by enqueue_batch (`enqueue --jsonl --then` on the command line).
+        if name in ("queue", "result_id", "run_after", "traceparent", "tracestate", "batch_id"):
             assert option.flag is None and option.key is None
             continue
         assert option.flag in help_text

@@ -25,7 +25,8 @@ WORKING = {"retry": "retrying", "cancel": "cancelling", "prune": "pruning"}
 
 
 def filter_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """--type, --tenant, --error-type, --error-like, --schedule, --since, --until, --limit."""
+    """--type, --tenant, --error-type, --error-like, --schedule, --batch, --since, --until,
+    --limit."""
     for option in reversed(
         (
             click.option(
@@ -46,6 +47,9 @@ def filter_options(func: Callable[..., Any]) -> Callable[..., Any]:
                 help="Only runs whose last error message contains TEXT (any case).",
             ),
             click.option("--schedule", metavar="NAME", help="Only runs of this schedule."),
+            click.option(
+                "--batch", "batch_id", metavar="ID", help="Only the members of this batch."
+            ),
             click.option(
                 "--since",
                 metavar="WHEN",

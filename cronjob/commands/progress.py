@@ -247,3 +247,22 @@ def _signals_stop(watch: Watch) -> Iterator[None]:
         yield
     finally:
         restore()
+
+
+@contextlib.contextmanager
+def tuned_for_bulk() -> Iterator[None]:
+    """For a bulk enqueue, no cyclic garbage collection: its passes over the runs a chunk
+    holds cost a sixth of the time, and the strings, dicts and runs it makes hold no cycles.
+    And the interpreter's lock handed over every half millisecond, not every five: while the
+    sender waits for it, for a moment's work, the server has nothing to store."""
+    import gc
+
+    collecting, interval = gc.isenabled(), sys.getswitchinterval()
+    gc.disable()
+    sys.setswitchinterval(0.0005)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(interval)
+        if collecting:
+            gc.enable()

@@ -85,7 +85,7 @@ def prune(
     """
     from dataclasses import replace
 
-    from cronjob import incident
+    from cronjob import incident, store
     from cronjob.commands import incident as selecting
     from cronjob.inputs import parse_duration, parse_run_ids, parse_statuses
     from cronjob.models import Selection
@@ -128,6 +128,7 @@ def prune(
             )
             if applied is not None:
                 effects = _prune_effects(conn, effects_age, batch_size)
+                store.batches_prune(conn, older_than=age or 0.0)
         audits = _prune_audit(conn, audit_age, options) if audit_age is not None else None
     _report_prune(
         selection if runs_too else Selection(),

@@ -50,3 +50,19 @@ def clip(text: str, width: int) -> str:
     longer."""
     text = printable(one_line(text))
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def definition_json(d: Any) -> dict[str, Any]:
+    """A schedule as `schedule list --json` and `schedule show --json` print it."""
+    return {
+        "id": d.id, "name": d.name, "type": d.job_type, "cron": d.schedule,
+        "timezone": d.timezone, "scope": d.scope, "payload": d.payload,
+        "max_attempts": d.max_attempts, "priority": d.priority, "catch_up": d.catch_up,
+        "catch_up_limit": d.catch_up_limit, "overlap": d.overlap,
+        "overlap_skips": d.overlap_skips, "expect_within": d.expect_within,
+        "ping_url": d.ping_url, "ping_failure_url": d.ping_failure_url, "then": d.then_type,
+        "enabled": d.enabled,
+        "materialized_through": iso(d.materialized_through),
+        "next_fire_at": iso(d.next_fire_at), "created_at": iso(d.created_at),
+        "updated_at": iso(d.updated_at),
+    }  # fmt: skip

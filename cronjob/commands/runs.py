@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Callable, Iterator
 from typing import IO, Any
@@ -11,6 +10,8 @@ import click
 
 from cronjob.cli import Count, database_url_option, json_option, lock_wait_option
 from cronjob.commands import open_connection
+from cronjob.commands.batches import batch_callback, batch_member, then_options
+from cronjob.commands.progress import tuned_for_bulk
 from cronjob.commands.render import clip, iso, table, when
 from cronjob.errors import BadInput
 from cronjob.inputs import (
@@ -23,7 +24,7 @@ from cronjob.inputs import (
     parse_payload,
     read_text,
 )
-from cronjob.run_options import RUN_OPTIONS, checked_run
+from cronjob.run_options import RUN_OPTIONS, NewRun, checked_run
 from cronjob.text import printable
 
 # A --jsonl line holds one payload and a few short fields.
@@ -47,6 +48,10 @@ def run_option_flags(func: Callable[..., Any]) -> Callable[..., Any]:
         option = RUN_OPTIONS[name]
         if option.is_flag:
             func = click.option(flag, name, is_flag=True, default=None, help=option.help)(func)
+        elif option.multiple:
+            func = click.option(
+                flag, name, metavar=option.metavar, multiple=True, help=option.help
+            )(func)
         else:
             func = click.option(flag, name, metavar=option.metavar, help=option.help)(func)
     return func
@@ -73,6 +78,7 @@ def run_option_flags(func: Callable[..., Any]) -> Callable[..., Any]:
     "- for stdin. One transaction: a bad line anywhere, or SIGINT or SIGTERM, and nothing "
     "is enqueued.",
 )
+@then_options
 @lock_wait_option("another --jsonl batch with idempotency keys")
 def enqueue(
     job_type: str | None,
@@ -80,6 +86,9 @@ def enqueue(
     payload: str | None,
     payload_file: IO[bytes] | None,
     jsonl: IO[bytes] | None,
+    then_type: str | None,
+    then_payload: str | None,
+    as_json: bool,
     lock_wait: float,
     **options: str | None,
 ) -> None:
@@ -88,12 +97,16 @@ def enqueue(
     \b
     jobrunner enqueue send_email --payload '{"to": "a@example.com"}' --delay 5m
     jobrunner enqueue --jsonl runs.jsonl
+    jobrunner enqueue --jsonl reports.jsonl --then reports.summary
 
     Each run records the caller's trace from TRACEPARENT and TRACESTATE, if set
     (OpenTelemetry's carrier for processes), so that its attempts are traced in it.
     """
     from cronjob.api import insert_runs
 
+    # An option given once per value (--after) that was not given at all: unset.
+    options = {name: None if value == () else value for name, value in options.items()}
+    then = batch_callback(then_type, then_payload, as_json, jsonl is not None, _trace_context())
     if jsonl is not None:
         if (
             job_type
@@ -104,7 +117,7 @@ def enqueue(
             raise BadInput(
                 "--jsonl takes every field from its lines: give no TYPE or other options"
             )
-        _enqueue_jsonl(jsonl, database_url, lock_wait)
+        _enqueue_jsonl(jsonl, database_url, lock_wait, then=then, as_json=as_json)
         return
     if not job_type:
         raise BadInput("missing TYPE: the job type to enqueue (or use --jsonl)")
@@ -117,7 +130,14 @@ def enqueue(
     click.echo(run_id)
 
 
-def _enqueue_jsonl(stream: IO[bytes], database_url: str | None, lock_wait: float) -> None:
+def _enqueue_jsonl(
+    stream: IO[bytes],
+    database_url: str | None,
+    lock_wait: float,
+    *,
+    then: NewRun | None = None,
+    as_json: bool = False,
+) -> None:
     """Check and insert chunk by chunk in one transaction, and print the ids once it commits.
 
     The first chunk is checked before connecting; a bad line further on rolls everything
@@ -130,9 +150,10 @@ def _enqueue_jsonl(stream: IO[bytes], database_url: str | None, lock_wait: float
     from concurrent.futures import ThreadPoolExecutor
     from itertools import chain
 
+    from cronjob import store
     from cronjob.commands.progress import on_terminal, watching
 
-    with _tuned_for_bulk():
+    with tuned_for_bulk():
         chunks = _jsonl_chunks(stream)
         first = next(chunks, None)
         if first is None:
@@ -146,7 +167,10 @@ def _enqueue_jsonl(stream: IO[bytes], database_url: str | None, lock_wait: float
             with progress as watch, conn.transaction(), ThreadPoolExecutor(1) as sender:
                 keyed = False
                 sending = None
+                batch_id = None if then is None else store.batch_insert(conn, then, "finished")
                 for chunk in chain([first], chunks):
+                    if batch_id is not None:
+                        chunk = [batch_member(run, batch_id) for run in chunk]
                     watch.checkpoint()
                     lock = not keyed and any(run.keyed for run in chunk)
                     keyed = keyed or lock
@@ -155,29 +179,16 @@ def _enqueue_jsonl(stream: IO[bytes], database_url: str | None, lock_wait: float
                     sending = sender.submit(_send, conn, chunk, lock, lock_wait)
                 if sending is not None:
                     _sent(sending, ids, watch)
+                if batch_id is not None:
+                    store.batch_end(conn, batch_id)
             ids.seek(0)
+            if batch_id is not None:
+                run_ids = [int(line) for line in ids]
+                shown = {"batch_id": batch_id, "run_ids": run_ids} if as_json else batch_id
+                click.echo(json.dumps(shown) if as_json else shown)
+                return
             while block := ids.read(1 << 16):
                 click.echo(block, nl=False)
-
-
-@contextlib.contextmanager
-def _tuned_for_bulk() -> Iterator[None]:
-    """For a bulk enqueue, no cyclic garbage collection: its passes over the runs a chunk
-    holds cost a sixth of the time, and the strings, dicts and runs it makes hold no cycles.
-    And the interpreter's lock handed over every half millisecond, not every five: while the
-    sender waits for it, for a moment's work, the server has nothing to store."""
-    import gc
-    import sys
-
-    collecting, interval = gc.isenabled(), sys.getswitchinterval()
-    gc.disable()
-    sys.setswitchinterval(0.0005)
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(interval)
-        if collecting:
-            gc.enable()
 
 
 def _send(conn: Any, chunk: list[Any], lock: bool, lock_wait: float) -> list[int]:
@@ -370,7 +381,7 @@ def retry(run_ids: tuple[str, ...], database_url: str | None, status_text: str |
     return _change_runs("retry", run_ids, database_url, status_text, as_json, options)
 
 
-@_selection_command("cancel", "Only runs in these statuses (queued, failed, running).")
+@_selection_command("cancel", "Only runs in these statuses (queued, failed, running, waiting).")
 def cancel(run_ids: tuple[str, ...], database_url: str | None, status_text: str | None,
            as_json: bool, **options: Any) -> int:  # fmt: skip
     """Cancel runs that have not finished: by id, or every run a filter selects.

@@ -19,7 +19,7 @@ from cronjob.cli import (
 )
 from cronjob.commands import open_connection
 from cronjob.commands.incident import actor_option, check_reason, reason_option, record_audit
-from cronjob.commands.render import clip, iso, table
+from cronjob.commands.render import clip, definition_json, iso, table
 from cronjob.errors import BadInput
 from cronjob.text import printable
 
@@ -101,6 +101,11 @@ def schedule() -> None:
     metavar="URL",
     help="Requested when a run is dead (default: the ping URL followed by /fail).",
 )
+@click.option(
+    "--then", "then_type", metavar="TYPE",
+    help="With --scope tenant: each occurrence's tenant runs are a batch, and a run of TYPE "
+    "follows once they have all ended (also with no tenant).",
+)  # fmt: skip
 @actor_option
 @reason_option
 def add(
@@ -119,6 +124,7 @@ def add(
     expect_within: str | None,
     ping_url: str | None,
     ping_failure_url: str | None,
+    then_type: str | None,
     actor: str | None,
     reason: str | None,
 ) -> None:
@@ -141,6 +147,7 @@ def add(
         expect_within=expect_within,
         ping_url=ping_url,
         ping_failure_url=ping_failure_url,
+        then_type=then_type,
     )
     conn = open_connection(database_url)
     with conn, conn.transaction():
@@ -166,7 +173,7 @@ def list_schedules(database_url: str | None, as_json: bool) -> None:
     with conn:
         found = store.definitions_list(conn)
     if as_json:
-        click.echo(json.dumps([_definition_json(d) for d in found], indent=2))
+        click.echo(json.dumps([definition_json(d) for d in found], indent=2))
         return
     if not found:
         click.echo("No schedules. Add one with `jobrunner schedule add` or `schedule sync FILE`.")
@@ -197,7 +204,7 @@ def show(name: str, database_url: str | None, as_json: bool) -> None:
     upcoming, problem = _upcoming(found)
     local = _in_zone(found.timezone)
     if as_json:
-        shown = _definition_json(found)
+        shown = definition_json(found)
         shown["upcoming"] = [local(t) for t in upcoming]
         if problem is not None:
             shown["problem"] = problem
@@ -426,6 +433,7 @@ def sync(
     overlap = "allow"                 # or "skip", "queue" (while a run is unfinished)
     expect_within = "2h"              # default: two intervals plus the lease
     ping_url = "https://hc-ping.com/UUID"  # called on success; ping_failure_url when dead
+    then = "reports.summary"          # scope tenant: a run once an occurrence's runs ended
     enabled = true                    # leave out to keep a paused schedule paused
 
     The whole file is checked before anything is written; one bad entry rejects it.
@@ -584,17 +592,3 @@ def _next_run(definition: Any) -> str:
     if definition.next_fire_at is None:
         return "never"
     return _in_zone(definition.timezone)(definition.next_fire_at)
-
-
-def _definition_json(d: Any) -> dict[str, Any]:
-    return {
-        "id": d.id, "name": d.name, "type": d.job_type, "cron": d.schedule,
-        "timezone": d.timezone, "scope": d.scope, "payload": d.payload,
-        "max_attempts": d.max_attempts, "priority": d.priority, "catch_up": d.catch_up,
-        "catch_up_limit": d.catch_up_limit, "overlap": d.overlap,
-        "overlap_skips": d.overlap_skips, "expect_within": d.expect_within,
-        "ping_url": d.ping_url, "ping_failure_url": d.ping_failure_url, "enabled": d.enabled,
-        "materialized_through": iso(d.materialized_through),
-        "next_fire_at": iso(d.next_fire_at), "created_at": iso(d.created_at),
-        "updated_at": iso(d.updated_at),
-    }  # fmt: skip

@@ -17,6 +17,8 @@ One module per table or concern, each run by the store module of the same name
 | `tally`       | status and metrics: the snapshot, the finished-run tally, durations     |
 | `dashboard`   | the dashboard's pages of runs and of the audit trail, its charts        |
 | `server`      | the server's own: what holds back cleanup, whether a session writes     |
+| `batches`     | batches: made, ended, read, their members, pruned                       |
+| `dependencies`| the runs a run waits for: recorded at its enqueue, read                 |
 | `testing`     | the pytest plugin's: the test's clock, an attempt's savepoint           |
 
 This module holds only the fragments several of them share, each written once: a

@@ -18,7 +18,7 @@ ORDER BY enabled DESC, next_fire_at NULLS LAST, name
 _DEFINITION_COLUMNS = (
     "id, name, job_type, payload, schedule, timezone, scope, max_attempts, priority, catch_up,"
     " catch_up_limit, overlap, overlap_skips, expect_within, ping_url, ping_failure_url,"
-    " enabled, materialized_through, next_fire_at, created_at, updated_at"
+    " enabled, materialized_through, next_fire_at, created_at, updated_at, then_type"
 )
 
 # A definition starts from the moment it is created: its high-water mark is that moment, so
@@ -27,11 +27,11 @@ DEFINITION_INSERT = f"""
 INSERT INTO job_definitions (name, job_type, payload, schedule, timezone, scope, max_attempts,
                              priority, catch_up, catch_up_limit, overlap, expect_within,
                              ping_url, ping_failure_url, enabled, materialized_through,
-                             next_fire_at, created_at, updated_at)
+                             next_fire_at, created_at, updated_at, then_type)
 VALUES (%(name)s, %(job_type)s, %(payload)s::jsonb, %(schedule)s, %(timezone)s, %(scope)s,
         %(max_attempts)s, %(priority)s, %(catch_up)s, %(catch_up_limit)s, %(overlap)s,
         %(expect_within)s, %(ping_url)s, %(ping_failure_url)s, %(enabled)s, %(now)s,
-        %(next_fire_at)s, %(now)s, %(now)s)
+        %(next_fire_at)s, %(now)s, %(now)s, %(then_type)s)
 ON CONFLICT (name) DO NOTHING
 RETURNING {_DEFINITION_COLUMNS}
 """
@@ -42,7 +42,7 @@ SET job_type = %(job_type)s, payload = %(payload)s::jsonb, schedule = %(schedule
     timezone = %(timezone)s, scope = %(scope)s, max_attempts = %(max_attempts)s,
     priority = %(priority)s, catch_up = %(catch_up)s, catch_up_limit = %(catch_up_limit)s,
     overlap = %(overlap)s, expect_within = %(expect_within)s, ping_url = %(ping_url)s,
-    ping_failure_url = %(ping_failure_url)s, enabled = %(enabled)s,
+    ping_failure_url = %(ping_failure_url)s, enabled = %(enabled)s, then_type = %(then_type)s,
     materialized_through = %(materialized_through)s,
     next_fire_at = %(next_fire_at)s, updated_at = %(now)s
 WHERE id = %(id)s
@@ -106,7 +106,7 @@ SELECT {_NOW}, EXISTS (
 # index alone, so a batch is a short index range scan rather than a sort of everything due.
 DEFINITIONS_CLAIM_DUE_MANY = """
 SELECT id, name, schedule, timezone, scope, catch_up, catch_up_limit, overlap,
-       materialized_through
+       materialized_through, then_type
 FROM job_definitions
 WHERE enabled AND next_fire_at <= %(now)s AND id <> ALL(%(skip)s::bigint[])
   AND (%(only)s::bigint[] IS NULL OR id = ANY(%(only)s::bigint[]))
@@ -157,11 +157,16 @@ SELECT (SELECT count(*) FROM created), (SELECT count(*) FROM advanced)
 # ids are no tenants). Sorted, so the rows reach the occurrence index in key order.
 _RUNS_MATERIALIZE_TENANTS = """
 INSERT INTO job_runs (definition_id, job_type, payload, tenant_id, scheduled_for, run_at,
-                      max_attempts, priority, created_at, updated_at)
+                      max_attempts, priority, created_at, updated_at, batch_id)
 SELECT d.id, d.job_type, d.payload, t.tenant_id, o.scheduled_for, o.scheduled_for,
-       d.max_attempts, d.priority, %(now)s, %(now)s
+       d.max_attempts, d.priority, %(now)s, %(now)s, o.batch_id
 FROM job_definitions d
-CROSS JOIN unnest(%(scheduled_fors)s::timestamptz[]) AS o(scheduled_for)
+CROSS JOIN (
+    -- Each occurrence's batch, for a schedule with `then` (queries.batches).
+    SELECT s.scheduled_for, b.id AS batch_id
+    FROM unnest(%(scheduled_fors)s::timestamptz[]) AS s(scheduled_for)
+    LEFT JOIN job_batches b ON b.definition_id = %(id)s AND b.scheduled_for = s.scheduled_for
+) AS o
 CROSS JOIN (
     SELECT DISTINCT jobrunner_tenant_id::text AS tenant_id
     FROM (

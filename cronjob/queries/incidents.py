@@ -31,6 +31,7 @@ _SELECTED = """
     AND (%(error_like)s::text IS NULL
          OR strpos(lower(last_error), lower(%(error_like)s::text)) > 0)
     AND (%(definition_id)s::bigint IS NULL OR definition_id = %(definition_id)s::bigint)
+    AND (%(batch_id)s::bigint IS NULL OR batch_id = %(batch_id)s::bigint)
     AND (%(since)s::timestamptz IS NULL
          OR coalesce(finished_at, updated_at) >= %(since)s::timestamptz)
     AND (%(until)s::timestamptz IS NULL

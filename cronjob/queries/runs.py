@@ -360,7 +360,7 @@ WITH target AS (
 changed AS (
     UPDATE job_runs r {_CANCEL_SET}
     FROM target t
-    WHERE r.id = t.id AND t.status IN ('queued', 'failed', 'running')
+    WHERE r.id = t.id AND t.status IN ('queued', 'failed', 'running', 'waiting')
     RETURNING r.id
 )
 SELECT t.id, t.status, c.id IS NOT NULL AS changed

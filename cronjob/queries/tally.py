@@ -33,6 +33,13 @@ running AS (
     WHERE r.status = 'running'
     GROUP BY r.job_type, r.status
 ),
+waiting AS (
+    SELECT r.job_type, r.status, count(*) AS runs, 0::bigint AS due, 0::bigint AS expired_leases,
+           NULL::timestamptz AS oldest_due_at, NULL::timestamptz AS last_started_at
+    FROM job_runs r
+    WHERE r.status = 'waiting'
+    GROUP BY r.job_type, r.status
+),
 finished AS (
     SELECT job_type, status, sum(runs)::bigint AS runs, 0::bigint AS due,
            0::bigint AS expired_leases, NULL::timestamptz AS oldest_due_at,
@@ -42,7 +49,8 @@ finished AS (
     HAVING sum(runs) <> 0
 ),
 cells AS (
-    SELECT * FROM runnable UNION ALL SELECT * FROM running UNION ALL SELECT * FROM finished
+    SELECT * FROM runnable UNION ALL SELECT * FROM running UNION ALL SELECT * FROM waiting
+    UNION ALL SELECT * FROM finished
 )
 SELECT clock.now, cells.job_type, cells.status, cells.runs, cells.due, cells.expired_leases,
        cells.oldest_due_at, cells.last_started_at

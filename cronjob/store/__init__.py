@@ -11,8 +11,8 @@ All of them are reached through this one, `store.<name>`:
   version, asking whether a tick has work. It builds no models, so an idle tick,
   which asks and leaves, never imports them.
 - the rest (`runs`, `enqueue`, `definitions`, `tally`, `effects`, `incidents`, `limits`,
-  `tasks`, `server`, `dashboard`), which read and write as models: each imported the first time one
-  of its names is used.
+  `tasks`, `server`, `dashboard`, `batches`, `dependencies`), which read and write as
+  models: each imported the first time one of its names is used.
 - `testing`, the pytest plugin's (cronjob.testing), searched last.
 """
 
@@ -38,8 +38,10 @@ from cronjob.store.preflight import (
 )
 
 if TYPE_CHECKING:
+    from cronjob.store.batches import *  # noqa: F403
     from cronjob.store.dashboard import *  # noqa: F403
     from cronjob.store.definitions import *  # noqa: F403
+    from cronjob.store.dependencies import *  # noqa: F403
     from cronjob.store.effects import *  # noqa: F403
     from cronjob.store.enqueue import *  # noqa: F403
     from cronjob.store.incidents import *  # noqa: F403
@@ -79,6 +81,8 @@ _MODULES = (
     "tasks",
     "server",
     "dashboard",
+    "batches",
+    "dependencies",
     "testing",
 )
 

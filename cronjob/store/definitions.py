@@ -131,6 +131,7 @@ def _spec_params(spec: DefinitionSpec) -> dict[str, Any]:
         "expect_within": spec.expect_within,
         "ping_url": spec.ping_url,
         "ping_failure_url": spec.ping_failure_url,
+        "then_type": spec.then_type,
     }
 
 

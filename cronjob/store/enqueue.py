@@ -163,14 +163,23 @@ def _enqueued(runs: Sequence[NewRun], rows: list[dict[str, Any]]) -> list[Enqueu
     return enqueued
 
 
-def runs_copy_many(conn: Any, runs: Sequence[NewRun], *, now: datetime | None = None) -> list[int]:
+def runs_copy_many(
+    conn: Any, runs: Sequence[NewRun], *, now: datetime | None = None, batch_id: int | None = None
+) -> list[int]:
     """Insert runs that hold no key (`NewRun.keyed`) by COPY; returns their ids in order. The
     rows are those runs_insert_many writes: what it computes from the clock with an option's
-    `expression`, this computes with its `copied` from the clock of RUNS_COPY_MANY_IDS."""
+    `expression`, this computes with its `copied` from the clock of RUNS_COPY_MANY_IDS.
+    `batch_id`: the runs, which set no option, are members of that batch (enqueue_batch)."""
     if any(run.keyed for run in runs):
         raise ValueError("runs_copy_many takes runs that hold no key: insert those")
     params = {"count": len(runs), "now": now}
     clock, ids, pinned = conn.execute(queries.RUNS_COPY_MANY_IDS, params, binary=True).fetchone()
+    if batch_id is not None and not pinned:
+        return _copied_members(conn, runs, ids, batch_id)
+    if batch_id is not None:  # the clock pinned: the columns the insert computes are sent
+        runs = [
+            NewRun(r.job_type, r.payload_json, {**r.options, "batch_id": batch_id}) for r in runs
+        ]
     sent = _copied(runs, pinned)
     statement = queries.runs_copy_many_sending(tuple(sent), stamped=pinned)
     with conn.cursor().copy(statement) as copy:
@@ -188,6 +197,21 @@ def runs_copy_many(conn: Any, runs: Sequence[NewRun], *, now: datetime | None = 
         for run_id, run in zip(ids, runs, strict=True):
             columns = [value(run.options, clock) for value in sent.values()]
             copy.write_row((run_id, run.job_type, run.payload_json, *columns, *stamps))
+    return ids
+
+
+def _copied_members(conn: Any, runs: Sequence[NewRun], ids: list[int], batch_id: int) -> list[int]:
+    """The COPY of a batch's members that set no option: the runs alone, and their batch."""
+    if any(run.options for run in runs):
+        raise ValueError("a batch's members go in by COPY only when they set no option")
+    statement = queries.runs_copy_many_sending(("batch_id",), stamped=False)
+    with conn.cursor().copy(statement) as copy:
+        copy.write(
+            "".join(
+                f"{run_id}\t{copy_text(run.job_type)}\t{copy_text(run.payload_json)}\t{batch_id}\n"
+                for run_id, run in zip(ids, runs, strict=True)
+            )
+        )
     return ids
 
 

@@ -33,6 +33,7 @@ def _selection_params(
         "error_types": listed(selection.error_types),
         "error_like": selection.error_like,
         "definition_id": selection.definition_id,
+        "batch_id": selection.batch_id,
         "since": selection.since,
         "until": selection.until,
         "now": now,

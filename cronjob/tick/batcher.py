@@ -87,6 +87,11 @@ class Batcher:
         # clock): an exhausted drain waits for it rather than end (`waits_for_rate`).
         self.held_until: float | None = None
         self._claim_sent = clock()  # when the claim last taken was sent
+        # Outcomes written that no claim has looked past yet: the finish of a batch's last
+        # member enqueues its callback, a parent's makes its waiting runs due (migration
+        # 0026), and a claim whose snapshot predates that write does not see them.
+        self.unseen_writes = False
+        self._written_at = float("-inf")  # when outcomes were last written apart
         self.closed = False  # stopping: nothing more is claimed
         self.pace = Pace(since=clock())
         self._worker = worker
@@ -158,6 +163,7 @@ class Batcher:
         # Only a full claim sees everything due: one that resumed and came back short is
         # followed by a full one (tick/resume.py).
         self.exhausted = len(runs) < limit and not resumed
+        self.unseen_writes = carried > 0 or self._written_at >= sent
         self._resume.took(runs, limit=limit, resumed=resumed, sent=sent, now=self._clock())
         if runs:
             self._after = runs[-1]
@@ -189,6 +195,16 @@ class Batcher:
     def close(self) -> None:
         """Stopping: nothing more is claimed."""
         self.closed = True
+
+    def follows_up(self) -> bool:
+        """Whether an exhausted drain looks once more before it ends: outcomes were written
+        that its last claim could not see, which may have made runs due (a batch's callback,
+        a run waiting for its parents)."""
+        if not self.unseen_writes or self.closed:
+            return False
+        self.unseen_writes = False
+        self.look_again()
+        return True
 
     def look_again(self) -> None:
         """Everything claimed is done: look once more, since retries may be due already."""
@@ -255,3 +271,5 @@ class Batcher:
     def finalized(self, decisions: list[Decision]) -> None:
         """`decisions`, the oldest in the buffer, are written."""
         del self.decisions[: len(decisions)]
+        if decisions:
+            self._written_at = self._clock()

@@ -6,7 +6,9 @@ collect what handlers returned and decide each run's fate; time out overrunning
 handlers; write decisions that no claim will carry, or, once the drain streams,
 take the writer's last write and start its next; renew leases. A drain whose
 claims come back with fewer runs than asked ends once nothing is in flight, after one
-more look; unless a rate holds due runs back until a moment before the deadline
+more look, and one more again when outcomes were written that its last claim could not see
+(`Batcher.follows_up`: they may have enqueued a batch's callback or made a waiting run due);
+unless a rate holds due runs back until a moment before the deadline
 (`Batcher.waits_for_rate`): it looks again then. The loop runs no
 SQL and writes no log line of its own: the batcher and the lease keeper build the
 statements, the connection keeper and the writer run them, and the tally tells
@@ -116,9 +118,17 @@ class Drain:
         elif batcher.may_claim(len(pool.flights), now):
             claim = batcher.claim(len(pool.flights), now, carry=not self.writer.active)
             self.connection.begin("claim", claim, then=pool.wake)
-        idle = not pool.flights and not self.connection.busy
+        # The writer's last writes too, in the loop: what they finish may make runs due that
+        # one more claim then takes (`Batcher.follows_up`).
+        writing = self.writer.active and (self.writer.busy or bool(batcher.decisions))
+        idle = not pool.flights and not self.connection.busy and not writing
         if idle and (
-            self.shutdown.requested or (batcher.exhausted and not batcher.waits_for_rate(deadline))
+            self.shutdown.requested
+            or (
+                batcher.exhausted
+                and not batcher.waits_for_rate(deadline)
+                and not batcher.follows_up()
+            )
         ):
             return False
         # Block for a result (or the claim under way) unless there is room to claim now; no

@@ -25,6 +25,11 @@ from cronjob.errors import (
 from cronjob.models import Selection, Status
 from cronjob.text import redact
 
+
+class BatchNotFound(JobrunnerError):
+    """No batch of the id a page names."""
+
+
 PAGE_SIZE = 50
 AUDIT_PAGE_SIZE = 50
 # Ids a filtered page of runs reads at most when no index finds its runs (a type, a tenant,
@@ -38,6 +43,7 @@ RUN_FILTERS = {
     "tenant": "tenants",
     "error_type": "error_types",
     "schedule": "schedule",
+    "batch": "batch_id",
     "since": "since",
     "until": "until",
 }
@@ -56,6 +62,8 @@ def routes() -> list[Any]:
         Route("/runs/{run_id:int}", run, name="run"),
         Route("/schedules", schedules, name="schedules"),
         Route("/schedules/{name:path}", schedule, name="schedule"),
+        Route("/batches", batches, name="batches"),
+        Route("/batches/{batch_id:int}", batch, name="batch"),
         Route("/audit", audit, name="audit"),
         Route("/healthz", healthz, name="healthz"),
         Route("/static/dashboard.css", stylesheet, name="stylesheet"),
@@ -128,7 +136,7 @@ def schedule_path(name: str) -> str:
 
 def _error_page(request: Any, exc: Exception) -> Any:
     status = 500
-    if isinstance(exc, RunNotFound | DefinitionNotFound):
+    if isinstance(exc, RunNotFound | DefinitionNotFound | BatchNotFound):
         status = 404
     elif isinstance(exc, BadInput):
         status = 400
@@ -266,10 +274,45 @@ def run(request: Any) -> Any:
         attempts = store.run_attempts_get(conn, run_id)
         # A handler logs what it likes (a card number, a key): not read unless shown.
         logs = store.run_logs_get(conn, run_id) if show_logs else []
+        links = _run_links(conn, run_id)
         now = store.clock_now(conn)
     # A kept event that is no object was written by someone else's SQL: left out, as by `show`.
     logged = [(log, [event_line(e) for e in log.events if isinstance(e, dict)]) for log in logs]
-    return render(request, "run.html", run=found, attempts=attempts, logs=logged, now=now)
+    return render(request, "run.html", run=found, attempts=attempts, logs=logged, now=now, **links)
+
+
+def _run_links(conn: Any, run_id: int) -> dict[str, Any]:
+    """The batch a run is a member of, the one it is the callback of, and the runs it waits
+    for and that wait for it."""
+    from cronjob import store
+
+    called_back = store.batch_get_by_callback(conn, run_id)
+    return {
+        "member_of": store.batch_get_id_by_member(conn, run_id),
+        "callback_of": called_back.id if called_back else None,
+        "dependencies": store.dependencies_get(conn, run_id),
+    }
+
+
+def batches(request: Any) -> Any:
+    """The newest batches, each with its progress and callback."""
+    from cronjob import store
+
+    with _connection(request) as conn:
+        found = store.batches_list(conn, limit=PAGE_SIZE)
+    return render(request, "batches.html", batches=found)
+
+
+def batch(request: Any) -> Any:
+    """One batch: its members by status (each a link to those runs), progress, callback."""
+    from cronjob import store
+
+    batch_id = request.path_params["batch_id"]
+    with _connection(request) as conn:
+        found = store.batch_get(conn, batch_id)
+    if found is None:
+        raise BatchNotFound(f"batch {batch_id} not found")
+    return render(request, "batch.html", batch=found)
 
 
 def schedules(request: Any) -> Any:
