@@ -207,6 +207,7 @@ def _operate_through_the_pooler(url: str, direct: str, dead: list[int], later: i
         "failed": 0,
         "dead": 5,
         "cancelled": 1,
+        "waiting": 0,
     }
     assert "JOB TYPE" in jobrunner(url, "status").stdout
     listed = json.loads(jobrunner(url, "list", "--status", "dead", "--json").stdout)
