@@ -493,3 +493,37 @@ class TypeLimit:
     reason: str | None = None
     set_by: str = ""
     set_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class NextDue:
+    """When a sleeping tick has something to do without being told (queries.listen)."""
+
+    now: datetime  # the database clock, when asked
+    due_at: datetime | None  # the earliest run, schedule or rate window after now; None: none
+    held_back: bool  # a due run of its types waits for a limit or a running sibling
+
+
+@dataclass(frozen=True)
+class ListeningTick:
+    """A tick that stays (`tick --listen`): listening since when, or polling and how often."""
+
+    host: str
+    pid: int
+    started_at: datetime
+    listening_since: datetime | None  # None: it polls
+    poll_interval: float | None
+    last_seen: datetime
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """A run as `jobrunner wait` reports it: its status, and when it finished if it has."""
+
+    id: int
+    status: Status
+    finished_at: datetime | None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in TERMINAL
