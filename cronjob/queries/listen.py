@@ -20,6 +20,7 @@ _AWAITING_FINISHES = 29958816149106294
 _FINISHING = 29958816149106295
 
 TICK_LISTEN = f"LISTEN {_CHANNEL}"
+TICK_UNLISTEN = f"UNLISTEN {_CHANNEL}"
 
 # Through a pooler the session that answers is not the one the client was told it talks to
 # (the pid of its BackendKeyData, which a pooler makes up to route cancellations), and a LISTEN
@@ -64,17 +65,17 @@ SELECT {_NOW} AS now,
 least(
     (SELECT min(r.run_at) FROM job_runs r
      WHERE r.status IN ('queued', 'failed') AND r.run_at > {_NOW}
-       AND r.job_type = ANY((SELECT claimable FROM types))),
+       AND r.job_type = ANY((SELECT claimable FROM types)::text[])),
     (SELECT min(d.next_fire_at) FROM job_definitions d
      WHERE d.enabled AND d.next_fire_at > coalesce(%(since)s::timestamptz, {_NOW})),
     (SELECT min(w.window_start + make_interval(secs => l.rate_period))
      FROM job_type_limits l JOIN job_rate_windows w USING (job_type)
-     WHERE l.job_type = ANY((SELECT claimable FROM types)) AND w.starts >= l.rate
+     WHERE l.job_type = ANY((SELECT claimable FROM types)::text[]) AND w.starts >= l.rate
        AND w.window_start + make_interval(secs => l.rate_period) > {_NOW})
 ) AS due_at,
 EXISTS (SELECT 1 FROM job_runs r
         WHERE r.status IN ('queued', 'failed') AND r.run_at <= {_NOW}
-          AND r.job_type = ANY((SELECT claimable FROM types))) AS held_back
+          AND r.job_type = ANY((SELECT claimable FROM types)::text[])) AS held_back
 """
 
 # How long a tick listens by default: to the end of the database clock's current minute, and

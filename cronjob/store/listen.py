@@ -17,6 +17,10 @@ def tick_listen(conn: Any) -> None:
     conn.execute(queries.TICK_LISTEN)
 
 
+def tick_unlisten(conn: Any) -> None:
+    conn.execute(queries.TICK_UNLISTEN)
+
+
 def session_is_pooled(conn: Any) -> bool:
     """Whether `conn` reaches the server through a pooler: the session that answers is not
     the one the connection was told it talks to."""

@@ -16,11 +16,18 @@ that takes writes). A refusal makes the stop urgent: no handler is waited for, s
 nothing it returns could be recorded, and each write is tried once. Writes and
 heartbeats that failed wait `RETRY_PAUSE` before the loop tries them again, so a
 database that fails every statement at once is not asked in a busy loop.
+
+A tick that stays (`--listen`) has a listener: where a drain would end, with nothing in
+flight and the last claim short, it writes what is decided, closes the writer (one
+connection while it waits) and asks the listener what next (`tick/listen.py`): claim again,
+run the steps a time wake-up needs first (`time_steps`: rescue, materialize), or stop. While
+handlers run and the last claim came short, it asks between passes whether to claim again.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from uuid import UUID
 
 from cronjob import transitions
@@ -30,6 +37,7 @@ from cronjob.tick.connection import ConnectionKeeper, ReconnectFailed, Statement
 from cronjob.tick.execute import timed_out
 from cronjob.tick.flight import Flight, FlightState, Result
 from cronjob.tick.leases import LeaseKeeper
+from cronjob.tick.listen import Listener, Wake
 from cronjob.tick.pool import Pool
 from cronjob.tick.shutdown import Shutdown
 from cronjob.tick.tally import Tally
@@ -39,6 +47,9 @@ from cronjob.tick.writer import STREAMING_CLAIM, Writer
 # own bookkeeping (committing `ctx.db`), so their outcome is not thrown away.
 FINISHING_WAIT = 2.0
 IDLE_WAIT = 0.05  # how long a pass waits for a handler to return when it cannot claim
+# With a listener, while handlers run: how long before the pass asks it again whether
+# runs came (a notification is read between passes, not while one waits).
+LISTENING_WAIT = 0.01
 RETRY_PAUSE = 1.0  # after a failed statement, how long writes and heartbeats wait
 
 
@@ -55,10 +66,15 @@ class Drain:
         shutdown: Shutdown,
         tally: Tally,
         writer: Writer,
+        listener: Listener | None = None,
+        time_steps: Callable[[], None] | None = None,
     ) -> None:
         self.connection, self.writer, self.batcher = connection, writer, batcher
         self.pool, self.leases, self.shutdown, self.tally = pool, leases, shutdown, tally
+        self.listener, self._time_steps = listener, time_steps
         self._quiet_until = 0.0  # no write or heartbeat before then: one just failed
+        self._claimed_before = 0  # runs claimed when the listener was last asked
+        self._idle_wait = IDLE_WAIT if listener is None else LISTENING_WAIT
 
     def run(self, deadline: float) -> None:
         """Drain until done; the tally then knows what became of every run claimed.
@@ -108,17 +124,42 @@ class Drain:
             self.connection.begin("claim", claim, then=pool.wake)
         idle = not pool.flights and not self.connection.busy
         if idle and (batcher.exhausted or self.shutdown.requested):
-            return False
+            listening = self.listener is not None and not self.shutdown.requested
+            return listening and self._listen(deadline)
         # Block for a result (or the claim under way) unless there is room to claim now.
-        wait = 0.0 if batcher.may_claim(len(pool.flights), now) else IDLE_WAIT
+        wait = 0.0 if batcher.may_claim(len(pool.flights), now) else self._idle_wait
         self._record(pool.collect(wait))
         now = time.monotonic()
         self._time_out(now)
         self.tally.event_loop_blocked(pool.blocking(now))
         if now >= self._quiet_until:  # else a statement just failed: decisions wait, leases hold
             self._write_and_renew(now)
-        if batcher.exhausted and not pool.flights and not self.connection.busy:
+        if batcher.exhausted and not self.connection.busy and self._look_again(now):
             batcher.look_again()
+        return True
+
+    def _look_again(self, now: float) -> bool:
+        """Everything claimed is done (retries may be due already); or, listening, runs may
+        have come while handlers run."""
+        if not self.pool.flights:
+            return True
+        return self.listener is not None and self.listener.between(now)
+
+    def _listen(self, deadline: float) -> bool:
+        """Nothing to do: wait, as the listener says, for something to claim; False to stop."""
+        assert self.listener is not None
+        self._write_the_rest()
+        self.writer.close()  # opened again by the next claim that comes back full
+        claimed = self.tally.report.claimed
+        worked, self._claimed_before = claimed != self._claimed_before, claimed
+        wake = self.listener.idle(deadline, worked=worked)
+        if wake is Wake.STOP:
+            # Nothing in flight: a signal now ends the tick at once (tick's exit 143).
+            self.tally.report.stopped_listening = self.shutdown.requested
+            return False
+        if wake is Wake.TIME and self._time_steps is not None:
+            self._time_steps()
+        self.batcher.look_again()
         return True
 
     def _write_and_renew(self, now: float) -> None:

@@ -1,0 +1,397 @@
+"""The listener: what a tick that stays (`tick --listen`) does while it has nothing to do.
+
+The drain asks it, when nothing is in flight and the last claim came back short
+(`Listener.idle`), what to do next, and it answers once something may be claimable:
+`Wake.CLAIM` (notified, or polled), `Wake.TIME` (a delayed run, a schedule or a rate
+window fell due: materialize, then claim) or `Wake.STOP` (the deadline passed, or a
+signal came). While handlers run and the last claim came back short, the drain asks it
+between passes whether to claim again (`Listener.between`), without waiting.
+
+Its states, and what moves it between them:
+
+    state     | enqueuers                          | moves to  | when
+    ----------+------------------------------------+-----------+------------------------------
+    awake     | send nothing (nobody sleeps)       | armed     | the drain has nothing to do:
+              |                                    |           | takes the sleeper's lock, then
+              |                                    |           | claims once more
+    armed     | notify (one per transaction)       | lingering | woken at once, time after time:
+              |                                    |           | runs come faster than it can
+              |                                    |           | sleep; releases the lock
+    lingering | send nothing                       | armed     | its polls found nothing for
+              |                                    |           | `LINGER_FOR`
+    polling   | send nothing (LISTEN cannot work   | —         | (for the tick's whole life)
+              | through its connection)            |           |
+
+Armed, it sleeps in `select` on its connection's socket (and on a pipe a signal writes
+to) until a notification, the next due time, the deadline or `REFRESH`: no statement
+runs while it sleeps. An enqueue that saw no sleeper sent nothing; migration 0028's
+markers tell the tick whether such a transaction may still commit (`tick_sleep` answers
+"not quiet"), and it then looks again after `QUIET_PAUSES` rather than sleep on.
+
+Only the connection keeper it is given touches its connection: the tick's own, or one of
+its own when `--listen-database-url` names a direct session beside a pooled one. A lost
+connection is re-opened with backoff until the deadline; LISTEN and the sleeper's locks
+are taken again on the new one, and the drain claims what came meanwhile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import os
+import select
+import time
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg import pq
+
+from cronjob import store
+from cronjob.tick.connection import ConnectionKeeper, ReconnectFailed, StatementFailed
+
+if TYPE_CHECKING:
+    from cronjob.tick.shutdown import Shutdown
+
+POLL_INTERVAL = 1.0  # seconds between claims of a tick that cannot listen
+# By default a listening tick stays to the end of the database clock's minute and this long
+# into the next: cron has started the next minute's tick by then, so no second is left
+# without one, and with --grace below 60 - OVERLAP no more than two of a host's are alive.
+OVERLAP = 10.0
+REFRESH = 20.0  # the longest a sleep lasts: the tick's row in job_ticks is refreshed then
+STALE = 180.0  # a row in job_ticks not refreshed for this long is a tick that is gone
+# Woken at once (the socket was readable already) this many times in a row: runs come faster
+# than the tick sleeps and wakes. It polls every LINGER_POLL instead, until its polls have
+# found nothing for LINGER_FOR, so that no enqueue pays for a notification meanwhile.
+LINGER_AFTER = 3
+AT_ONCE = 0.001
+LINGER_POLL = 0.002
+LINGER_FOR = 0.05
+# After "not quiet": when the tick looks again, while transactions that may have missed it
+# are still open (the pauses repeat the last one).
+QUIET_PAUSES = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+# After a lost connection could not be re-opened: when it tries again, until the deadline.
+RECONNECT_PAUSES = (0.5, 1.0, 2.0, 5.0)
+
+
+class Wake(enum.Enum):
+    CLAIM = "claim"  # something may be claimable
+    TIME = "time"  # a run, a schedule or a rate window fell due: materialize, then claim
+    STOP = "stop"  # the deadline passed, or a signal came
+
+
+class Listener:
+    """A listening (or polling) tick's waits between claims, on the keeper it is given."""
+
+    def __init__(
+        self,
+        keeper: ConnectionKeeper,
+        *,
+        job_types: Sequence[str],
+        shutdown: Shutdown,
+        worker: str,
+        log: Any,
+        poll_interval: float | None = None,
+        now: datetime | None = None,
+        owns_connection: bool = False,
+    ) -> None:
+        self.keeper = keeper
+        self._owns_connection = owns_connection
+        self.polling = poll_interval is not None
+        self.poll_interval = poll_interval or POLL_INTERVAL
+        self._types = list(job_types)
+        self._shutdown = shutdown
+        self._worker = worker
+        self._log = log
+        self._now = now
+        self._conn: Any = None  # the connection LISTEN and the sleeper's locks are on
+        self._notices = 0  # notifications received so far
+        self._seen = 0  # of which the tick has acted on
+        self._armed = self._awaiting_finishes = False
+        self._quiet = True
+        self._quiet_pause = 0
+        self._at_once = 0  # waits in a row that returned at once
+        self._lingering = False
+        self._last_work = 0.0
+        self._last_poll = 0.0
+        self._since: datetime | None = None  # when the tick last materialized (database clock)
+        self._due: datetime | None = None
+        self._tick_id: int | None = None
+        self._touched = 0.0
+        self._wake_read, self._wake_write = os.pipe()
+        os.set_blocking(self._wake_write, False)
+        os.set_blocking(self._wake_read, False)
+        shutdown.wakers.append(self._wake_up)
+
+    # -- what the drain asks ---------------------------------------------------
+
+    def start(self) -> None:
+        """LISTEN (unless polling) and enter the tick in job_ticks; after a startup step."""
+        self._setup()
+        host, pid = self._worker.rsplit(":", 1)
+        self._tick_id = self.keeper.run(
+            "listen",
+            lambda conn: _register(conn, host, int(pid), self.poll_interval, self.polling),
+        )
+        self._touched = time.monotonic()
+
+    def idle(self, deadline: float, *, worked: bool) -> Wake:
+        """Nothing in flight and nothing claimable: wait for something to do.
+
+        `worked`: the drain claimed runs since it last asked.
+        """
+        now = time.monotonic()
+        if worked:
+            self._last_work = now
+        if self._shutdown.requested or now >= deadline:
+            return Wake.STOP
+        try:
+            return self._idle(deadline, now)
+        except StatementFailed as failed:
+            if not failed.retryable:
+                raise
+            return self._reset()
+        except ReconnectFailed as exc:
+            return self._reconnect(deadline, str(exc))
+
+    def between(self, now: float) -> bool:
+        """Handlers run and the last claim came back short: whether to claim again now."""
+        if self.polling or self._lingering:
+            due = now - self._last_poll >= (LINGER_POLL if self._lingering else self.poll_interval)
+            if due:
+                self._last_poll = now
+            return due
+        self._check_connection()
+        if not self._armed:
+            self._arm()
+            return True  # the claim after arming
+        if self._pending(0.0):
+            self._seen = self._notices
+            return True
+        return False
+
+    def close(self) -> None:
+        """Leave job_ticks, unlisten, release the sleeper's locks; failures change nothing."""
+        with contextlib.suppress(ValueError):
+            self._shutdown.wakers.remove(self._wake_up)
+        for fd in (self._wake_read, self._wake_write):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        conn = self.keeper.conn
+        if not (conn.closed or conn.broken):
+            with contextlib.suppress(Exception):  # the tick is over; its row is pruned if left
+                self.keeper.run("listen", self._leave)
+        if self._owns_connection:
+            with contextlib.suppress(Exception):
+                self.keeper.conn.close()
+
+    # -- its states --------------------------------------------------------------
+
+    def _idle(self, deadline: float, now: float) -> Wake:
+        self._check_connection()
+        if now - self._touched >= REFRESH and self._tick_id is not None:
+            tick_id = self._tick_id
+            self.keeper.run("listen", lambda conn: store.ticks_touch(conn, tick_id, now=self._now))
+            self._touched = now
+        if self.polling:
+            return self._wait_for_time(deadline, self.poll_interval)
+        if self._lingering:
+            if now - self._last_work < LINGER_FOR:
+                return self._wait_for_time(deadline, LINGER_POLL)
+            self._lingering = False
+        if not self._armed:
+            self._arm()
+            return Wake.CLAIM  # what committed before the lock was taken
+        due = self.keeper.run("next due", self._next_due)
+        if due.held_back and not self._awaiting_finishes:
+            self._quiet = self._quiet and self.keeper.run(
+                "sleep", lambda conn: store.tick_sleep(conn, awaiting_finishes=True)
+            )
+            self._awaiting_finishes = True
+            return Wake.CLAIM
+        return self._sleep(deadline, due.due_at, due.now)
+
+    def _sleep(self, deadline: float, due_at: datetime | None, db_now: datetime) -> Wake:
+        now = time.monotonic()
+        until = min(deadline, now + REFRESH)
+        timed = False
+        if due_at is not None:
+            due = now + max(0.0, (due_at - db_now).total_seconds())
+            if due < until:
+                until, timed = due, True
+        quiet_pause = None
+        if not self._quiet:
+            quiet_pause = QUIET_PAUSES[min(self._quiet_pause, len(QUIET_PAUSES) - 1)]
+            self._quiet_pause += 1
+        woken = self._pending(min(until - now, quiet_pause) if quiet_pause else until - now)
+        if self._shutdown.requested:
+            return Wake.STOP
+        if woken:
+            self._seen = self._notices
+            self._woken(time.monotonic() - now)
+            return Wake.CLAIM
+        now = time.monotonic()
+        if quiet_pause is not None and now < until:
+            self._quiet = self._still_quiet()
+            return Wake.CLAIM
+        if now >= deadline:
+            return Wake.STOP
+        if timed:
+            self._since = due_at
+            return Wake.TIME
+        return Wake.CLAIM  # REFRESH: look again, and the row is refreshed
+
+    def _woken(self, slept: float) -> None:
+        """Notified after `slept` seconds: at once too often, and it lingers instead."""
+        self._at_once = self._at_once + 1 if slept < AT_ONCE else 0
+        if self._at_once >= LINGER_AFTER:
+            self._at_once = 0
+            self._disarm()
+            self._lingering = True
+            self._last_work = self._last_poll = time.monotonic()
+
+    def _wait_for_time(self, deadline: float, pause: float) -> Wake:
+        now = time.monotonic()
+        self._wait(min(pause, deadline - now))
+        self._last_poll = time.monotonic()
+        if self._shutdown.requested or self._last_poll >= deadline:
+            return Wake.STOP
+        if self.polling:
+            # A polling tick asks for due schedules too, as a listening one does.
+            due = self.keeper.run("next due", self._next_due)
+            if due.due_at is not None and due.due_at <= due.now:
+                self._since = due.due_at
+                return Wake.TIME
+        return Wake.CLAIM
+
+    def _arm(self) -> None:
+        self._quiet = self.keeper.run("sleep", store.tick_sleep)
+        self._quiet_pause = 0
+        self._armed = True
+
+    def _disarm(self) -> None:
+        finishes = self._awaiting_finishes
+
+        def wake(conn: Any) -> None:
+            store.tick_wake(conn)
+            if finishes:
+                store.tick_wake(conn, finishes=True)
+
+        self.keeper.run("wake", wake)
+        self._armed = self._awaiting_finishes = False
+
+    def _still_quiet(self) -> bool:
+        finishes = self._awaiting_finishes
+
+        def quiet(conn: Any) -> bool:
+            return store.tick_quiet(conn) and (
+                not finishes or store.tick_quiet(conn, finishes=True)
+            )
+
+        return bool(self.keeper.run("sleep", quiet))
+
+    def _next_due(self, conn: Any) -> Any:
+        return store.runs_get_next_due(conn, self._types, since=self._since, now=self._now)
+
+    # -- the connection ------------------------------------------------------------
+
+    def _setup(self) -> None:
+        """LISTEN on the keeper's connection as it is now, and hear what it receives."""
+        conn = self.keeper.conn
+        if conn is self._conn:
+            return
+        self._conn = conn
+        self._armed = self._awaiting_finishes = self._lingering = False
+        if not self.polling:
+            conn.add_notify_handler(self._notified)
+            self.keeper.run("listen", store.tick_listen)
+
+    def _check_connection(self) -> None:
+        if self.keeper.conn is not self._conn:  # re-opened after a failed statement
+            self._setup()
+
+    def _reset(self) -> Wake:
+        """The connection was lost and re-opened: listen on the new one, and claim what
+        came meanwhile."""
+        self._check_connection()
+        return Wake.CLAIM
+
+    def _reconnect(self, deadline: float, error: str) -> Wake:
+        """The connection was lost and could not be re-opened: try again, with backoff,
+        until the deadline or a signal."""
+        for attempt in range(1_000_000):
+            pause = RECONNECT_PAUSES[min(attempt, len(RECONNECT_PAUSES) - 1)]
+            self._log.warning("listening: the database is unreachable", error=error, retry_in=pause)
+            self._wait(min(pause, deadline - time.monotonic()))
+            if self._shutdown.requested or time.monotonic() >= deadline:
+                return Wake.STOP
+            try:
+                self.keeper.run("listen", store.tick_listen)
+            except StatementFailed:
+                pass  # re-opened: what failed was the statement on the old connection
+            except ReconnectFailed as exc:
+                error = str(exc)
+                continue
+            return self._reset()
+        return Wake.STOP
+
+    def _pending(self, timeout: float) -> bool:
+        """Whether a notification came (or comes within `timeout`): waits on the socket and
+        on the signal pipe, runs no statement unless the socket has something to read."""
+        until = time.monotonic() + max(0.0, timeout)
+        while self._notices == self._seen:
+            if self._shutdown.requested:
+                return False
+            remaining = max(0.0, until - time.monotonic())
+            fd = self._conn.fileno()
+            readable, _, _ = select.select([fd, self._wake_read], [], [], remaining)
+            if self._wake_read in readable:
+                with contextlib.suppress(OSError):
+                    os.read(self._wake_read, 512)
+                continue
+            if fd in readable:
+                self.keeper.run("notifications", self._receive)
+                continue
+            return False
+        return True
+
+    def _wait(self, timeout: float) -> None:
+        """Sleep `timeout` seconds unless a signal comes first."""
+        if timeout > 0 and not self._shutdown.requested:
+            readable, _, _ = select.select([self._wake_read], [], [], timeout)
+            if readable:
+                with contextlib.suppress(OSError):
+                    os.read(self._wake_read, 512)
+
+    def _receive(self, conn: Any) -> None:
+        """Read what the server sent; its notifications reach `_notified`."""
+        pgconn = conn.pgconn
+        pgconn.consume_input()
+        while pgconn.notifies() is not None:
+            self._notices += 1
+        if pgconn.status != pq.ConnStatus.OK:
+            raise psycopg.OperationalError("the connection to the database was lost")
+
+    def _notified(self, _notify: Any) -> None:
+        # On whichever thread runs a statement on the connection (the drain's claims).
+        self._notices += 1
+
+    def _wake_up(self) -> None:
+        with contextlib.suppress(OSError):  # full: a byte is there already
+            os.write(self._wake_write, b"\0")
+
+    def _leave(self, conn: Any) -> None:
+        if self._tick_id is not None:
+            store.ticks_delete(conn, self._tick_id)
+        if self._conn is conn and not self.polling:
+            store.tick_unlisten(conn)
+            if self._armed:
+                store.tick_wake(conn)
+            if self._awaiting_finishes:
+                store.tick_wake(conn, finishes=True)
+
+
+def _register(conn: Any, host: str, pid: int, interval: float, polling: bool) -> int:
+    store.ticks_prune(conn, stale=STALE)
+    return store.ticks_insert(conn, host=host, pid=pid, poll_interval=interval if polling else None)
