@@ -87,7 +87,8 @@ class Drain:
                     if not self._pass(deadline):
                         break
                 except StatementFailed as failed:
-                    self._failed(failed)
+                    if not self._listening_goes_on(failed):
+                        self._failed(failed)
             self._let_stopping_handlers_return()
             self._write_the_rest()
             self.tally.unrecorded(len(self.batcher.decisions))
@@ -99,6 +100,19 @@ class Drain:
         finally:
             self.pool.stop()
             self.writer.close()
+
+    def _listening_goes_on(self, failed: StatementFailed) -> bool:
+        """A tick that stays, with nothing in flight and nothing to write, whose connection was
+        lost (and re-opened by the keeper) listens again rather than stop: its next claim finds
+        what was enqueued meanwhile."""
+        return (
+            self.listener is not None
+            and failed.retryable
+            and not self.shutdown.requested
+            and not self.pool.flights
+            and not self.batcher.decisions
+            and not self.connection.busy
+        )
 
     def _failed(self, failed: StatementFailed) -> None:
         """Stop claiming; after a refusal, at once. Told to the tally, which ends the tick."""
@@ -155,7 +169,7 @@ class Drain:
         wake = self.listener.idle(deadline, worked=worked)
         if wake is Wake.STOP:
             # Nothing in flight: a signal now ends the tick at once (tick's exit 143).
-            self.tally.report.stopped_listening = self.shutdown.requested
+            self.tally.report.stopped_listening = self.shutdown.signum is not None
             return False
         if wake is Wake.TIME and self._time_steps is not None:
             self._time_steps()
@@ -209,6 +223,10 @@ class Drain:
             self._take_claim()
         if not self.batcher.closed:
             self.batcher.close()
+            # A signal that finds a tick that stays with no handler running (asleep, or
+            # claiming after a wake-up) ends it at once, as one asleep (tick's exit 143).
+            listening = self.listener is not None and self.shutdown.signum is not None
+            self.tally.report.stopped_listening = listening and not self.pool.running()
             if self.pool.flights:
                 self.tally.stopping(self.shutdown.reason, self.pool.running(), self.shutdown.grace)
         self._hand_back(self.pool.settle_all({FlightState.QUEUED}))
