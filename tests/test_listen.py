@@ -362,5 +362,19 @@ def test_status_shows_the_listening_tick_with_its_host_and_since_when(db_url, co
     assert listening["host"] == os.uname().nodename
     assert listening["pid"] == tick.pid
     assert listening["listening_since"] is not None
-    assert "jobrunner_ticks_listening 1" in metrics
+    assert 'jobrunner_ticks_listening{mode="listening"} 1' in metrics.splitlines()
     assert code == 143
+
+
+def test_the_dashboard_shows_the_listening_and_polling_ticks(db_url, conn):
+    pytest.importorskip("starlette")
+    from cronjob.web import app
+    from tests.web_server import request, serving
+
+    store.ticks_insert(conn, host="web-1", pid=4242, poll_interval=None)
+    store.ticks_insert(conn, host="web-2", pid=77, poll_interval=1.0)
+    with serving(app(db_url)) as base:
+        page = request(base + "/").body
+    section = page[page.index('id="ticks"') :]
+    assert "web-1" in section and "4242" in section and "listening" in section
+    assert "web-2" in section and "polling every 1.0s" in section

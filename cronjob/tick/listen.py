@@ -49,6 +49,7 @@ import psycopg
 from psycopg import pq
 
 from cronjob import store
+from cronjob.settings import LISTENING_TICK_STALE
 from cronjob.tick.connection import ConnectionKeeper, ReconnectFailed, StatementFailed
 
 if TYPE_CHECKING:
@@ -60,7 +61,6 @@ POLL_INTERVAL = 1.0  # seconds between claims of a tick that cannot listen
 # without one, and with --grace below 60 - OVERLAP no more than two of a host's are alive.
 OVERLAP = 10.0
 REFRESH = 20.0  # the longest a sleep lasts: the tick's row in job_ticks is refreshed then
-STALE = 180.0  # a row in job_ticks not refreshed for this long is a tick that is gone
 # Woken at once (the socket was readable already) this many times in a row: runs come faster
 # than the tick sleeps and wakes. It polls every LINGER_POLL instead, until its polls have
 # found nothing for LINGER_FOR, so that no enqueue pays for a notification meanwhile.
@@ -393,5 +393,5 @@ class Listener:
 
 
 def _register(conn: Any, host: str, pid: int, interval: float, polling: bool) -> int:
-    store.ticks_prune(conn, stale=STALE)
+    store.ticks_prune(conn, stale=LISTENING_TICK_STALE)
     return store.ticks_insert(conn, host=host, pid=pid, poll_interval=interval if polling else None)
