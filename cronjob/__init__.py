@@ -8,6 +8,7 @@ from cronjob.handlers import Backoff, Fail, Retry, handler
 
 if TYPE_CHECKING:
     from cronjob.api import enqueue, enqueue_async, enqueue_many, new_run
+    from cronjob.waiting import wait, wait_async
 
 __all__ = [
     "Backoff",
@@ -18,6 +19,8 @@ __all__ = [
     "enqueue_many",
     "handler",
     "new_run",
+    "wait",
+    "wait_async",
 ]
 
 
@@ -28,4 +31,8 @@ def __getattr__(name: str) -> Any:
         from cronjob import api
 
         return getattr(api, name)
+    if name in ("wait", "wait_async"):
+        from cronjob import waiting
+
+        return getattr(waiting, name)
     raise AttributeError(f"module 'cronjob' has no attribute {name!r}")

@@ -23,8 +23,8 @@
 --                     reads. Reads and writes job_runs, job_attempts, job_effects,
 --                     job_run_tally, job_schedule_skips, job_run_logs; reads and updates
 --                     job_definitions; reads job_type_pauses, job_type_limits,
---                     job_schedule_health; counts starts in job_rate_windows. Nothing of the
---                     audit trail.
+--                     job_schedule_health; counts starts in job_rate_windows; keeps its row in
+--                     job_ticks (tick --listen). Nothing of the audit trail.
 -- jobrunner_enqueuer  apps: enqueue(), enqueue_async() and enqueue_many(), `jobrunner enqueue`
 --                     (--jsonl too), Django's Task.enqueue(). Inserts into job_runs the
 --                     columns an enqueue sets (by COPY too, in bulk), and reads back id,
@@ -159,7 +159,7 @@ SELECT format('ALTER TABLE %I.%I OWNER TO jobrunner_owner', n.nspname, c.relname
    AND c.relname IN ('jobrunner_migrations', 'job_definitions', 'job_runs', 'job_attempts',
                      'job_effects', 'job_type_pauses', 'job_audit', 'job_audit_batches',
                      'job_run_tally', 'job_schedule_skips', 'job_schedule_health',
-                     'job_run_logs', 'job_type_limits', 'job_rate_windows')
+                     'job_run_logs', 'job_type_limits', 'job_rate_windows', 'job_ticks')
    AND c.relowner <> 'jobrunner_owner'::regrole
  ORDER BY c.relname
 \gexec
@@ -258,7 +258,12 @@ INSERT INTO jobrunner_grants VALUES
     -- show; pruning a run deletes its logs through the foreign key's cascade, which acts as
     -- the table's owner.
     ('job_run_logs', 'jobrunner_worker', 'SELECT, INSERT', NULL),
-    ('job_run_logs', 'jobrunner_reader', 'SELECT', NULL);
+    ('job_run_logs', 'jobrunner_reader', 'SELECT', NULL),
+
+    -- A tick that stays (--listen) enters itself, refreshes and leaves its row, and deletes
+    -- the rows of ticks gone for minutes; status, metrics and the dashboard read them.
+    ('job_ticks', 'jobrunner_worker', 'SELECT, INSERT, UPDATE, DELETE', NULL),
+    ('job_ticks', 'jobrunner_reader', 'SELECT', NULL);
 
 -- A table of jobrunner_owner's that this version does not know (a later release's, before
 -- its own roles.sql runs) gets what default privileges give.

@@ -43,6 +43,7 @@ OPERATES = frozenset({OWNER, OPERATOR})
 ROLE_TABLE: dict[str, frozenset[str]] = {
     "migrate": frozenset({OWNER}),
     "tick": TICKS,
+    "tick --listen": TICKS,
     "enqueue": ENQUEUES,
     "enqueue --jsonl": ENQUEUES,
     "retry": OPERATES,
@@ -67,6 +68,7 @@ ROLE_TABLE: dict[str, frozenset[str]] = {
     "schedule show": READS,
     "audit": frozenset({OWNER, READER}),
     "schedule preview": EVERYONE,  # needs no database
+    "wait": READS | {OPERATOR},  # a run's id, status and finish time
 }
 # The Django backend's, run by the Django suite (tests/django_suite/test_django_roles.py).
 DJANGO_ROLE_TABLE: dict[str, frozenset[str]] = {
@@ -166,6 +168,8 @@ ARGUMENTS: dict[str, Callable[[World], Sequence[str]]] = {
     "schedule show": lambda w: ["schedule", "show", w.schedule()],
     "audit": lambda w: ["audit", "--json"],
     "schedule preview": lambda w: ["schedule", "preview", "@daily"],
+    "tick --listen": lambda w: [*_tick(w), "--listen", "--max-runtime", "0.5s"],
+    "wait": lambda w: ["wait", w.run(status="succeeded"), "--timeout", "10s"],
 }
 
 

@@ -41,6 +41,12 @@ def tick_quiet(conn: Any, *, finishes: bool = False) -> bool:
     return bool(conn.execute(statement).fetchone()[0])
 
 
+async def tick_quiet_async(conn: Any, *, finishes: bool = False) -> bool:
+    statement = queries.TICK_QUIET_FINISHES if finishes else queries.TICK_QUIET
+    cursor = await conn.execute(statement)
+    return bool((await cursor.fetchone())[0])
+
+
 def tick_wake(conn: Any, *, finishes: bool = False) -> None:
     conn.execute(queries.TICK_WAKE_FINISHES if finishes else queries.TICK_WAKE)
 
