@@ -112,9 +112,16 @@ class Steps:
             # otherwise pays for every few thousand runs.
             gc.freeze()
         options = self.options
-        self._start_pings()
         leases = LeaseKeeper(self.handlers, lease=options.lease, now=options.now, log=self.log)
-        listener = self._listener() if options.listen else None
+        try:
+            listener = self._listener() if options.listen else None
+        except StatementFailed as failed:  # as a step's: the tick says what the database did
+            self.shutdown.request("database error", urgent=not failed.retryable)
+            self.tally.database_failed(failed)
+            return
+        except ReconnectFailed as exc:
+            raise self.tally.connection_lost(str(exc)) from None
+        self._start_pings()
         try:
             self._drain(leases, deadline, listener)
         finally:
