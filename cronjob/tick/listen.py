@@ -17,8 +17,8 @@ Its states, and what moves it between them:
     armed     | notify (one per transaction)       | lingering | woken at once, time after time:
               |                                    |           | runs come faster than it can
               |                                    |           | sleep; releases the lock
-    lingering | send nothing                       | armed     | its polls found nothing for
-              |                                    |           | `LINGER_FOR`
+    lingering | send nothing                       | armed     | its polls found nothing for a
+              |                                    |           | while (`Linger`)
     polling   | send nothing (LISTEN cannot work   | —         | (for the tick's whole life)
               | through its connection)            |           |
 
@@ -28,8 +28,10 @@ runs while it sleeps. An enqueue that saw no sleeper sent nothing; migration 002
 markers tell the tick whether such a transaction may still commit (`tick_sleep` answers
 "not quiet"), and it then looks again after `QUIET_PAUSES` rather than sleep on.
 
-Only the connection keeper it is given touches its connection: the tick's own, or one of
-its own when `--listen-database-url` names a direct session beside a pooled one. A lost
+Its parts: `Channel`, the connection it hears notifications on and the pipe a signal
+writes to (what wakes it from `select`); `Linger`, when it polls rather than sleeps. Only
+the connection keeper it is given touches its connection: the tick's own, or one of its own
+when `--listen-database-url` names a direct session beside a pooled one. A lost
 connection is re-opened with backoff until the deadline; LISTEN and the sleeper's locks
 are taken again on the new one, and the drain claims what came meanwhile.
 """
@@ -62,12 +64,18 @@ POLL_INTERVAL = 1.0  # seconds between claims of a tick that cannot listen
 OVERLAP = 10.0
 REFRESH = 20.0  # the longest a sleep lasts: the tick's row in job_ticks is refreshed then
 # Woken at once (the socket was readable already) this many times in a row: runs come faster
-# than the tick sleeps and wakes. It polls every LINGER_POLL instead, until its polls have
-# found nothing for LINGER_FOR, so that no enqueue pays for a notification meanwhile.
+# than the tick sleeps and wakes. It lingers instead (`Linger`): polls, every LINGER_POLL and
+# more slowly (up to LINGER_POLL_MAX) while its polls find nothing, until they have found
+# nothing for LINGER_FOR, twice as long each time it must linger again soon after, up to
+# LINGER_MAX, so that no enqueue pays for a notification meanwhile. A wake-up after CALM
+# seconds of sleep starts over.
 LINGER_AFTER = 3
 AT_ONCE = 0.001
 LINGER_POLL = 0.002
+LINGER_POLL_MAX = 0.02
 LINGER_FOR = 0.05
+LINGER_MAX = 2.0
+CALM = 0.1
 # After "not quiet": when the tick looks again, while transactions that may have missed it
 # are still open (the pauses repeat the last one).
 QUIET_PAUSES = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
@@ -105,30 +113,22 @@ class Listener:
         self._worker = worker
         self._log = log
         self._now = now
-        self._conn: Any = None  # the connection LISTEN and the sleeper's locks are on
-        self._notices = 0  # notifications received so far
-        self._seen = 0  # of which the tick has acted on
+        self._channel = Channel(keeper, shutdown, listening=not self.polling)
         self._armed = self._awaiting_finishes = False
         self._quiet = True
         self._quiet_pause = 0
-        self._at_once = 0  # waits in a row that returned at once
-        self._lingering = False
-        self._last_work = 0.0
+        self._linger = Linger()
         self._last_poll = 0.0
         self._since: datetime | None = None  # when the tick last materialized (database clock)
         self._due: datetime | None = None
         self._tick_id: int | None = None
         self._touched = 0.0
-        self._wake_read, self._wake_write = os.pipe()
-        os.set_blocking(self._wake_write, False)
-        os.set_blocking(self._wake_read, False)
-        shutdown.wakers.append(self._wake_up)
 
     # -- what the drain asks ---------------------------------------------------
 
     def start(self) -> None:
         """LISTEN (unless polling) and enter the tick in job_ticks; after a startup step."""
-        self._setup()
+        self._check_connection()
         host, pid = self._worker.rsplit(":", 1)
         self._tick_id = self.keeper.run(
             "listen",
@@ -143,7 +143,7 @@ class Listener:
         """
         now = time.monotonic()
         if worked:
-            self._last_work = now
+            self._linger.worked(now)
         if self._shutdown.requested or now >= deadline:
             return Wake.STOP
         try:
@@ -157,8 +157,9 @@ class Listener:
 
     def between(self, now: float) -> bool:
         """Handlers run and the last claim came back short: whether to claim again now."""
-        if self.polling or self._lingering:
-            due = now - self._last_poll >= (LINGER_POLL if self._lingering else self.poll_interval)
+        if self.polling or self._linger.active:
+            pause = self._linger.pause if self._linger.active else self.poll_interval
+            due = now - self._last_poll >= pause
             if due:
                 self._last_poll = now
             return due
@@ -166,18 +167,11 @@ class Listener:
         if not self._armed:
             self._arm()
             return True  # the claim after arming
-        if self._pending(0.0):
-            self._seen = self._notices
-            return True
-        return False
+        return self._channel.pending(0.0)
 
     def close(self) -> None:
         """Leave job_ticks, unlisten, release the sleeper's locks; failures change nothing."""
-        with contextlib.suppress(ValueError):
-            self._shutdown.wakers.remove(self._wake_up)
-        for fd in (self._wake_read, self._wake_write):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        self._channel.close()
         conn = self.keeper.conn
         if not (conn.closed or conn.broken):
             with contextlib.suppress(Exception):  # the tick is over; its row is pruned if left
@@ -196,10 +190,10 @@ class Listener:
             self._touched = now
         if self.polling:
             return self._wait_for_time(deadline, self.poll_interval)
-        if self._lingering:
-            if now - self._last_work < LINGER_FOR:
-                return self._wait_for_time(deadline, LINGER_POLL)
-            self._lingering = False
+        if self._linger.active:
+            pause = self._linger.next_pause(now)
+            if pause is not None:
+                return self._wait_for_time(deadline, pause)
         if not self._armed:
             self._arm()
             return Wake.CLAIM  # what committed before the lock was taken
@@ -224,11 +218,10 @@ class Listener:
         if not self._quiet:
             quiet_pause = QUIET_PAUSES[min(self._quiet_pause, len(QUIET_PAUSES) - 1)]
             self._quiet_pause += 1
-        woken = self._pending(min(until - now, quiet_pause) if quiet_pause else until - now)
+        woken = self._channel.pending(min(until - now, quiet_pause) if quiet_pause else until - now)
         if self._shutdown.requested:
             return Wake.STOP
         if woken:
-            self._seen = self._notices
             self._woken(time.monotonic() - now)
             return Wake.CLAIM
         now = time.monotonic()
@@ -244,16 +237,12 @@ class Listener:
 
     def _woken(self, slept: float) -> None:
         """Notified after `slept` seconds: at once too often, and it lingers instead."""
-        self._at_once = self._at_once + 1 if slept < AT_ONCE else 0
-        if self._at_once >= LINGER_AFTER:
-            self._at_once = 0
+        if self._linger.woken(slept, time.monotonic()):
             self._disarm()
-            self._lingering = True
-            self._last_work = self._last_poll = time.monotonic()
 
     def _wait_for_time(self, deadline: float, pause: float) -> Wake:
         now = time.monotonic()
-        self._wait(min(pause, deadline - now))
+        self._channel.wait(min(pause, deadline - now))
         self._last_poll = time.monotonic()
         if self._shutdown.requested or self._last_poll >= deadline:
             return Wake.STOP
@@ -296,20 +285,11 @@ class Listener:
 
     # -- the connection ------------------------------------------------------------
 
-    def _setup(self) -> None:
-        """LISTEN on the keeper's connection as it is now, and hear what it receives."""
-        conn = self.keeper.conn
-        if conn is self._conn:
-            return
-        self._conn = conn
-        self._armed = self._awaiting_finishes = self._lingering = False
-        if not self.polling:
-            conn.add_notify_handler(self._notified)
-            self.keeper.run("listen", store.tick_listen)
-
     def _check_connection(self) -> None:
-        if self.keeper.conn is not self._conn:  # re-opened after a failed statement
-            self._setup()
+        """LISTEN again on a connection the keeper re-opened: the locks went with the old."""
+        if self._channel.setup():
+            self._armed = self._awaiting_finishes = False
+            self._linger.active = False
 
     def _reset(self) -> Wake:
         """The connection was lost and re-opened: listen on the new one, and claim what
@@ -323,7 +303,7 @@ class Listener:
         for attempt in range(1_000_000):
             pause = RECONNECT_PAUSES[min(attempt, len(RECONNECT_PAUSES) - 1)]
             self._log.warning("listening: the database is unreachable", error=error, retry_in=pause)
-            self._wait(min(pause, deadline - time.monotonic()))
+            self._channel.wait(min(pause, deadline - time.monotonic()))
             if self._shutdown.requested or time.monotonic() >= deadline:
                 return Wake.STOP
             try:
@@ -336,9 +316,51 @@ class Listener:
             return self._reset()
         return Wake.STOP
 
-    def _pending(self, timeout: float) -> bool:
-        """Whether a notification came (or comes within `timeout`): waits on the socket and
-        on the signal pipe, runs no statement unless the socket has something to read."""
+    def _leave(self, conn: Any) -> None:
+        if self._tick_id is not None:
+            store.ticks_delete(conn, self._tick_id)
+        if self._channel.listens_on(conn):
+            store.tick_unlisten(conn)
+            if self._armed:
+                store.tick_wake(conn)
+            if self._awaiting_finishes:
+                store.tick_wake(conn, finishes=True)
+
+
+class Channel:
+    """The connection a listener hears notifications on (the keeper's, whichever it holds
+    now), and the pipe a signal writes to: what wakes a tick that sleeps in `select`."""
+
+    def __init__(self, keeper: ConnectionKeeper, shutdown: Shutdown, *, listening: bool) -> None:
+        self.keeper = keeper
+        self._shutdown = shutdown
+        self._listening = listening
+        self._conn: Any = None  # the connection LISTEN is on
+        self._notices = 0  # notifications received so far
+        self._seen = 0  # of which the tick has acted on
+        self._wake_read, self._wake_write = os.pipe()
+        os.set_blocking(self._wake_write, False)
+        os.set_blocking(self._wake_read, False)
+        shutdown.wakers.append(self._wake_up)
+
+    def setup(self) -> bool:
+        """LISTEN on the keeper's connection as it is now; True if that is a new one."""
+        conn = self.keeper.conn
+        if conn is self._conn:
+            return False
+        self._conn = conn
+        if self._listening:
+            conn.add_notify_handler(self._notified)
+            self.keeper.run("listen", store.tick_listen)
+        return True
+
+    def listens_on(self, conn: Any) -> bool:
+        return self._listening and conn is self._conn
+
+    def pending(self, timeout: float) -> bool:
+        """Whether a notification came (or comes within `timeout`), which it then takes:
+        waits on the socket and on the signal pipe, and runs no statement unless the socket
+        has something to read."""
         until = time.monotonic() + max(0.0, timeout)
         while self._notices == self._seen:
             if self._shutdown.requested:
@@ -347,25 +369,31 @@ class Listener:
             fd = self._conn.fileno()
             readable, _, _ = select.select([fd, self._wake_read], [], [], remaining)
             if self._wake_read in readable:
-                with contextlib.suppress(OSError):
-                    os.read(self._wake_read, 512)
+                self._drain_pipe()
                 continue
             if fd in readable:
                 self.keeper.run("notifications", self._receive)
                 continue
             return False
+        self._seen = self._notices
         return True
 
-    def _wait(self, timeout: float) -> None:
+    def wait(self, timeout: float) -> None:
         """Sleep `timeout` seconds unless a signal comes first."""
         if timeout > 0 and not self._shutdown.requested:
             readable, _, _ = select.select([self._wake_read], [], [], timeout)
             if readable:
-                with contextlib.suppress(OSError):
-                    os.read(self._wake_read, 512)
+                self._drain_pipe()
+
+    def close(self) -> None:
+        with contextlib.suppress(ValueError):
+            self._shutdown.wakers.remove(self._wake_up)
+        for fd in (self._wake_read, self._wake_write):
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def _receive(self, conn: Any) -> None:
-        """Read what the server sent; its notifications reach `_notified`."""
+        """Read what the server sent; count its notifications."""
         pgconn = conn.pgconn
         pgconn.consume_input()
         while pgconn.notifies() is not None:
@@ -377,19 +405,49 @@ class Listener:
         # On whichever thread runs a statement on the connection (the drain's claims).
         self._notices += 1
 
+    def _drain_pipe(self) -> None:
+        with contextlib.suppress(OSError):
+            os.read(self._wake_read, 512)
+
     def _wake_up(self) -> None:
         with contextlib.suppress(OSError):  # full: a byte is there already
             os.write(self._wake_write, b"\0")
 
-    def _leave(self, conn: Any) -> None:
-        if self._tick_id is not None:
-            store.ticks_delete(conn, self._tick_id)
-        if self._conn is conn and not self.polling:
-            store.tick_unlisten(conn)
-            if self._armed:
-                store.tick_wake(conn)
-            if self._awaiting_finishes:
-                store.tick_wake(conn, finishes=True)
+
+class Linger:
+    """When a tick polls rather than sleeps: the "lingering" state of the module's table."""
+
+    def __init__(self) -> None:
+        self.active = False
+        self.pause = LINGER_POLL  # until the next poll
+        self._span = LINGER_FOR  # how long its polls may find nothing before it sleeps again
+        self._at_once = 0  # wake-ups in a row that came at once
+        self._last_work = 0.0
+        self._left_at = float("-inf")
+
+    def woken(self, slept: float, now: float) -> bool:
+        """A wake-up after `slept` seconds; True if the tick starts to linger."""
+        if slept >= CALM:
+            self._span = LINGER_FOR
+        self._at_once = self._at_once + 1 if slept < AT_ONCE else 0
+        if self._at_once < LINGER_AFTER:
+            return False
+        self._at_once = 0
+        if now - self._left_at < 2 * self._span:
+            self._span = min(2 * self._span, LINGER_MAX)
+        self.active, self.pause, self._last_work = True, LINGER_POLL, now
+        return True
+
+    def worked(self, now: float) -> None:
+        self._last_work, self.pause = now, LINGER_POLL
+
+    def next_pause(self, now: float) -> float | None:
+        """How long until the next poll; None once polls found nothing for long enough."""
+        if now - self._last_work >= self._span:
+            self.active, self._left_at = False, now
+            return None
+        pause, self.pause = self.pause, min(1.5 * self.pause, LINGER_POLL_MAX)
+        return pause
 
 
 def _register(conn: Any, host: str, pid: int, interval: float, polling: bool) -> int:
