@@ -82,8 +82,15 @@ class System:
 
 
 def _run(argv: list[str], env: dict[str, str], cwd: Path, timeout: float = 300) -> None:
-    done = subprocess.run(argv, env={**os.environ, **env}, cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, check=False)  # fmt: skip
+    done = subprocess.run(
+        argv,
+        env={**os.environ, **env},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(argv[:3])}: {done.stderr[-2000:] or done.stdout[-2000:]}")
 
@@ -98,24 +105,41 @@ def _jobrunner() -> System:
             migrate.apply(conn)
 
     def worker(url: str, log: Path) -> tuple[list[str], dict[str, str], Path]:
-        argv = [sys.executable, "-m", "cronjob", "tick", "--listen", "--max-runtime", "3600s",
-                "--handlers", "bench.latency_handlers", "--log-level", "warning"]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "cronjob",
+            "tick",
+            "--listen",
+            "--max-runtime",
+            "3600s",
+            "--handlers",
+            "bench.latency_handlers",
+            "--log-level",
+            "warning",
+        ]
         env = {"JOBRUNNER_DATABASE_URL": url, "LATENCY_LOG": str(log), "PYTHONPATH": str(ROOT)}
         return argv, env, ROOT
 
     return System(
-        "jobrunner", sys.executable, "latency_jobrunner", setup, worker,
+        "jobrunner",
+        sys.executable,
+        "latency_jobrunner",
+        setup,
+        worker,
         "`jobrunner tick --listen` (default flags: 4 handler threads), a plain `def` handler; "
         "enqueued with `enqueue_async`, a burst with `enqueue_many`",
         env={"PYTHONPATH": str(ROOT)},
-    )  # fmt: skip
+    )
 
 
 GRAPHILE_PRESET = """\
 const {{ Logger, consoleLogFactory }} = require("graphile-worker");
 const logger = new Logger((scope) => {{
   const log = consoleLogFactory(scope);
-  return (level, message, meta) => {{ if (level === "error" || level === "warning") log(level, message, meta); }};
+  return (level, message, meta) => {{
+    if (level === "error" || level === "warning") log(level, message, meta);
+  }};
 }});
 module.exports = {{ worker: {{ taskDirectory: {tasks}, logger }} }};
 """
@@ -135,20 +159,28 @@ def _graphile() -> System:
         return command(url), {"LATENCY_LOG": str(log)}, prefix
 
     return System(
-        "graphile-worker", sys.executable, "latency_graphile",
-        lambda url: _run(command(url, "--schema-only"), {}, prefix), worker,
+        "graphile-worker",
+        sys.executable,
+        "latency_graphile",
+        lambda url: _run(command(url, "--schema-only"), {}, prefix),
+        worker,
         "graphile-worker's defaults (one job at a time, LISTEN/NOTIFY), an async task; "
         "enqueued with graphile_worker.add_job, a burst with add_jobs",
-        env={"BENCH_DATABASE_URL": ""},
-    )  # fmt: skip
+    )
 
 
 def _procrastinate() -> System:
     venv = ENVS / "procrastinate" / "bin"
 
     def cli(url: str, *args: str) -> tuple[list[str], dict[str, str]]:
-        argv = [str(venv / "procrastinate"), "--log-level", "warning",
-                "--app", "latency_procrastinate.app", *args]  # fmt: skip
+        argv = [
+            str(venv / "procrastinate"),
+            "--log-level",
+            "warning",
+            "--app",
+            "latency_procrastinate.app",
+            *args,
+        ]
         return argv, {"BENCH_DATABASE_URL": url, "PYTHONPATH": str(PEERS)}
 
     def worker(url: str, log: Path) -> tuple[list[str], dict[str, str], Path]:
@@ -156,11 +188,14 @@ def _procrastinate() -> System:
         return argv, {**env, "LATENCY_LOG": str(log)}, PEERS
 
     return System(
-        "procrastinate", str(venv / "python"), "latency_procrastinate",
-        lambda url: _run(*cli(url, "schema", "--apply"), PEERS), worker,
+        "procrastinate",
+        str(venv / "python"),
+        "latency_procrastinate",
+        lambda url: _run(*cli(url, "schema", "--apply"), PEERS),
+        worker,
         "`procrastinate worker` with its defaults (concurrency 1, listen_notify), an async "
         "task; enqueued with `defer_async`, a burst with `batch_defer_async`",
-    )  # fmt: skip
+    )
 
 
 def _pgqueuer() -> System:
@@ -172,11 +207,14 @@ def _pgqueuer() -> System:
         return argv, {**env, "PYTHONPATH": str(PEERS)}, PEERS
 
     return System(
-        "pgqueuer", str(venv / "python"), "latency_pgqueuer",
-        lambda url: _run([str(venv / "pgq"), "install"], {"PGDSN": url}, PEERS), worker,
+        "pgqueuer",
+        str(venv / "python"),
+        "latency_pgqueuer",
+        lambda url: _run([str(venv / "pgq"), "install"], {"PGDSN": url}, PEERS),
+        worker,
         "`pgq run` with its defaults (asyncpg driver, LISTEN/NOTIFY), an async entrypoint; "
         "enqueued with `Queries.enqueue`, one job or a batch",
-    )  # fmt: skip
+    )
 
 
 SYSTEMS = {s.name: s for s in (_jobrunner(), _graphile(), _procrastinate(), _pgqueuer())}
@@ -238,45 +276,102 @@ def percentiles(values: list[float]) -> dict[str, float | None]:
     return {"p50": rank(0.5), "p95": rank(0.95), "p99": rank(0.99), "max": ordered[-1]}
 
 
-def measure(cluster: Cluster, system: System, scenarios: list, work: Path, idle: float) -> dict:
+@dataclass
+class Running:
+    """A system's worker, started on a database of its own, and what it has started."""
+
+    system: System
+    url: str
+    worker: subprocess.Popen[str]
+    starts: Starts
+    samples: dict[str, list[float]] = field(default_factory=dict)
+    jobs: dict[str, int] = field(default_factory=dict)
+    missing: dict[str, int] = field(default_factory=dict)
+
+
+def start(cluster: Cluster, system: System, work: Path) -> Running:
     url = cluster.createdb(f"latency_{system.name.replace('-', '_')}")
     system.setup(url)
     log = work / f"{system.name}.starts"
     argv, env, cwd = system.worker(url, log)
-    worker = subprocess.Popen(argv, env={**os.environ, **env}, cwd=cwd, text=True,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
-    starts, results = Starts(log), {}
+    worker = subprocess.Popen(
+        argv,
+        env={**os.environ, **env},
+        cwd=cwd,
+        text=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    running = Running(system, url, worker, Starts(log))
+    warm = _drive(system, url, {**WARM_UP, "start_k": 1_000_000}, work)
+    running.starts.wait([k for k, *_ in warm], STARTED_TIMEOUT, worker)
+    return running
+
+
+def scenario_once(running: Running, label: str, scenario: dict, start_k: int, work: Path) -> None:
+    """One scenario on one system: its latencies join the system's samples of `label`."""
+    jobs = _drive(running.system, running.url, {**scenario, "start_k": start_k}, work)
+    running.starts.wait([k for k, *_ in jobs], STARTED_TIMEOUT, running.worker)
+    seen = running.starts.read()
+    running.samples.setdefault(label, []).extend(
+        (seen[k] - (due if due is not None else committed)) * 1000
+        for k, committed, due in jobs
+        if k in seen
+    )
+    running.jobs[label] = running.jobs.get(label, 0) + len(jobs)
+    running.missing[label] = running.missing.get(label, 0) + sum(k not in seen for k, *_ in jobs)
+
+
+def stop(cluster: Cluster, running: Running) -> None:
+    running.worker.send_signal(signal.SIGTERM)
     try:
-        next_k = 1_000_000
-        warm = _drive(system, url, {**WARM_UP, "start_k": next_k}, work)
-        starts.wait([k for k, *_ in warm], STARTED_TIMEOUT, worker)
-        for label, scenario in scenarios:
-            next_k += 100_000
-            jobs = _drive(system, url, {**scenario, "start_k": next_k}, work)
-            starts.wait([k for k, *_ in jobs], STARTED_TIMEOUT, worker)
-            seen = starts.read()
-            waited = [
-                (seen[k] - (due if due is not None else committed)) * 1000
-                for k, committed, due in jobs
-                if k in seen
-            ]
-            results[label] = {
-                **percentiles(waited),
-                "jobs": len(jobs),
-                "missing": sum(k not in seen for k, *_ in jobs),
-            }
-            print(f"  {system.name:16} {label:11} {_row(results[label])}", flush=True)
-        if idle and system.name == "jobrunner":
-            results["idle"] = _idle_cost(url, worker.pid, idle)
+        running.worker.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        running.worker.kill()
+        running.worker.wait()
+    cluster.dropdb(running.url.rsplit("/", 1)[1])
+
+
+def measure(
+    cluster: Cluster, systems: list[System], scenarios: list, work: Path, *, reps: int, idle: float
+) -> dict[str, dict]:
+    """Every scenario on every system, the systems taking turns scenario by scenario (each
+    round led by the next), so that load from elsewhere on the machine hits all alike."""
+    results: dict[str, dict] = {}
+    started: list[Running] = []
+    try:
+        for system in systems:
+            try:
+                started.append(start(cluster, system, work))
+            except (RuntimeError, subprocess.SubprocessError, OSError) as exc:
+                results[system.name] = {"error": str(exc)[-500:]}
+        next_k = 2_000_000
+        for rep in range(reps):
+            for label, scenario in scenarios:
+                turn = started[rep % len(started) :] + started[: rep % len(started)]
+                for running in turn:
+                    next_k += 100_000
+                    scenario_once(running, label, scenario, next_k, work)
+                    print(
+                        f"  {running.system.name:16} {label:11} {_row(_stats(running, label))}",
+                        flush=True,
+                    )
+        for running in started:
+            results[running.system.name] = {label: _stats(running, label) for label, _ in scenarios}
+            if idle and running.system.name == "jobrunner":
+                results["jobrunner"]["idle"] = _idle_cost(running.url, running.worker.pid, idle)
     finally:
-        worker.send_signal(signal.SIGTERM)
-        try:
-            worker.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
-        cluster.dropdb(url.rsplit("/", 1)[1])
+        for running in started:
+            stop(cluster, running)
     return results
+
+
+def _stats(running: Running, label: str) -> dict[str, Any]:
+    return {
+        **percentiles(running.samples.get(label, [])),
+        "jobs": running.jobs.get(label, 0),
+        "missing": running.missing.get(label, 0),
+    }
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -325,3 +420,189 @@ def _row(stats: dict[str, Any]) -> str:
         f"p50 {_ms(stats['p50'])}  p95 {_ms(stats['p95'])}  p99 {_ms(stats['p99'])}  "
         f"max {_ms(stats['max'])} ms ({stats['jobs']} jobs{missing})"
     )
+
+
+# -- the report ---------------------------------------------------------------------------
+
+README_BEGIN, README_END = "<!-- latency:begin -->", "<!-- latency:end -->"
+
+
+def _targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
+    """Each target of issue 40, what was measured, and whether it is met (None: not run)."""
+    ours = results["systems"].get("jobrunner", {})
+    theirs = results["systems"].get("graphile-worker", {})
+    rows: list[tuple[str, str, bool | None]] = []
+    for label in ("10/s", "100/s", "1000/s", "burst 1000"):
+        a, b = ours.get(label, {}).get("p50"), theirs.get(label, {}).get("p50")
+        met = None if a is None or b is None else a <= b
+        rows.append(
+            (f"p50 at {label} at or below graphile-worker's", f"{_ms(a)} vs {_ms(b)} ms", met)
+        )
+    for label, what in (("100/s", "p99 at 100/s"), ("delayed", "delayed runs: start - run_at p99")):
+        p99 = ours.get(label, {}).get("p99")
+        rows.append((f"{what} <= 50 ms", f"{_ms(p99)} ms", None if p99 is None else p99 <= 50))
+    idle = ours.get("idle")
+    if idle:
+        cpu = idle["tick_cpu_percent"] + idle["backend_cpu_percent"]
+        rows.append(
+            (
+                "idle minute: under 1% of a core, one connection",
+                f"{cpu:.2f}% ({idle['tick_cpu_percent']:.2f}% tick, "
+                f"{idle['backend_cpu_percent']:.2f}% backend), {idle['connections']} "
+                "connection(s)",
+                cpu < 1 and idle["connections"] == 1,
+            )
+        )
+    for case, r in (results.get("notify") or {}).items():
+        if case in ("no tick", "a tick of other types", "a tick running them"):
+            rows.append(
+                (
+                    f"8 enqueuers, {case}: >= 0.95x without NOTIFY",
+                    f"{r['ratio']:.3f}x",
+                    r["ratio"] >= 0.95,
+                )
+            )
+    return rows
+
+
+def readme_table(results: dict[str, Any]) -> str:
+    """The README's rows: p50 / p99 in ms of each system, per scenario."""
+    systems = [s for s in results["systems"] if "error" not in results["systems"][s]]
+    header = "| scenario | " + " | ".join(systems) + " |"
+    lines = [header, "|---" * (len(systems) + 1) + "|"]
+    for label, _ in SCENARIOS:
+        cells = []
+        for name in systems:
+            stats = results["systems"][name].get(label)
+            cells.append("-" if not stats else f"{_ms(stats['p50'])} / {_ms(stats['p99'])}")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def render(results: dict[str, Any]) -> str:
+    out = [
+        "# Latency: enqueue commit to handler start",
+        "",
+        f"`{results['command']}` at commit `{results['commit']}`, {results['started']}; "
+        f"{os.cpu_count()} cores. What is measured, and how: the docstring of bench/latency.py. "
+        "Milliseconds; a job that had not started "
+        f"{STARTED_TIMEOUT:g} s after its scenario is counted as missing.",
+        "",
+        "Server: " + ", ".join(f"{k}={v}" for k, v in results["settings"].items()),
+        "",
+    ]
+    for name, found in results["systems"].items():
+        out += [f"## {name}", "", SYSTEMS[name].how, ""]
+        if "error" in found:
+            out += [f"Not measured: {found['error']}", ""]
+            continue
+        out += ["| scenario | p50 | p95 | p99 | max | jobs | missing |", "|---" * 7 + "|"]
+        for label, _ in SCENARIOS:
+            s = found.get(label)
+            if s:
+                out.append(
+                    f"| {label} | {_ms(s['p50'])} | {_ms(s['p95'])} | {_ms(s['p99'])} | "
+                    f"{_ms(s['max'])} | {s['jobs']} | {s['missing']} |"
+                )
+        out.append("")
+    out += ["## p50 / p99 side by side", "", readme_table(results), ""]
+    if results.get("notify"):
+        out += [
+            "## What notifications cost 8 concurrent enqueuers (bench/notify.py)",
+            "",
+            "Runs enqueued per second by 8 processes at once, one run a transaction, "
+            "medians of the rounds; `off`: the trigger that notifies disabled.",
+            "",
+            "| case | off | on | on/off |",
+            "|---|---|---|---|",
+        ]
+        for case, r in results["notify"].items():
+            out.append(f"| {case} | {r['off']:.0f} | {r['on']:.0f} | {r['ratio']:.3f}x |")
+        out.append("")
+    out += ["## Targets", "", "| target | measured | met |", "|---|---|---|"]
+    for what, measured, met in _targets(results):
+        out.append(f"| {what} | {measured} | {'-' if met is None else 'yes' if met else 'NO'} |")
+    return "\n".join(out) + "\n"
+
+
+def _update_readme(results: dict[str, Any]) -> None:
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    if README_BEGIN not in text or README_END not in text:
+        print("README.md has no latency markers: its table is left as it is", file=sys.stderr)
+        return
+    head, rest = text.split(README_BEGIN, 1)
+    _, tail = rest.split(README_END, 1)
+    table = readme_table(results)
+    readme.write_text(f"{head}{README_BEGIN}\n{table}\n{README_END}{tail}")
+
+
+def _commit() -> str:
+    found = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return found.stdout.strip() or "unknown"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer jobs, a 10 s idle minute")
+    parser.add_argument("--only", help="systems, comma-separated: " + ", ".join(SYSTEMS))
+    parser.add_argument("--idle-seconds", type=float, default=None, help="default 60 (quick 10)")
+    parser.add_argument(
+        "--reps", type=int, default=None, help="rounds of the scenarios: 2 (quick 1)"
+    )
+    parser.add_argument("--notify-seconds", type=float, default=5.0)
+    parser.add_argument("--notify-rounds", type=int, default=3)
+    parser.add_argument("--no-notify", action="store_true", help="skip bench/notify.py")
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    args = parser.parse_args()
+    names = args.only.split(",") if args.only else list(SYSTEMS)
+    scenarios = [
+        (label, {**s, "count": QUICK[label]} if args.quick else s) for label, s in SCENARIOS
+    ]
+    idle = args.idle_seconds if args.idle_seconds is not None else (10 if args.quick else 60)
+    results: dict[str, Any] = {
+        "command": "python bench/latency.py " + " ".join(sys.argv[1:]),
+        "commit": _commit(),
+        "started": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "systems": {},
+    }
+    with throwaway_cluster() as cluster, tempfile.TemporaryDirectory() as work:
+        results["settings"] = cluster.settings()
+        systems = []
+        for name in names:
+            missing = SYSTEMS[name].available()
+            if missing:
+                results["systems"][name] = {"error": missing}
+            else:
+                systems.append(SYSTEMS[name])
+        reps = args.reps or (1 if args.quick else 2)
+        measured = measure(cluster, systems, scenarios, Path(work), reps=reps, idle=idle)
+        results["systems"].update({s.name: measured[s.name] for s in systems})
+        if not args.no_notify:
+            import psycopg
+
+            from bench import notify
+            from cronjob import migrate
+
+            url = cluster.createdb("notify")
+            with psycopg.connect(url, autocommit=True) as conn:
+                migrate.apply(conn)
+            results["notify"] = notify.measure(
+                url, seconds=args.notify_seconds, rounds=args.notify_rounds, work=Path(work)
+            )
+    report = render(results)
+    print(report)
+    if not args.no_write:
+        (ROOT / "bench" / "LATENCY-RESULTS.md").write_text(report)
+        (ROOT / "bench" / "latency-results.json").write_text(json.dumps(results, indent=2) + "\n")
+        _update_readme(results)
+
+
+if __name__ == "__main__":
+    main()

@@ -58,11 +58,28 @@ def _listener(url: str, case: str, work: Path) -> Iterator[None]:
     types = "latency.probe" if case == "a tick running them" else "latency.other"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "LATENCY_LOG": str(work / "notify.starts")}
     tick = subprocess.Popen(
-        [sys.executable, "-m", "cronjob", "tick", "--listen", "--max-runtime", "600s",
-         "--handlers", "bench.latency_handlers", "--types", types, "--log-level", "warning",
-         "--database-url", url],
-        env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "cronjob",
+            "tick",
+            "--listen",
+            "--max-runtime",
+            "600s",
+            "--handlers",
+            "bench.latency_handlers",
+            "--types",
+            types,
+            "--log-level",
+            "warning",
+            "--database-url",
+            url,
+        ],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         time.sleep(1.5)  # started and asleep
         yield
@@ -77,8 +94,9 @@ def _flood(url: str, seconds: float, job_type: str) -> float:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     argv = [sys.executable, str(ROOT / "bench" / "peers" / "latency" / "flood.py"), url, job_type]
     procs = [
-        subprocess.Popen([*argv, str(start), str(seconds)], env=env, stdout=subprocess.PIPE,
-                         text=True)  # fmt: skip
+        subprocess.Popen(
+            [*argv, str(start), str(seconds)], env=env, stdout=subprocess.PIPE, text=True
+        )
         for _ in range(ENQUEUERS)
     ]
     return sum(int(p.communicate(timeout=600)[0]) for p in procs) / seconds
@@ -100,7 +118,8 @@ def measure(url: str, *, seconds: float, rounds: int, work: Path) -> dict[str, A
                         admin.execute(f"ALTER TABLE job_runs {toggle} TRIGGER job_runs_wake_ticks")
                         rate = _flood(url, seconds, job_type)
                         found[case][mode].append(rate)
-                        print(f"  notify: {case:24} trigger {mode:3} {rate:8.0f} runs/s", flush=True)
+                        line = f"  notify: {case:24} trigger {mode:3} {rate:8.0f} runs/s"
+                        print(line, flush=True)
         admin.execute("ALTER TABLE job_runs ENABLE TRIGGER job_runs_wake_ticks")
     results = {}
     for case, modes in found.items():

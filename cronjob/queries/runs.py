@@ -73,6 +73,12 @@ _CLAIMED_COLUMNS = ", ".join(
     ]
 )
 
+# A listening tick's claim that carries no outcome (tick/listen.py) does not wait for its commit
+# to reach disk: one lost to a crash of the server leaves its runs waiting, to be claimed
+# again, attempt not counted; every later commit that waits for its flush (the outcome's)
+# flushes the claim with it.
+RUNS_CLAIM_MANY_UNFLUSHED = "SET LOCAL synchronous_commit TO off"
+
 # -- the claim --
 #
 # A claim takes the runs of limited types first, each key's room counted under the key's

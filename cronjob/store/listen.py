@@ -100,23 +100,23 @@ def runs_wait_begin(conn: Any) -> bool:
     return bool(conn.execute(queries.RUNS_WAIT_BEGIN).fetchone()[0])
 
 
-def runs_wait_end(conn: Any) -> None:
-    conn.execute(queries.RUNS_WAIT_END)
-
-
-def runs_list_outcomes(conn: Any, ids: Sequence[int]) -> list[RunOutcome]:
-    cursor = conn.cursor(row_factory=class_row(RunOutcome))
-    return cursor.execute(queries.RUNS_LIST_OUTCOMES, {"ids": list(ids)}).fetchall()
-
-
 async def runs_wait_begin_async(conn: Any) -> bool:
     await conn.execute(queries.RUNS_WAIT_BEGIN_LISTEN)
     cursor = await conn.execute(queries.RUNS_WAIT_BEGIN)
     return bool((await cursor.fetchone())[0])
 
 
+def runs_wait_end(conn: Any) -> None:
+    conn.execute(queries.RUNS_WAIT_END)
+
+
 async def runs_wait_end_async(conn: Any) -> None:
     await conn.execute(queries.RUNS_WAIT_END)
+
+
+def runs_list_outcomes(conn: Any, ids: Sequence[int]) -> list[RunOutcome]:
+    cursor = conn.cursor(row_factory=class_row(RunOutcome))
+    return cursor.execute(queries.RUNS_LIST_OUTCOMES, {"ids": list(ids)}).fetchall()
 
 
 async def runs_list_outcomes_async(conn: Any, ids: Sequence[int]) -> list[RunOutcome]:

@@ -54,6 +54,7 @@ def runs_claim_many(
     token: UUID | None = None,
     after: ClaimedRun | None = None,
     floors: Floors | None = None,
+    flushed: bool = True,
 ) -> list[ClaimedRun]:
     """Claim up to `limit` due runs in a transaction of their own (commits them).
 
@@ -61,13 +62,16 @@ def runs_claim_many(
     it can find what the claim holds even if its answer is lost. `after` is the last run
     the previous claim handed over: the tenants take turns from the one after its own.
     `floors`, for a claim that resumes, are the last run taken of each (priority, tenant)
-    since the last full claim (None: a full claim; cronjob/tick/resume.py).
+    since the last full claim (None: a full claim; cronjob/tick/resume.py). Without
+    `flushed` the commit does not wait for the log to reach disk (RUNS_CLAIM_MANY_UNFLUSHED).
     """
     _require_autocommit(conn)
     params = _claim_params(
         job_types, leases, max_attempts, limit, worker, now, token, after, floors
     )
     with conn.pipeline(), conn.transaction():
+        if not flushed:
+            conn.execute(queries.RUNS_CLAIM_MANY_UNFLUSHED)
         conn.execute(queries.RUNS_CLAIM_MANY_PLAN)
         claiming = conn.execute(queries.RUNS_CLAIM_MANY, params)
     return _claimed_runs(claiming.fetchall(), params["token"])
@@ -181,16 +185,19 @@ def runs_finalize_and_claim_many(
     token: UUID | None = None,
     after: ClaimedRun | None = None,
     floors: Floors | None = None,
+    flushed: bool = True,
 ) -> tuple[set[int], list[ClaimedRun]]:
     """Finalize one batch and claim the next in one transaction and one round trip.
 
     On an autocommit connection (required) each statement would commit, and wait
-    for the log flush, on its own; together they pay for one commit.
+    for the log flush, on its own; together they pay for one commit. `flushed` is
+    runs_claim_many's, for a claim that carries no decision: outcomes always wait.
     """
     if not decisions:
         return set(), runs_claim_many(
             conn, job_types=job_types, leases=leases, max_attempts=max_attempts,
             limit=limit, worker=worker, now=now, token=token, after=after, floors=floors,
+            flushed=flushed,
         )  # fmt: skip
     _require_autocommit(conn)
     claim_params = _claim_params(

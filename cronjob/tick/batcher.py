@@ -73,6 +73,7 @@ class Batcher:
         worker: str,
         now: datetime | None = None,
         clock: Callable[[], float] = time.monotonic,
+        flushed_claims: bool = True,
     ) -> None:
         self.concurrency = concurrency
         self.batch_size = batch_size
@@ -93,6 +94,9 @@ class Batcher:
         self._last_flush = clock()
         types = sorted(handlers)
         self._claim_args = {
+            # A listening tick's claims that carry no outcome do not wait for the disk
+            # (queries.runs.RUNS_CLAIM_MANY_UNFLUSHED): it starts the run sooner.
+            "flushed": flushed_claims,
             "job_types": types,
             "leases": [leases[t] for t in types],
             "max_attempts": [handlers[t].max_attempts for t in types],

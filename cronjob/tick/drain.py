@@ -135,7 +135,9 @@ class Drain:
                 return False
         elif batcher.may_claim(len(pool.flights), now):
             claim = batcher.claim(len(pool.flights), now, carry=not self.writer.active)
-            self.connection.begin("claim", claim, then=pool.wake)
+            # A listening tick woken with nothing in flight has nothing to do meanwhile.
+            inline = self.listener is not None and not pool.flights
+            self.connection.begin("claim", claim, then=pool.wake, inline=inline)
         idle = not pool.flights and not self.connection.busy
         if idle and (batcher.exhausted or self.shutdown.requested):
             listening = self.listener is not None and not self.shutdown.requested
@@ -154,10 +156,11 @@ class Drain:
 
     def _look_again(self, now: float) -> bool:
         """Everything claimed is done (retries may be due already); or, listening, runs may
-        have come while handlers run."""
-        if not self.pool.flights:
-            return True
-        return self.listener is not None and self.listener.between(now)
+        have come while handlers run. A listening tick with nothing in flight asks its
+        listener instead, which looks for due runs before it sleeps."""
+        if self.listener is None:
+            return not self.pool.flights
+        return bool(self.pool.flights) and self.listener.between(now)
 
     def _listen(self, deadline: float) -> bool:
         """Nothing to do: wait, as the listener says, for something to claim; False to stop."""

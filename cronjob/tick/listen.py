@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from cronjob.tick.shutdown import Shutdown
 
 POLL_INTERVAL = 1.0  # seconds between claims of a tick that cannot listen
+PREPARE_THRESHOLD = 2  # executions of a statement on a listening connection before it is prepared
 # By default a listening tick stays to the end of the database clock's minute and this long
 # into the next: cron has started the next minute's tick by then, so no second is left
 # without one, and with --grace below 60 - OVERLAP no more than two of a host's are alive.
@@ -352,6 +353,9 @@ class Channel:
         if self._listening:
             conn.add_notify_handler(self._notified)
             self.keeper.run("listen", store.tick_listen)
+            # A direct session (LISTEN works on it): its statements, the claims first of all,
+            # are planned once rather than every time, as no pooler hands it to others.
+            conn.prepare_threshold = PREPARE_THRESHOLD
         return True
 
     def listens_on(self, conn: Any) -> bool:

@@ -208,6 +208,7 @@ class Steps:
                 batch_size=options.batch_size,
                 worker=self.worker,
                 now=options.now,
+                flushed_claims=listener is None,
             ),
             pool=Pool(
                 self.handlers,

@@ -2,7 +2,7 @@
 Python, and writes "<k> <commit time> <due time>" a line (Unix times; the due time only for
 delayed jobs) to the output file once it is done.
 
-    python driver.py CLIENT_MODULE SCENARIO_JSON OUTPUT
+    python driver.py <client module> <scenario as JSON> <output file>
 
 A scenario is {"kind": "rate", "start_k": K, "count": N, "rate": R, "connections": C,
 "delay": D}: N jobs, one every 1/R seconds, over C connections taking turns, each job due D

@@ -1,7 +1,7 @@
 """bench/notify.py's enqueuer: one process, one connection, one run a transaction
-(`cronjob.enqueue` in autocommit) for SECONDS from the Unix time START; prints its count.
+(`cronjob.enqueue` in autocommit) for <seconds> from the Unix time <start>; prints its count.
 
-    python flood.py URL JOB_TYPE START SECONDS
+    python flood.py <url> <job type> <start> <seconds>
 """
 
 from __future__ import annotations
