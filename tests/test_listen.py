@@ -212,6 +212,82 @@ def test_two_listening_ticks_on_two_hosts_share_a_burst_each_run_once(db_url, co
         assert hosts == {os.uname().nodename, "other-host"}
 
 
+def test_a_retry_and_a_resume_start_runs_at_once_on_a_sleeping_tick(db_url, conn, tmp_path):
+    dead = insert_run(conn, "test.ok", status="dead", attempts=3)
+    assert run_cli("pause", "test.sleep", "--database-url", db_url).exit_code == 0
+    paused = enqueue(conn, "test.sleep", {"seconds": 0})
+    with listening_tick(db_url, tmp_path=tmp_path) as tick:
+        asleep(conn, tick)
+        assert run_cli("retry", str(dead), "--database-url", db_url).exit_code == 0
+        retried_at = conn.execute("SELECT now()").fetchone()[0]
+        _, started, *_ = finished(conn, dead)
+        assert (started - retried_at).total_seconds() < PROMPTLY
+        asleep(conn, tick)
+        assert run_cli("resume", "test.sleep", "--database-url", db_url).exit_code == 0
+        resumed_at = conn.execute("SELECT now()").fetchone()[0]
+        _, started, *_ = finished(conn, paused)
+        assert (started - resumed_at).total_seconds() < PROMPTLY
+
+
+def test_a_place_freed_by_a_run_finishing_on_another_host_starts_the_next_at_once(
+    db_url, conn, tmp_path
+):
+    limit = ("limit", "test.ok", "--concurrency", "1", "--database-url", db_url)
+    assert run_cli(*limit).exit_code == 0
+    # The one place is taken by a run another host holds; the next waits for it.
+    elsewhere = insert_run(conn, "test.ok", status="running", locked_by="other-host:1")
+    waiting = enqueue(conn, "test.ok")
+    with listening_tick(db_url, tmp_path=tmp_path) as tick:
+        asleep(conn, tick)
+        wait_for(lambda: holders(conn, AWAITING_FINISHES), "the tick to wait for a place")
+        assert count(conn, "SELECT count(*) FROM job_runs WHERE id = %s AND attempts = 0", waiting)
+        # The other host's finalize: the run succeeded, the place is free.
+        conn.execute(
+            "UPDATE job_runs SET status = 'succeeded', finished_at = now(), locked_by = NULL,"
+            " locked_until = NULL, lease_token = NULL WHERE id = %s",
+            [elsewhere],
+        )
+        freed = conn.execute("SELECT now()").fetchone()[0]
+        status, started, *_ = finished(conn, waiting)
+    assert status == "succeeded"
+    assert (started - freed).total_seconds() < PROMPTLY
+
+
+def test_a_run_held_back_by_a_rate_limit_starts_when_the_next_window_opens(db_url, conn, tmp_path):
+    limit = ("limit", "test.ok", "--rate", "1/2s", "--database-url", db_url)
+    assert run_cli(*limit).exit_code == 0
+    with listening_tick(db_url, tmp_path=tmp_path) as tick:
+        asleep(conn, tick)
+        first, second = enqueue(conn, "test.ok"), enqueue(conn, "test.ok")
+        _, started_first, *_ = finished(conn, first)
+        _, started_second, *_ = finished(conn, second)
+    # Windows are aligned to the epoch, two seconds long: the second run starts as the window
+    # after the first one's opens.
+    window = started_first.timestamp() // 2 * 2 + 2
+    assert window <= started_second.timestamp() < window + 1.0
+
+
+def test_a_schedule_fires_at_its_time_not_at_the_next_tick(db_url, conn, tmp_path):
+    added = run_cli(
+        "schedule", "add", "every-minute", "--cron", "* * * * *", "--type", "test.ok",
+        "--database-url", db_url,
+    )  # fmt: skip
+    assert added.exit_code == 0, added.stderr
+    with listening_tick(db_url, tmp_path=tmp_path, max_runtime="90s") as tick:
+        asleep(conn, tick)
+        # Its next fire time is the coming minute's start: the tick sleeps until then.
+        run = wait_for(
+            lambda: conn.execute(
+                "SELECT scheduled_for, started_at FROM job_runs"
+                " WHERE scheduled_for IS NOT NULL AND started_at IS NOT NULL"
+            ).fetchone(),
+            "the schedule's run to start",
+            timeout=90,
+        )
+    scheduled_for, started = run
+    assert 0 <= (started - scheduled_for).total_seconds() < 1.0
+
+
 # -- where it cannot listen, and when its connection is lost --
 
 
@@ -294,6 +370,12 @@ def test_a_transaction_that_enqueues_many_runs_sends_one_notification(db_url):
         run_cli("enqueue", "test.ok", "--database-url", db_url)  # a transaction of its own
         assert notifications(session) == 1
         app.commit()
+        assert notifications(session) == 1
+        lines = "".join(
+            json.dumps({"type": "test.ok", "payload": {"n": n}}) + "\n" for n in range(300)
+        )
+        jsonl = run_cli("enqueue", "--jsonl", "-", "--database-url", db_url, input=lines)
+        assert jsonl.exit_code == 0, jsonl.stderr
         assert notifications(session) == 1
 
 

@@ -251,7 +251,11 @@ def test_the_runner_timeouts_stay_off_pooled_connections(pooled_database):
         assert conn.execute("SHOW statement_timeout").fetchone()[0] == "30s"
 
 
-def _listening_tick(url: str, tmp_path: Path, *args: str) -> Any:
+def _listening_tick(url: str, direct: str, tmp_path: Path, *args: str) -> Any:
+    """A `tick --listen` on a migrated database with no runs left by the tests before."""
+    jobrunner(url, "migrate")
+    with psycopg.connect(direct, autocommit=True) as conn:
+        conn.execute("TRUNCATE job_runs, job_ticks CASCADE")
     env = {"JOBRUNNER_TEST_EXEC_LOG": str(tmp_path / "exec.log")}
     command = ("tick", "--listen", "--max-runtime", "6s", "--handlers", "tests.handlers.basic")
     return jobrunner_process(*command, "--database-url", url, *args, env=env)
@@ -265,8 +269,7 @@ def test_a_listening_tick_behind_pgbouncer_polls_says_why_once_and_runs_everythi
     pooled_database, tmp_path
 ):
     url, direct = pooled_database
-    jobrunner(url, "migrate")
-    tick = _listening_tick(url, tmp_path)
+    tick = _listening_tick(url, direct, tmp_path)
     with psycopg.connect(direct, autocommit=True) as conn:
         polling = "SELECT count(*) FROM job_ticks WHERE poll_interval = 1"
         wait_for(lambda: count(conn, polling) == 1, "the tick to poll")
@@ -278,7 +281,9 @@ def test_a_listening_tick_behind_pgbouncer_polls_says_why_once_and_runs_everythi
         ).fetchone()[0]
     _out, err = tick.communicate(timeout=60)
     assert tick.returncode == 0, err
-    (warning,) = _warnings(err)
+    warnings = _warnings(err)
+    assert len(warnings) == 1, err
+    (warning,) = warnings
     assert json.loads(warning)["event"] == (
         "polling every 1s: LISTEN cannot work through a connection pooler"
         " (give --listen-database-url)"
@@ -292,8 +297,7 @@ def test_a_listening_tick_given_a_direct_session_listens_beside_pgbouncer(
     pooled_database, tmp_path
 ):
     url, direct = pooled_database
-    jobrunner(url, "migrate")
-    tick = _listening_tick(url, tmp_path, "--listen-database-url", direct)
+    tick = _listening_tick(url, direct, tmp_path, "--listen-database-url", direct)
     with psycopg.connect(direct, autocommit=True) as conn:
         listening = "SELECT count(*) FROM job_ticks WHERE listening_since IS NOT NULL"
         wait_for(lambda: count(conn, listening) == 1, "the tick to listen")
