@@ -501,6 +501,7 @@ class NextDue:
 
     now: datetime  # the database clock, when asked
     due_at: datetime | None  # the earliest run, schedule or rate window after now; None: none
+    schedule_at: datetime | None  # the earliest of them a schedule's (it is then materialized)
     held_back: bool  # a due run of its types waits for a limit or a running sibling
 
 

@@ -61,21 +61,22 @@ RUNS_GET_NEXT_DUE = f"""
 WITH types AS MATERIALIZED (
     SELECT {_claimable("%(job_types)s")} AS claimable
 )
-SELECT {_NOW} AS now,
-least(
-    (SELECT min(r.run_at) FROM job_runs r
-     WHERE r.status IN ('queued', 'failed') AND r.run_at > {_NOW}
-       AND r.job_type = ANY((SELECT claimable FROM types)::text[])),
-    (SELECT min(d.next_fire_at) FROM job_definitions d
-     WHERE d.enabled AND d.next_fire_at > coalesce(%(since)s::timestamptz, {_NOW})),
-    (SELECT min(w.window_start + make_interval(secs => l.rate_period))
-     FROM job_type_limits l JOIN job_rate_windows w USING (job_type)
-     WHERE l.job_type = ANY((SELECT claimable FROM types)::text[]) AND w.starts >= l.rate
-       AND w.window_start + make_interval(secs => l.rate_period) > {_NOW})
-) AS due_at,
+SELECT due.now, least(due.run_at, due.schedule_at, due.window_at) AS due_at,
+       due.schedule_at, due.held_back
+FROM (SELECT {_NOW} AS now,
+(SELECT min(r.run_at) FROM job_runs r
+ WHERE r.status IN ('queued', 'failed') AND r.run_at > {_NOW}
+   AND r.job_type = ANY((SELECT claimable FROM types)::text[])) AS run_at,
+(SELECT min(d.next_fire_at) FROM job_definitions d
+ WHERE d.enabled AND d.next_fire_at > coalesce(%(since)s::timestamptz, {_NOW})) AS schedule_at,
+(SELECT min(w.window_start + make_interval(secs => l.rate_period))
+ FROM job_type_limits l JOIN job_rate_windows w USING (job_type)
+ WHERE l.job_type = ANY((SELECT claimable FROM types)::text[]) AND w.starts >= l.rate
+   AND w.window_start + make_interval(secs => l.rate_period) > {_NOW}) AS window_at,
 EXISTS (SELECT 1 FROM job_runs r
         WHERE r.status IN ('queued', 'failed') AND r.run_at <= {_NOW}
           AND r.job_type = ANY((SELECT claimable FROM types)::text[])) AS held_back
+) due
 """
 
 # How long a tick listens by default: to the end of the database clock's current minute, and
@@ -90,7 +91,7 @@ TICKS_INSERT = f"""
 INSERT INTO job_ticks (host, pid, started_at, listening_since, poll_interval, last_seen)
 VALUES (%(host)s, %(pid)s, {_NOW}, CASE WHEN %(poll_interval)s::float8 IS NULL THEN {_NOW} END,
         %(poll_interval)s, {_NOW})
-RETURNING id
+RETURNING id, started_at
 """
 TICKS_TOUCH = f"UPDATE job_ticks SET last_seen = {_NOW} WHERE id = %(id)s"
 TICKS_DELETE = "DELETE FROM job_ticks WHERE id = %(id)s"

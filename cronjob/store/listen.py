@@ -71,9 +71,11 @@ def tick_listen_until(conn: Any, *, overlap: float, now: datetime | None = None)
 
 def ticks_insert(
     conn: Any, *, host: str, pid: int, poll_interval: float | None, now: datetime | None = None
-) -> int:
+) -> tuple[int, datetime]:
+    """Enter a tick that stays; its row's id, and when it started (the database clock)."""
     params = {"host": host, "pid": pid, "poll_interval": poll_interval, "now": now}
-    return int(conn.execute(queries.TICKS_INSERT, params).fetchone()[0])
+    tick_id, started_at = conn.execute(queries.TICKS_INSERT, params).fetchone()
+    return int(tick_id), started_at
 
 
 def ticks_touch(conn: Any, tick_id: int, *, now: datetime | None = None) -> None:

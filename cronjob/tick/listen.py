@@ -51,6 +51,7 @@ import psycopg
 from psycopg import pq
 
 from cronjob import store
+from cronjob.models import NextDue
 from cronjob.settings import LISTENING_TICK_STALE
 from cronjob.tick.connection import ConnectionKeeper, ReconnectFailed, StatementFailed
 
@@ -77,6 +78,7 @@ LINGER_POLL_MAX = 0.02
 LINGER_FOR = 0.05
 LINGER_MAX = 2.0
 CALM = 0.1
+DUE_MARGIN = 0.001  # a timed wake-up comes this long after the time it waits for
 # After "not quiet": when the tick looks again, while transactions that may have missed it
 # are still open (the pauses repeat the last one).
 QUIET_PAUSES = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
@@ -131,7 +133,8 @@ class Listener:
         """LISTEN (unless polling) and enter the tick in job_ticks; after a startup step."""
         self._check_connection()
         host, pid = self._worker.rsplit(":", 1)
-        self._tick_id = self.keeper.run(
+        # Schedules due from its start on are its own to materialize (`_since`).
+        self._tick_id, self._since = self.keeper.run(
             "listen",
             lambda conn: _register(conn, host, int(pid), self.poll_interval, self.polling),
         )
@@ -158,6 +161,19 @@ class Listener:
 
     def between(self, now: float) -> bool:
         """Handlers run and the last claim came back short: whether to claim again now."""
+        try:
+            return self._between(now)
+        except StatementFailed as failed:
+            if not self._owns_connection or not failed.retryable:
+                raise  # on the tick's own connection, the drain decides as for its own
+            self._reset()
+            return True  # what came while it could not hear, claimed at once
+        except ReconnectFailed:
+            if not self._owns_connection:
+                raise
+            return False  # its own connection: idle() tries again, with backoff
+
+    def _between(self, now: float) -> bool:
         if self.polling or self._linger.active:
             pause = self._linger.pause if self._linger.active else self.poll_interval
             due = now - self._last_poll >= pause
@@ -205,14 +221,15 @@ class Listener:
             )
             self._awaiting_finishes = True
             return Wake.CLAIM
-        return self._sleep(deadline, due.due_at, due.now)
+        return self._sleep(deadline, due)
 
-    def _sleep(self, deadline: float, due_at: datetime | None, db_now: datetime) -> Wake:
+    def _sleep(self, deadline: float, next_due: NextDue) -> Wake:
         now = time.monotonic()
         until = min(deadline, now + REFRESH)
         timed = False
-        if due_at is not None:
-            due = now + max(0.0, (due_at - db_now).total_seconds())
+        if next_due.due_at is not None:
+            # Just past it, not before: the claim compares the run's time with its own clock.
+            due = now + max(0.0, (next_due.due_at - next_due.now).total_seconds()) + DUE_MARGIN
             if due < until:
                 until, timed = due, True
         quiet_pause = None
@@ -231,10 +248,10 @@ class Listener:
             return Wake.CLAIM
         if now >= deadline:
             return Wake.STOP
-        if timed:
-            self._since = due_at
+        if timed and next_due.schedule_at == next_due.due_at:
+            self._since = next_due.schedule_at
             return Wake.TIME
-        return Wake.CLAIM  # REFRESH: look again, and the row is refreshed
+        return Wake.CLAIM  # a run or a rate window fell due, or REFRESH: look again
 
     def _woken(self, slept: float) -> None:
         """Notified after `slept` seconds: at once too often, and it lingers instead."""
@@ -250,9 +267,10 @@ class Listener:
         if self.polling:
             # A polling tick asks for due schedules too, as a listening one does.
             due = self.keeper.run("next due", self._next_due)
-            if due.due_at is not None and due.due_at <= due.now:
-                self._since = due.due_at
+            if due.schedule_at is not None and due.schedule_at <= due.now:
+                self._since = due.schedule_at
                 return Wake.TIME
+            self._since = due.now  # the next poll asks for what falls due from here on
         return Wake.CLAIM
 
     def _arm(self) -> None:
@@ -454,6 +472,8 @@ class Linger:
         return pause
 
 
-def _register(conn: Any, host: str, pid: int, interval: float, polling: bool) -> int:
+def _register(
+    conn: Any, host: str, pid: int, interval: float, polling: bool
+) -> tuple[int, datetime]:
     store.ticks_prune(conn, stale=LISTENING_TICK_STALE)
     return store.ticks_insert(conn, host=host, pid=pid, poll_interval=interval if polling else None)

@@ -178,8 +178,8 @@ class Steps:
         return listener
 
     def _time_steps(self) -> None:
-        """What a listening tick does when a time it waited for comes: rescue, materialize."""
-        self.run("rescue", rescue)
+        """What a listening tick does when a schedule's time it waited for comes: materialize
+        (rescue is each tick's first step, once a minute)."""
         self.run("materialize", materialize)
 
     def _start_pings(self) -> None:
