@@ -1,11 +1,13 @@
-"""What notifications cost enqueuers: 8 processes enqueueing one run a transaction at once,
+"""What notifications cost enqueuers: 8 clients enqueueing one run a transaction at once,
 with jobrunner's trigger that notifies (migration 0028) enabled and disabled, nothing else
 changed. Run by bench/latency.py, or alone:
 
     python bench/notify.py --seconds 5 --rounds 3
 
 PostgreSQL serializes the commits of transactions that notify, and the trigger notifies only
-while a tick sleeps; so the cost depends on who listens. Each case is measured with the
+while a tick sleeps; so the cost depends on who listens. The clients are pgbench's (C, 8
+clients on 2 threads): Python enqueuers would be what limits the rate on a small machine,
+hiding what the commits cost. Each case is measured with the
 trigger on and off (`ALTER TABLE job_runs DISABLE TRIGGER job_runs_wake_ticks`), in turns,
 `--rounds` times, on a cluster that keeps initdb's durability settings; the table is emptied
 before each measurement. Cases:
@@ -13,8 +15,10 @@ before each measurement. Cases:
     no tick               nobody listens: the trigger only tries a lock
     a tick of other types a `tick --listen` that handles none of the runs: it is woken, finds
                           nothing, and lingers when woken at once again and again
-    a tick running them   a `tick --listen` that runs them as they come (with the trigger off
-                          it never learns of them: its row compares with "no tick", off)
+    a tick running them   a `tick --listen` that runs them as they come; with the trigger off,
+                          a session of the harness's own notifies every 2 ms instead (as often
+                          as a lingering tick polls), so that it drains as much, on the same
+                          2 cores, while the enqueuers notify nothing
     a sleeper, never woken a session that holds the sleeper's lock and never reads: every
                           enqueue notifies (the bound no tick stays at: it wakes and lingers)
 """
@@ -36,6 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 ENQUEUERS = 8
+WAKE_EVERY = 0.002  # "a tick running them", trigger off: as often as a lingering tick polls
 CASES = ("no tick", "a tick of other types", "a tick running them", "a sleeper, never woken")
 
 
@@ -54,6 +59,7 @@ def _listener(url: str, case: str, work: Path) -> Iterator[None]:
             store.tick_listen(session)
             store.tick_sleep(session)
             yield
+            store.tick_wake(session)  # now: a closed session's locks go when its backend exits
         return
     types = "latency.probe" if case == "a tick running them" else "latency.other"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "LATENCY_LOG": str(work / "notify.starts")}
@@ -88,18 +94,84 @@ def _listener(url: str, case: str, work: Path) -> Iterator[None]:
         tick.wait(timeout=60)
 
 
-def _flood(url: str, seconds: float, job_type: str) -> float:
-    """Runs enqueued per second by ENQUEUERS processes at once."""
-    start = time.time() + 1.5  # every process started and connected
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    argv = [sys.executable, str(ROOT / "bench" / "peers" / "latency" / "flood.py"), url, job_type]
-    procs = [
-        subprocess.Popen(
-            [*argv, str(start), str(seconds)], env=env, stdout=subprocess.PIPE, text=True
-        )
-        for _ in range(ENQUEUERS)
+@contextmanager
+def _waking(url: str, *, enabled: bool) -> Iterator[None]:
+    """While the block runs, a notification every WAKE_EVERY seconds from a session of the
+    harness's own: the tick that runs the runs is woken as often as it polls when it lingers,
+    while the enqueuers notify nothing (the trigger is off), so that it drains as it would."""
+    import threading
+
+    import psycopg
+
+    if not enabled:
+        yield
+        return
+    stop = threading.Event()
+
+    def notify() -> None:
+        with psycopg.connect(url, autocommit=True) as conn:
+            while not stop.wait(WAKE_EVERY):
+                conn.execute("SELECT pg_notify('jobrunner', '')")
+
+    thread = threading.Thread(target=notify, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+@contextmanager
+def _counting(url: str) -> Iterator[list[int]]:
+    """Counts the notifications sent while the block runs (a session that listens and does not
+    sleep: it makes nobody notify). Yields a list whose one item is the count, once done."""
+    import threading
+
+    import psycopg
+
+    counted = [0]
+    stop = threading.Event()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("LISTEN jobrunner")
+
+        def count() -> None:
+            while not stop.is_set():
+                counted[0] += sum(1 for _ in conn.notifies(timeout=0.1))
+
+        thread = threading.Thread(target=count, daemon=True)
+        thread.start()
+        try:
+            yield counted
+        finally:
+            stop.set()
+            thread.join()
+
+
+def _flood(url: str, seconds: float, job_type: str, work: Path) -> float:
+    """Runs enqueued per second by ENQUEUERS clients at once: pgbench, so that the clients are
+    not what limits the rate on a small machine, each inserting one run a transaction (what an
+    enqueue of one run writes)."""
+    from bench.suite.pgcluster import PG_BIN
+
+    script = work / "enqueue.sql"
+    script.write_text(f"INSERT INTO job_runs (job_type, payload) VALUES ('{job_type}', '{{}}');\n")
+    argv = [
+        str(PG_BIN / "pgbench"),
+        "-n",
+        "-c",
+        str(ENQUEUERS),
+        "-j",
+        "2",
+        "-T",
+        f"{seconds:g}",
+        "-f",
+        str(script),
+        url,
     ]
-    return sum(int(p.communicate(timeout=600)[0]) for p in procs) / seconds
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 120, check=True)
+    tps = [line for line in done.stdout.splitlines() if line.startswith("tps = ")]
+    return float(tps[-1].split()[2])
 
 
 def measure(url: str, *, seconds: float, rounds: int, work: Path) -> dict[str, Any]:
@@ -107,6 +179,7 @@ def measure(url: str, *, seconds: float, rounds: int, work: Path) -> dict[str, A
     import psycopg
 
     found: dict[str, dict[str, list[float]]] = {c: {"off": [], "on": []} for c in CASES}
+    notified: dict[str, list[float]] = {c: [] for c in CASES}  # notifications per run, on
     with psycopg.connect(url, autocommit=True) as admin:
         for r in range(rounds):
             for case in CASES:
@@ -116,15 +189,25 @@ def measure(url: str, *, seconds: float, rounds: int, work: Path) -> dict[str, A
                         admin.execute("TRUNCATE job_runs CASCADE")
                         toggle = "ENABLE" if mode == "on" else "DISABLE"
                         admin.execute(f"ALTER TABLE job_runs {toggle} TRIGGER job_runs_wake_ticks")
-                        rate = _flood(url, seconds, job_type)
+                        wakes = case == "a tick running them" and mode == "off"
+                        with _waking(url, enabled=wakes), _counting(url) as sent:
+                            rate = _flood(url, seconds, job_type, work)
                         found[case][mode].append(rate)
+                        if mode == "on":
+                            notified[case].append(sent[0] / (rate * seconds))
                         line = f"  notify: {case:24} trigger {mode:3} {rate:8.0f} runs/s"
-                        print(line, flush=True)
+                        print(line + (f", {sent[0]} notified" if mode == "on" else ""), flush=True)
         admin.execute("ALTER TABLE job_runs ENABLE TRIGGER job_runs_wake_ticks")
     results = {}
     for case, modes in found.items():
         off, on = statistics.median(modes["off"]), statistics.median(modes["on"])
-        results[case] = {"off": off, "on": on, "ratio": on / off, "rounds": modes}
+        results[case] = {
+            "off": off,
+            "on": on,
+            "ratio": on / off,
+            "notified": statistics.median(notified[case]),
+            "rounds": modes,
+        }
     return results
 
 
@@ -138,7 +221,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     with throwaway_cluster() as cluster, tempfile.TemporaryDirectory() as work:
         url = cluster.createdb("notify")
@@ -146,7 +229,10 @@ def main() -> None:
             migrate.apply(conn)
         results = measure(url, seconds=args.seconds, rounds=args.rounds, work=Path(work))
     for case, r in results.items():
-        print(f"{case:24} off {r['off']:8.0f}  on {r['on']:8.0f}  {r['ratio']:.3f}x")
+        print(
+            f"{case:24} off {r['off']:8.0f}  on {r['on']:8.0f}  {r['ratio']:.3f}x"
+            f"  {100 * r['notified']:.1f}% of enqueues notified"
+        )
 
 
 if __name__ == "__main__":
