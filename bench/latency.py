@@ -511,7 +511,8 @@ def render(results: dict[str, Any]) -> str:
             "## What notifications cost 8 concurrent enqueuers (bench/notify.py)",
             "",
             "Runs enqueued per second by 8 pgbench clients at once, one run a transaction, "
-            "medians of the rounds; `off`: the trigger that notifies disabled. The cases: "
+            "medians of each side; `off`: the trigger that notifies disabled; on/off: the "
+            "median of the ratios of pairs measured side by side. The cases: "
             "bench/notify.py's docstring. The last column counts the notifications a session "
             "that listens saw, per run enqueued.",
             "",
@@ -561,8 +562,8 @@ def main() -> None:
     parser.add_argument(
         "--reps", type=int, default=None, help="rounds of the scenarios: 2 (quick 1)"
     )
-    parser.add_argument("--notify-seconds", type=float, default=5.0)
-    parser.add_argument("--notify-rounds", type=int, default=5)
+    parser.add_argument("--notify-seconds", type=int, default=2)
+    parser.add_argument("--notify-rounds", type=int, default=10)
     parser.add_argument("--no-notify", action="store_true", help="skip bench/notify.py")
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args()

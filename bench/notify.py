@@ -8,9 +8,11 @@ PostgreSQL serializes the commits of transactions that notify, and the trigger n
 while a tick sleeps; so the cost depends on who listens. The clients are pgbench's (C, 8
 clients on 2 threads): Python enqueuers would be what limits the rate on a small machine,
 hiding what the commits cost. Each case is measured with the
-trigger on and off (`ALTER TABLE job_runs DISABLE TRIGGER job_runs_wake_ticks`), in turns,
-`--rounds` times, on a cluster that keeps initdb's durability settings; the table is emptied
-before each measurement. Cases:
+trigger on and off (`ALTER TABLE job_runs DISABLE TRIGGER job_runs_wake_ticks`), side by side
+in `--rounds` pairs (which goes first alternates), on a cluster that keeps initdb's durability
+settings; the table is emptied before each measurement. The ratio is the median of the
+pairs' ratios: on a shared machine the load from elsewhere sways a pair less than the medians
+of either side. Cases:
 
     no tick               nobody listens: the trigger only tries a lock
     a tick of other types a `tick --listen` that handles none of the runs: it is woken, finds
@@ -175,40 +177,49 @@ def _flood(url: str, seconds: float, job_type: str, work: Path) -> float:
 
 
 def measure(url: str, *, seconds: float, rounds: int, work: Path) -> dict[str, Any]:
-    """Per case, the enqueue throughput with the trigger off and on (medians) and on/off."""
+    """Per case, `rounds` pairs of measurements, the trigger off and on side by side (which
+    goes first alternates): the medians of each, and the median of the pairs' on/off ratios,
+    which load from elsewhere on a shared machine sways less than either."""
     import psycopg
 
     found: dict[str, dict[str, list[float]]] = {c: {"off": [], "on": []} for c in CASES}
     notified: dict[str, list[float]] = {c: [] for c in CASES}  # notifications per run, on
     with psycopg.connect(url, autocommit=True) as admin:
-        for r in range(rounds):
-            for case in CASES:
-                with _listener(url, case, work):
-                    job_type = "latency.probe"
+        for case in CASES:
+            with _listener(url, case, work):
+                for r in range(rounds):
                     for mode in ("off", "on") if r % 2 == 0 else ("on", "off"):
-                        admin.execute("TRUNCATE job_runs CASCADE")
-                        toggle = "ENABLE" if mode == "on" else "DISABLE"
-                        admin.execute(f"ALTER TABLE job_runs {toggle} TRIGGER job_runs_wake_ticks")
-                        wakes = case == "a tick running them" and mode == "off"
-                        with _waking(url, enabled=wakes), _counting(url) as sent:
-                            rate = _flood(url, seconds, job_type, work)
+                        rate, sent = _measure_once(admin, url, case, mode, seconds, work)
                         found[case][mode].append(rate)
                         if mode == "on":
-                            notified[case].append(sent[0] / (rate * seconds))
-                        line = f"  notify: {case:24} trigger {mode:3} {rate:8.0f} runs/s"
-                        print(line + (f", {sent[0]} notified" if mode == "on" else ""), flush=True)
+                            notified[case].append(sent / (rate * seconds))
         admin.execute("ALTER TABLE job_runs ENABLE TRIGGER job_runs_wake_ticks")
     results = {}
     for case, modes in found.items():
-        off, on = statistics.median(modes["off"]), statistics.median(modes["on"])
+        ratios = [on / off for on, off in zip(modes["on"], modes["off"], strict=True)]
         results[case] = {
-            "off": off,
-            "on": on,
-            "ratio": on / off,
+            "off": statistics.median(modes["off"]),
+            "on": statistics.median(modes["on"]),
+            "ratio": statistics.median(ratios),
             "notified": statistics.median(notified[case]),
             "rounds": modes,
         }
     return results
+
+
+def _measure_once(
+    admin: Any, url: str, case: str, mode: str, seconds: float, work: Path
+) -> tuple[float, int]:
+    """One measurement on an empty table: runs enqueued per second, notifications sent."""
+    admin.execute("TRUNCATE job_runs CASCADE")
+    toggle = "ENABLE" if mode == "on" else "DISABLE"
+    admin.execute(f"ALTER TABLE job_runs {toggle} TRIGGER job_runs_wake_ticks")
+    wakes = case == "a tick running them" and mode == "off"
+    with _waking(url, enabled=wakes), _counting(url) as sent:
+        rate = _flood(url, seconds, "latency.probe", work)
+    line = f"  notify: {case:24} trigger {mode:3} {rate:8.0f} runs/s"
+    print(line + (f", {sent[0]} notified" if mode == "on" else ""), flush=True)
+    return rate, sent[0]
 
 
 def main() -> None:
@@ -220,8 +231,8 @@ def main() -> None:
     from cronjob import migrate
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=int, default=2, help="per measurement")
+    parser.add_argument("--rounds", type=int, default=10, help="pairs of measurements per case")
     args = parser.parse_args()
     with throwaway_cluster() as cluster, tempfile.TemporaryDirectory() as work:
         url = cluster.createdb("notify")

@@ -33,7 +33,9 @@ def _timeout(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
 )
 @database_url_option
 @json_option
-def wait(run_ids: tuple[str, ...], timeout: float | None, database_url: str | None, as_json: bool):
+def wait(
+    run_ids: tuple[str, ...], timeout: float | None, database_url: str | None, as_json: bool
+) -> None:
     """Wait until every run named has finished, then print each run's status.
 
     Returns within milliseconds of the last finish (the finalize notifies; nothing is
