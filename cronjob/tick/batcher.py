@@ -184,9 +184,15 @@ class Batcher:
         """Stopping: nothing more is claimed."""
         self.closed = True
 
-    def look_again(self) -> None:
-        """Everything claimed is done: look once more, since retries may be due already."""
+    def look_again(self, *, in_full: bool = False) -> None:
+        """Everything claimed is done: look once more, since retries may be due already.
+
+        `in_full`: with a full claim (a listening tick woken up): one that resumed and came
+        back short would be followed by a full one at once, a round trip more before it sleeps.
+        """
         self.exhausted = False
+        if in_full:
+            self._resume.full_due = True
 
     # -- deciding and writing -------------------------------------------------
 

@@ -168,15 +168,15 @@ class Drain:
         self._write_the_rest()
         self.writer.close()  # opened again by the next claim that comes back full
         claimed = self.tally.report.claimed
-        worked, self._claimed_before = claimed != self._claimed_before, claimed
-        wake = self.listener.idle(deadline, worked=worked)
+        fresh, self._claimed_before = claimed - self._claimed_before, claimed
+        wake = self.listener.idle(deadline, claimed=fresh)
         if wake is Wake.STOP:
             # Nothing in flight: a signal now ends the tick at once (tick's exit 143).
             self.tally.report.stopped_listening = self.shutdown.signum is not None
             return False
         if wake is Wake.TIME and self._time_steps is not None:
             self._time_steps()
-        self.batcher.look_again()
+        self.batcher.look_again(in_full=True)
         return True
 
     def _write_and_renew(self, now: float) -> None:

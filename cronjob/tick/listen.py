@@ -66,16 +66,20 @@ PREPARE_THRESHOLD = 2  # executions of a statement on a listening connection bef
 OVERLAP = 10.0
 REFRESH = 20.0  # the longest a sleep lasts: the tick's row in job_ticks is refreshed then
 # Woken at once (the socket was readable already) this many times in a row: runs come faster
-# than the tick sleeps and wakes. It lingers instead (`Linger`): polls, every LINGER_POLL and
-# more slowly (up to LINGER_POLL_MAX) while its polls find nothing, until they have found
-# nothing for LINGER_FOR, twice as long each time it must linger again soon after, up to
-# LINGER_MAX, so that no enqueue pays for a notification meanwhile. A wake-up after CALM
-# seconds of sleep starts over.
+# than the tick sleeps and wakes. It lingers instead (`Linger`): polls every LINGER_POLL (more
+# slowly, up to LINGER_POLL_MAX, while its polls find nothing), for as long as it claims at
+# least LINGER_RATE runs a second over each LINGER_FOR; so that no enqueue pays for a
+# notification meanwhile. Below that rate a notification costs the enqueuers nothing that
+# counts, and sleeping starts runs sooner than polling. Made to linger again soon after it
+# stopped, it lingers twice as long before it looks at its rate, up to LINGER_MAX (a tick
+# woken at once again and again for runs it does not handle claims none); a wake-up after
+# CALM seconds of sleep starts over.
 LINGER_AFTER = 3
 AT_ONCE = 0.001
 LINGER_POLL = 0.002
 LINGER_POLL_MAX = 0.02
 LINGER_FOR = 0.05
+LINGER_RATE = 250.0
 LINGER_MAX = 2.0
 CALM = 0.1
 DUE_MARGIN = 0.001  # a timed wake-up comes this long after the time it waits for
@@ -140,14 +144,14 @@ class Listener:
         )
         self._touched = time.monotonic()
 
-    def idle(self, deadline: float, *, worked: bool) -> Wake:
+    def idle(self, deadline: float, *, claimed: int) -> Wake:
         """Nothing in flight and nothing claimable: wait for something to do.
 
-        `worked`: the drain claimed runs since it last asked.
+        `claimed`: the runs the drain claimed since it last asked.
         """
         now = time.monotonic()
-        if worked:
-            self._linger.worked(now)
+        if claimed:
+            self._linger.claimed(claimed)
         if self._shutdown.requested or now >= deadline:
             return Wake.STOP
         try:
@@ -442,9 +446,10 @@ class Linger:
     def __init__(self) -> None:
         self.active = False
         self.pause = LINGER_POLL  # until the next poll
-        self._span = LINGER_FOR  # how long its polls may find nothing before it sleeps again
+        self._span = LINGER_FOR  # how long it polls before it looks at its rate
         self._at_once = 0  # wake-ups in a row that came at once
-        self._last_work = 0.0
+        self._since = 0.0  # when the span under way began
+        self._runs = 0  # claimed in it
         self._left_at = float("-inf")
 
     def woken(self, slept: float, now: float) -> bool:
@@ -457,17 +462,21 @@ class Linger:
         self._at_once = 0
         if now - self._left_at < 2 * self._span:
             self._span = min(2 * self._span, LINGER_MAX)
-        self.active, self.pause, self._last_work = True, LINGER_POLL, now
+        self.active, self.pause, self._since, self._runs = True, LINGER_POLL, now, 0
         return True
 
-    def worked(self, now: float) -> None:
-        self._last_work, self.pause = now, LINGER_POLL
+    def claimed(self, runs: int) -> None:
+        self._runs += runs
+        self.pause = LINGER_POLL
 
     def next_pause(self, now: float) -> float | None:
-        """How long until the next poll; None once polls found nothing for long enough."""
-        if now - self._last_work >= self._span:
-            self.active, self._left_at = False, now
-            return None
+        """How long until the next poll; None once it claims too few runs to go on polling."""
+        elapsed = now - self._since
+        if elapsed >= self._span:
+            if self._runs < LINGER_RATE * elapsed:
+                self.active, self._left_at = False, now
+                return None
+            self._since, self._runs = now, 0
         pause, self.pause = self.pause, min(1.5 * self.pause, LINGER_POLL_MAX)
         return pause
 
