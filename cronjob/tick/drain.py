@@ -20,7 +20,7 @@ database that fails every statement at once is not asked in a busy loop.
 A tick that stays (`--listen`) has a listener: where a drain would end, with nothing in
 flight and the last claim short, it writes what is decided, closes the writer (one
 connection while it waits) and asks the listener what next (`tick/listen.py`): claim again,
-run the steps a time wake-up needs first (`time_steps`: rescue, materialize), or stop. While
+run the step a schedule's time needs first (`time_steps`: materialize), or stop. While
 handlers run and the last claim came short, it asks between passes whether to claim again.
 """
 

@@ -2,9 +2,9 @@
 
 The drain asks it, when nothing is in flight and the last claim came back short
 (`Listener.idle`), what to do next, and it answers once something may be claimable:
-`Wake.CLAIM` (notified, or polled), `Wake.TIME` (a delayed run, a schedule or a rate
-window fell due: materialize, then claim) or `Wake.STOP` (the deadline passed, or a
-signal came). While handlers run and the last claim came back short, the drain asks it
+`Wake.CLAIM` (notified, polled, or a delayed run or a rate window fell due), `Wake.TIME`
+(a schedule's time came: materialize, then claim) or `Wake.STOP` (the deadline passed, or
+a signal came). While handlers run and the last claim came back short, the drain asks it
 between passes whether to claim again (`Listener.between`), without waiting.
 
 Its states, and what moves it between them:
@@ -17,8 +17,9 @@ Its states, and what moves it between them:
     armed     | notify (one per transaction)       | lingering | woken at once, time after time:
               |                                    |           | runs come faster than it can
               |                                    |           | sleep; releases the lock
-    lingering | send nothing                       | armed     | its polls found nothing for a
-              |                                    |           | while (`Linger`)
+    lingering | send nothing                       | armed     | its polls claim fewer than
+              |                                    |           | LINGER_RATE runs a second
+              |                                    |           | (`Linger`)
     polling   | send nothing (LISTEN cannot work   | —         | (for the tick's whole life)
               | through its connection)            |           |
 
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import itertools
 import os
 import select
 import time
@@ -92,7 +94,7 @@ RECONNECT_PAUSES = (0.5, 1.0, 2.0, 5.0)
 
 class Wake(enum.Enum):
     CLAIM = "claim"  # something may be claimable
-    TIME = "time"  # a run, a schedule or a rate window fell due: materialize, then claim
+    TIME = "time"  # a schedule's time came: materialize, then claim
     STOP = "stop"  # the deadline passed, or a signal came
 
 
@@ -127,7 +129,6 @@ class Listener:
         self._linger = Linger()
         self._last_poll = 0.0
         self._since: datetime | None = None  # when the tick last materialized (database clock)
-        self._due: datetime | None = None
         self._tick_id: int | None = None
         self._touched = 0.0
 
@@ -323,7 +324,7 @@ class Listener:
     def _reconnect(self, deadline: float, error: str) -> Wake:
         """The connection was lost and could not be re-opened: try again, with backoff,
         until the deadline or a signal."""
-        for attempt in range(1_000_000):
+        for attempt in itertools.count():
             pause = RECONNECT_PAUSES[min(attempt, len(RECONNECT_PAUSES) - 1)]
             self._log.warning("listening: the database is unreachable", error=error, retry_in=pause)
             self._channel.wait(min(pause, deadline - time.monotonic()))
@@ -337,7 +338,7 @@ class Listener:
                 error = str(exc)
                 continue
             return self._reset()
-        return Wake.STOP
+        raise AssertionError("unreachable")
 
     def _leave(self, conn: Any) -> None:
         if self._tick_id is not None:
