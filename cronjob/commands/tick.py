@@ -206,7 +206,7 @@ def tick(
         if specs is None:
             from cronjob.django.runner import task_handlers
 
-            tasks = task_handlers(conn, comma_list(queues) or None)
+            tasks = task_handlers(conn, comma_list(queues) or None, every=listen)
             specs = require_types(comma_list(types) or None, tasks)
         report = run_tick(conn, specs, database=database, options=options)
     except (ConnectionLost, DatabaseRefused) as exc:
