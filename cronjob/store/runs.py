@@ -63,16 +63,18 @@ def runs_claim_many(
     the previous claim handed over: the tenants take turns from the one after its own.
     `floors`, for a claim that resumes, are the last run taken of each (priority, tenant)
     since the last full claim (None: a full claim; cronjob/tick/resume.py). Without
-    `flushed` the commit does not wait for the log to reach disk (RUNS_CLAIM_MANY_UNFLUSHED).
+    `flushed` the commit does not wait for the log to reach disk
+    (RUNS_CLAIM_MANY_PLAN_UNFLUSHED).
     """
     _require_autocommit(conn)
     params = _claim_params(
         job_types, leases, max_attempts, limit, worker, now, token, after, floors
     )
     with conn.pipeline(), conn.transaction():
-        if not flushed:
-            conn.execute(queries.RUNS_CLAIM_MANY_UNFLUSHED)
-        conn.execute(queries.RUNS_CLAIM_MANY_PLAN)
+        if flushed:
+            conn.execute(queries.RUNS_CLAIM_MANY_PLAN)
+        else:
+            conn.execute(queries.RUNS_CLAIM_MANY_PLAN_UNFLUSHED)
         claiming = conn.execute(queries.RUNS_CLAIM_MANY, params)
     return _claimed_runs(claiming.fetchall(), params["token"])
 

@@ -95,7 +95,7 @@ class Batcher:
         types = sorted(handlers)
         self._claim_args = {
             # A listening tick's claims that carry no outcome do not wait for the disk
-            # (queries.runs.RUNS_CLAIM_MANY_UNFLUSHED): it starts the run sooner.
+            # (queries.runs.RUNS_CLAIM_MANY_PLAN_UNFLUSHED): it starts the run sooner.
             "flushed": flushed_claims,
             "job_types": types,
             "leases": [leases[t] for t in types],
