@@ -127,7 +127,8 @@ def _duration(what: str, minimum: float = 0.0):
     metavar="URL",
     help="With --listen: a direct session to LISTEN on, where the database URL goes through "
     "a pooler in transaction mode (LISTEN cannot work there: without this the tick polls "
-    "every second, and says so) [env: JOBRUNNER_LISTEN_DATABASE_URL].",
+    "every second, and says so). Keep the password out of this option, which ps shows: "
+    "give it in JOBRUNNER_LISTEN_DATABASE_URL or ~/.pgpass.",
 )
 @json_option
 def tick(
