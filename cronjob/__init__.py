@@ -15,6 +15,7 @@ if TYPE_CHECKING:
         enqueue_many,
         new_run,
     )
+    from cronjob.waiting import wait, wait_async
 
 __all__ = [
     "Backoff",
@@ -27,6 +28,8 @@ __all__ = [
     "enqueue_many",
     "handler",
     "new_run",
+    "wait",
+    "wait_async",
 ]
 
 
@@ -44,4 +47,8 @@ def __getattr__(name: str) -> Any:
         from cronjob import api
 
         return getattr(api, name)
+    if name in ("wait", "wait_async"):
+        from cronjob import waiting
+
+        return getattr(waiting, name)
     raise AttributeError(f"module 'cronjob' has no attribute {name!r}")

@@ -44,6 +44,7 @@ COMMANDS = {
     "sync": "cronjob.commands.django:sync",
     "web": "cronjob.commands.web:web",
     "server": "cronjob.commands.server:server",
+    "wait": "cronjob.commands.wait:wait",
 }
 # Commands only a Django project can use: its help alone lists them (beside `schedule sync`,
 # `sync` would read as a second way to apply a file); anyone may still call them and be told

@@ -99,6 +99,19 @@ class RunNotFound(JobrunnerError):
     """No run has the given id."""
 
 
+class WaitTimedOut(JobrunnerError):
+    """`wait` gave up: not every run it waited for finished in time (exit 124, as timeout(1)).
+
+    `outcomes` are the runs as they were when it gave up (models.RunOutcome).
+    """
+
+    exit_code = 124
+
+    def __init__(self, message: str, *, outcomes: Any = ()) -> None:
+        super().__init__(message)
+        self.outcomes = list(outcomes)
+
+
 class DefinitionNotFound(JobrunnerError):
     """No schedule definition has the given name."""
 

@@ -16,7 +16,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cronjob.health import Overview, TypeHealth, read_overview
-from cronjob.models import DefinitionSchedule, DurationSummary, SnapshotHolder, Status
+from cronjob.models import (
+    DefinitionSchedule,
+    DurationSummary,
+    ListeningTick,
+    SnapshotHolder,
+    Status,
+)
+from cronjob.settings import LISTENING_TICK_STALE
 
 if TYPE_CHECKING:
     from cronjob.staleness import Staleness
@@ -39,7 +46,8 @@ def collect(conn: Any, *, now: datetime | None = None) -> str:
 
     verdicts = [assess(row) for row in store.definitions_list_health(conn)]
     holders = horizon.read_holders(conn, now=now)
-    return render(overview, durations, schedules, verdicts, holders)
+    ticks = store.ticks_list(conn, stale=LISTENING_TICK_STALE, now=now)
+    return render(overview, durations, schedules, verdicts, holders, ticks)
 
 
 def render(
@@ -48,6 +56,7 @@ def render(
     schedules: Sequence[DefinitionSchedule] = (),
     verdicts: Sequence[Staleness] = (),
     holders: Sequence[SnapshotHolder] = (),
+    ticks: Sequence[ListeningTick] = (),
 ) -> str:
     lines: list[str] = []
     for name, kind, help_text, samples in (
@@ -57,6 +66,7 @@ def render(
         _duration_family(durations),
         *_schedule_families(schedules, verdicts),
         *_snapshot_families(holders),
+        _ticks_family(ticks),
     ):
         lines.append(f"# HELP {name} {_escape_help(help_text)}")
         lines.append(f"# TYPE {name} {kind}")
@@ -207,6 +217,21 @@ def _schedule_families(
             ),
         ),
     ]
+
+
+def _ticks_family(ticks: Sequence[ListeningTick]) -> Family:
+    """Ticks that stay (`tick --listen`), listening and polling: both always written."""
+    polling = sum(t.listening_since is None for t in ticks)
+    return (
+        "jobrunner_ticks_listening",
+        "gauge",
+        "Ticks that stay (tick --listen) now, by how they learn of new runs: asleep on LISTEN, "
+        "or polling where LISTEN cannot work (behind a pooler in transaction mode).",
+        (
+            _sample("jobrunner_ticks_listening", {"mode": "listening"}, len(ticks) - polling),
+            _sample("jobrunner_ticks_listening", {"mode": "polling"}, polling),
+        ),
+    )
 
 
 def _snapshot_families(holders: Sequence[SnapshotHolder]) -> list[Family]:

@@ -553,3 +553,38 @@ class BatchState:
     @property
     def finished(self) -> int:
         return sum(n for status, n in self.counts.items() if status in TERMINAL)
+
+
+@dataclass(frozen=True)
+class NextDue:
+    """When a sleeping tick has something to do without being told (queries.listen)."""
+
+    now: datetime  # the database clock, when asked
+    due_at: datetime | None  # the earliest run, schedule or rate window after now; None: none
+    schedule_at: datetime | None  # the earliest of them a schedule's (it is then materialized)
+    held_back: bool  # a due run of its types waits for a limit or a running sibling
+
+
+@dataclass(frozen=True)
+class ListeningTick:
+    """A tick that stays (`tick --listen`): listening since when, or polling and how often."""
+
+    host: str
+    pid: int
+    started_at: datetime
+    listening_since: datetime | None  # None: it polls
+    poll_interval: float | None
+    last_seen: datetime
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """A run as `jobrunner wait` reports it: its status, and when it finished if it has."""
+
+    id: int
+    status: Status
+    finished_at: datetime | None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in TERMINAL

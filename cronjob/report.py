@@ -28,6 +28,8 @@ class TickReport:
     # recovered by a later tick once their leases expire.
     unrecorded: int = 0
     stopped_by: str | None = None
+    # A tick that stays (--listen) was stopped by a signal while it waited, nothing in flight.
+    stopped_listening: bool = False
     elapsed: float = 0.0
     pruned: int | None = None  # finished runs pruned after the tick, when it prunes
     # Due schedules that could not be materialized (materialize.Problem); all else was done.

@@ -9,6 +9,9 @@ DEFAULT_ASYNC_CONCURRENCY = 100
 DEFAULT_CLAIM_BATCH_SIZE = 500
 DEFAULT_MAX_RUNTIME = 50.0  # ends inside the cron minute that started it
 DEFAULT_GRACE = 25.0  # below systemd's and Kubernetes' default 30 s stop timeout
+# A listening tick refreshes its row in job_ticks at least every 20 s; one not seen for this
+# long belongs to a tick that is gone (killed, or cut off from the database).
+LISTENING_TICK_STALE = 180.0
 # prune's --batch-size: runs, and then ledger keys, deleted per statement
 DEFAULT_PRUNE_BATCH_SIZE = 1000
 

@@ -23,10 +23,11 @@
 --                     reads. Reads and writes job_runs, job_attempts, job_effects,
 --                     job_run_tally, job_schedule_skips, job_handlers_seen; reads
 --                     job_run_logs and inserts the log of an attempt a run made (a trigger
---                     refuses any other); reads and updates job_definitions; reads job_type_pauses, job_type_limits,
---                     job_schedule_health; times starts in job_rate_arrivals; makes a
---                     schedule occurrence's batch and prunes ended ones (job_batches); reads
---                     job_run_dependencies. Nothing of the audit trail.
+--                     refuses any other); reads and updates job_definitions; reads
+--                     job_type_pauses, job_type_limits, job_schedule_health; times starts in
+--                     job_rate_arrivals; makes a schedule occurrence's batch and prunes ended
+--                     ones (job_batches); reads job_run_dependencies; keeps its row in
+--                     job_ticks (tick --listen). Nothing of the audit trail.
 -- jobrunner_enqueuer  apps: enqueue(), enqueue_async() and enqueue_many(), `jobrunner enqueue`
 --                     (--jsonl too), Django's Task.enqueue(). Inserts into job_runs the
 --                     columns an enqueue sets (by COPY too, in bulk), and reads no column
@@ -168,7 +169,7 @@ SELECT format('ALTER TABLE %I.%I OWNER TO jobrunner_owner', n.nspname, c.relname
                      'job_run_tally', 'job_schedule_skips', 'job_schedule_health',
                      'job_run_logs', 'job_type_limits', 'job_rate_windows',
                      'job_rate_arrivals', 'job_handlers_seen', 'job_batches',
-                     'job_run_dependencies')
+                     'job_run_dependencies', 'job_ticks')
    AND c.relowner <> 'jobrunner_owner'::regrole
  ORDER BY c.relname
 \gexec

@@ -404,7 +404,13 @@ LANGUAGE sql IMMUTABLE AS $$
         -- `show` and the dashboard read them.
         ('job_run_dependencies', 'jobrunner_worker', 'SELECT', NULL),
         ('job_run_dependencies', 'jobrunner_reader', 'SELECT', NULL),
-        ('job_run_dependencies', 'jobrunner_operator', 'SELECT', NULL)
+        ('job_run_dependencies', 'jobrunner_operator', 'SELECT', NULL),
+
+        -- Tables of later migrations, granted once they exist (each calls
+        -- jobrunner_grant_roles() in the transaction that creates its table). The ticks that
+        -- stay (0027): each keeps its row, and deletes the rows of ticks that were killed.
+        ('job_ticks', 'jobrunner_worker', 'SELECT, INSERT, UPDATE, DELETE', NULL),
+        ('job_ticks', 'jobrunner_reader', 'SELECT', NULL)
 $$;
 
 -- Gives the roles of roles.sql that exist exactly the grants of jobrunner_role_grants() on

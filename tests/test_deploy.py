@@ -31,6 +31,7 @@ DEPLOY = REPO / "deploy"
 # `jobrunner tick --grace` default: how long running handlers get after SIGTERM. Every
 # platform's stop timeout must leave room for it.
 TICK_GRACE_SECONDS = 25
+TIMERS = ("jobrunner@even.timer", "jobrunner@odd.timer")
 
 
 # --- systemd -----------------------------------------------------------------------------
@@ -64,14 +65,15 @@ def test_systemd_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
         pytest.skip("systemd-analyze is not installed")
     true = shutil.which("true") or "/bin/true"
     # verify insists that ExecStart's binary exists; the venv is not installed here.
-    service = (DEPLOY / "jobrunner.service").read_text()
+    service = (DEPLOY / "jobrunner@.service").read_text()
     service, replaced = re.subn(r"(?m)^ExecStart=.*$", f"ExecStart={true}", service)
     assert replaced == 1
-    (tmp_path / "jobrunner.service").write_text(service)
-    shutil.copy(DEPLOY / "jobrunner.timer", tmp_path / "jobrunner.timer")
+    (tmp_path / "jobrunner@.service").write_text(service)
+    for timer in TIMERS:
+        shutil.copy(DEPLOY / timer, tmp_path / timer)
 
     result = subprocess.run(
-        [analyze, "verify", "jobrunner.service", "jobrunner.timer"],
+        [analyze, "verify", "jobrunner@even.service", "jobrunner@odd.service", *TIMERS],
         check=False,
         cwd=tmp_path,
         capture_output=True,
@@ -88,23 +90,32 @@ def test_systemd_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
 
 
 def test_service_gives_the_tick_its_grace_before_sigkill() -> None:
-    service = unit_settings(DEPLOY / "jobrunner.service")["Service"]
+    service = unit_settings(DEPLOY / "jobrunner@.service")["Service"]
 
     assert service["Type"] == "oneshot"
-    assert service["ExecStart"].endswith("/jobrunner tick")
+    assert service["ExecStart"].endswith("/jobrunner tick --listen")
     assert service["EnvironmentFile"] == "/etc/jobrunner.env"
     assert service["KillSignal"] == "SIGTERM"
+    assert service["SuccessExitStatus"] == "143"  # stopped while it listened
     assert seconds(service["TimeoutStopSec"]) > TICK_GRACE_SECONDS
     assert service["NoNewPrivileges"] == "yes"
     assert service["ProtectSystem"] == "strict"
 
 
-def test_timer_fires_every_minute_on_time_without_replaying_missed_minutes() -> None:
-    timer = unit_settings(DEPLOY / "jobrunner.timer")["Timer"]
-
-    assert timer["OnCalendar"] == "minutely"
-    assert timer["AccuracySec"] == "1s"
-    assert timer["Persistent"] == "false"
+def test_two_timers_start_a_listening_tick_every_minute_each_instance_every_other() -> None:
+    calendars = {t: unit_settings(DEPLOY / t)["Timer"]["OnCalendar"] for t in TIMERS}
+    assert calendars == {
+        "jobrunner@even.timer": "*-*-* *:00/2:00",
+        "jobrunner@odd.timer": "*-*-* *:01/2:00",
+    }
+    for timer in TIMERS:
+        settings = unit_settings(DEPLOY / timer)["Timer"]
+        assert settings["AccuracySec"] == "1s"
+        assert settings["Persistent"] == "false"
+        assert "Unit" not in settings  # each starts the service instance of its own name
+    # A tick stays to the end of its minute and 10s into the next, then --grace at most:
+    # an instance's tick is gone before the same instance starts again two minutes on.
+    assert 60 + 10 + TICK_GRACE_SECONDS < 120
 
 
 # --- Kubernetes --------------------------------------------------------------------------
@@ -136,6 +147,11 @@ def test_cronjob_lets_ticks_overlap_and_drain_gracefully() -> None:
     assert job["activeDeadlineSeconds"] > 60
     assert pod["restartPolicy"] == "Never"
     assert pod["terminationGracePeriodSeconds"] > TICK_GRACE_SECONDS
+    # A listening tick overlaps the next minute's (started up to 25s late), and is gone,
+    # its grace spent, before the pod of the minute after next starts.
+    command = pod["containers"][0]["command"]
+    runtime = int(command[command.index("--max-runtime") + 1].rstrip("s"))
+    assert runtime >= 60 + 25 and runtime + TICK_GRACE_SECONDS < 120
 
 
 def secret_url_file(pod: dict) -> tuple[str, str]:
@@ -156,7 +172,7 @@ def test_cronjob_reads_the_url_from_a_secret_file_and_handlers_from_a_configmap(
     pod = documents["CronJob"]["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     container = pod["containers"][0]
 
-    assert container["command"] == ["jobrunner", "tick"]
+    assert container["command"] == ["jobrunner", "tick", "--listen", "--max-runtime", "85s"]
     assert secret_url_file(pod) == ("jobrunner-database", "worker-url")
     assert container["envFrom"] == [
         {"configMapRef": {"name": documents["ConfigMap"]["metadata"]["name"]}}
@@ -215,6 +231,7 @@ def test_crontab_lines_are_five_fields_a_user_and_a_command() -> None:
         # cron turns an unescaped % into a newline.
         assert re.search(r"(?<!\\)%", entry.command) is None, entry.command
     assert entries[0].schedule == "* * * * *"
+    assert jobrunner_args(entries[0]) == "tick --listen"
 
 
 def run_cron_command(entry: CronEntry, tmp_path: Path, *, exit_code: int) -> tuple[str, str]:

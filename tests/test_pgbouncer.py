@@ -27,7 +27,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from psycopg import conninfo
 
-from tests.conftest import count, jobrunner_process, run_cli
+from tests.conftest import count, jobrunner_process, run_cli, wait_for
 
 PGBOUNCER = shutil.which("pgbouncer") or next(
     (p for p in ("/usr/sbin/pgbouncer", "/usr/bin/pgbouncer") if os.access(p, os.X_OK)), None
@@ -250,3 +250,62 @@ def test_the_runner_timeouts_stay_off_pooled_connections(pooled_database):
         assert other_client.execute("SHOW statement_timeout").fetchone()[0] == "0"
     with connect(direct) as conn:
         assert conn.execute("SHOW statement_timeout").fetchone()[0] == "30s"
+
+
+def _listening_tick(url: str, direct: str, tmp_path: Path, *args: str) -> Any:
+    """A `tick --listen` on a migrated database with no runs left by the tests before."""
+    jobrunner(url, "migrate")
+    with psycopg.connect(direct, autocommit=True) as conn:
+        conn.execute("TRUNCATE job_runs, job_ticks CASCADE")
+    env = {"JOBRUNNER_TEST_EXEC_LOG": str(tmp_path / "exec.log")}
+    command = ("tick", "--listen", "--max-runtime", "6s", "--handlers", "tests.handlers.basic")
+    return jobrunner_process(*command, "--database-url", url, *args, env=env)
+
+
+def _warnings(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if json.loads(line)["level"] == "warning"]
+
+
+def test_a_listening_tick_behind_pgbouncer_polls_says_why_once_and_runs_everything(
+    pooled_database, tmp_path
+):
+    url, direct = pooled_database
+    tick = _listening_tick(url, direct, tmp_path)
+    with psycopg.connect(direct, autocommit=True) as conn:
+        polling = "SELECT count(*) FROM job_ticks WHERE poll_interval = 1"
+        wait_for(lambda: count(conn, polling) == 1, "the tick to poll")
+        ids = [int(jobrunner(url, "enqueue", "test.ok").stdout) for _ in range(5)]
+        done = "SELECT count(*) FROM job_runs WHERE status = 'succeeded' AND id = ANY(%s)"
+        wait_for(lambda: count(conn, done, ids) == len(ids), "the runs to finish")
+        waits = conn.execute(
+            "SELECT max(extract(epoch FROM started_at - created_at)) FROM job_runs"
+        ).fetchone()[0]
+    _out, err = tick.communicate(timeout=60)
+    assert tick.returncode == 0, err
+    warnings = _warnings(err)
+    assert len(warnings) == 1, err
+    (warning,) = warnings
+    assert json.loads(warning)["event"] == (
+        "polling every 1s: LISTEN cannot work through a connection pooler"
+        " (give --listen-database-url)"
+    )
+    assert waits < 3  # a poll a second, and a generous margin
+    lines = (tmp_path / "exec.log").read_text().splitlines()
+    assert Counter(int(line.split()[0]) for line in lines) == dict.fromkeys(ids, 1)
+
+
+def test_a_listening_tick_given_a_direct_session_listens_beside_pgbouncer(
+    pooled_database, tmp_path
+):
+    url, direct = pooled_database
+    tick = _listening_tick(url, direct, tmp_path, "--listen-database-url", direct)
+    with psycopg.connect(direct, autocommit=True) as conn:
+        listening = "SELECT count(*) FROM job_ticks WHERE listening_since IS NOT NULL"
+        wait_for(lambda: count(conn, listening) == 1, "the tick to listen")
+        run_id = int(jobrunner(url, "enqueue", "test.ok").stdout)
+        started = "SELECT extract(epoch FROM started_at - created_at) FROM job_runs WHERE id = %s"
+        waited = wait_for(lambda: conn.execute(started, [run_id]).fetchone()[0], "the run")
+    _out, err = tick.communicate(timeout=60)
+    assert tick.returncode == 0, err
+    assert _warnings(err) == []
+    assert waited < 2

@@ -47,6 +47,7 @@ OPERATES = frozenset({OWNER, OPERATOR})
 ROLE_TABLE: dict[str, frozenset[str]] = {
     "migrate": frozenset({OWNER}),
     "tick": TICKS,
+    "tick --listen": TICKS,
     "enqueue": ENQUEUES,
     "enqueue --jsonl": ENQUEUES,
     "enqueue --jsonl --then": ENQUEUES,
@@ -76,6 +77,7 @@ ROLE_TABLE: dict[str, frozenset[str]] = {
     "batches": READS | {OPERATOR},  # what it retries and cancels
     "batch show": READS | {OPERATOR},
     "schedule preview": EVERYONE,  # needs no database
+    "wait": READS | {OPERATOR},  # a run's id, status and finish time
 }
 # The Django backend's, run by the Django suite (tests/django_suite/test_django_roles.py).
 DJANGO_ROLE_TABLE: dict[str, frozenset[str]] = {
@@ -190,6 +192,8 @@ ARGUMENTS: dict[str, Callable[[World], Sequence[str]]] = {
     "schedule show": lambda w: ["schedule", "show", w.schedule()],
     "audit": lambda w: ["audit", "--json"],
     "schedule preview": lambda w: ["schedule", "preview", "@daily"],
+    "tick --listen": lambda w: [*_tick(w), "--listen", "--max-runtime", "0.5s"],
+    "wait": lambda w: ["wait", w.run(status="succeeded"), "--timeout", "10s"],
 }
 
 
@@ -323,6 +327,7 @@ GRANTS: dict[str, dict[str, str]] = {
         OPERATOR: "SELECT DELETE",
     },
     "job_run_dependencies": {WORKER: "SELECT", READER: "SELECT", OPERATOR: "SELECT"},
+    "job_ticks": {WORKER: "SELECT INSERT UPDATE DELETE", READER: "SELECT"},
 }
 # The functions that act as the owner and that a role may call, and who may.
 CALLABLE = {

@@ -60,6 +60,7 @@ def status(database_url: str | None, unclaimed_after: str, as_json: bool) -> Non
     from cronjob import horizon, locks, store
     from cronjob.health import read_overview
     from cronjob.inputs import parse_duration
+    from cronjob.settings import LISTENING_TICK_STALE
 
     after = parse_duration(unclaimed_after, what="--unclaimed-after")
     conn = open_connection(database_url)
@@ -70,14 +71,16 @@ def status(database_url: str | None, unclaimed_after: str, as_json: bool) -> Non
         holders = horizon.read_holders(conn)[: horizon.HOLDERS_SHOWN]
         held = locks.read_held(conn)
         unhandled = store.handlers_seen_missing_due(conn, [], most=NO_HANDLER_SHOWN)
+        ticks = store.ticks_list(conn, stale=LISTENING_TICK_STALE)
     if as_json:
         found = _status_dict(overview, schedules, after, health)
         found["snapshot_holders"] = [horizon.as_json(h) for h in holders]
         found["advisory_locks"] = [locks.held_json(x) for x in held]
         found["no_handler_seen_job_types"] = unhandled
+        found["ticks"] = [{k: iso(v) for k, v in vars(t).items()} for t in ticks]
         click.echo(json.dumps(found, indent=2))
     else:
-        _print_status(overview, schedules, after, health, holders, held)
+        _print_status(overview, schedules, after, health, holders, held, ticks)
         _fact(
             "no handler seen",
             ", ".join(clip(t, 60) for t in unhandled)
@@ -196,6 +199,7 @@ def _print_status(
     health: dict[str, Any],
     holders: Any,
     held: Any,
+    ticks: Sequence[Any] = (),
 ) -> None:
     from cronjob.health import seconds_text
     from cronjob.horizon import status_lines
@@ -255,6 +259,7 @@ def _print_status(
     for i, line in enumerate(status_lines(holders)):
         _fact("oldest snapshot" if i == 0 else "", line)
     _print_held_locks(held)
+    _print_ticks(ticks, overview.now)
     click.echo()
     _print_schedules(schedules, overview.now)
 
@@ -337,6 +342,23 @@ def _print_paused(overview: Any) -> None:
             f"{pause_text(p, overview.now)} ({due.get(p.job_type, 0)} due, "
             f"waiting; `jobrunner resume {p.job_type}`)",
             problem=True,
+        )
+
+
+def _print_ticks(ticks: Sequence[Any], now: Any) -> None:
+    """The ticks that stay (`tick --listen`): each with its host, and since when it listens."""
+    from cronjob.health import seconds_text
+
+    if not ticks:
+        _fact("listening ticks", "none (ticks end when nothing is due)")
+        return
+    for i, t in enumerate(ticks):
+        since = t.listening_since or t.started_at
+        how = "listening" if t.listening_since else f"polling every {t.poll_interval:g}s"
+        age = seconds_text(max(0.0, (now - since).total_seconds()))
+        _fact(
+            "listening ticks" if i == 0 else "",
+            f"{t.host} (pid {t.pid}): {how} since {when(since)} ({age})",
         )
 
 

@@ -67,10 +67,11 @@ def _duration(what: str, minimum: float = 0.0):
 )
 @click.option(
     "--max-runtime",
-    default=f"{DEFAULT_MAX_RUNTIME:g}s",
-    show_default=True,
+    default=None,
     callback=_duration("max runtime"),
-    help="Stop claiming after this long (fits inside one cron minute).",
+    help=f"Stop claiming after this long [default: {DEFAULT_MAX_RUNTIME:g}s, inside one cron "
+    "minute; with --listen, to the end of the database clock's minute and 10s into the next, "
+    "so that the crontab's `* * * * *` leaves no second without a tick].",
 )
 @click.option(
     "--lease",
@@ -114,6 +115,21 @@ def _duration(what: str, minimum: float = 0.0):
     metavar="PATH",
     help="At the end of the tick, write `jobrunner metrics` output to PATH atomically.",
 )
+@click.option(
+    "--listen",
+    is_flag=True,
+    help="Stay until --max-runtime, asleep on LISTEN, and claim as soon as a run becomes "
+    "claimable or falls due, instead of ending when nothing is due.",
+)
+@click.option(
+    "--listen-database-url",
+    envvar="JOBRUNNER_LISTEN_DATABASE_URL",
+    metavar="URL",
+    help="With --listen: a direct session to LISTEN on, where the database URL goes through "
+    "a pooler in transaction mode (LISTEN cannot work there: without this the tick polls "
+    "every second, and says so). Keep the password out of this option, which ps shows: "
+    "give it in JOBRUNNER_LISTEN_DATABASE_URL or ~/.pgpass.",
+)
 @json_option
 def tick(
     database_url: str | None,
@@ -121,7 +137,7 @@ def tick(
     concurrency: int,
     async_concurrency: int,
     batch_size: int,
-    max_runtime: float,
+    max_runtime: float | None,
     lease: float | None,
     grace: float,
     types: str | None,
@@ -129,6 +145,8 @@ def tick(
     tenants_sql: str | None,
     prune_older_than: float | None,
     metrics_textfile: str | None,
+    listen: bool,
+    listen_database_url: str | None,
     as_json: bool,
 ) -> None:
     """Run what is due: materialize schedules, claim, run handlers, record outcomes.
@@ -142,6 +160,11 @@ def tick(
     `otel` extra and OTEL_* settings (OTEL_EXPORTER_OTLP_ENDPOINT, ...) the tick
     exports a span per attempt, in the enqueuer's trace; with the `sentry` extra and
     SENTRY_DSN it reports handlers' exceptions. Both are flushed before it exits.
+
+    With --listen the tick stays until --max-runtime, asleep on LISTEN, and starts a run
+    within milliseconds of its enqueue's commit, a delayed run or a schedule at its time.
+    SIGTERM while it waits with nothing running exits at once (143); while handlers run,
+    as above.
     """
     from cronjob import log
     from cronjob.commands import django_setup, load_handlers, open_database
@@ -150,6 +173,10 @@ def tick(
     from cronjob.inputs import comma_list
     from cronjob.tick import TickOptions, run_tick
 
+    if listen_database_url is not None and not listen:
+        raise click.BadParameter("only with --listen", param_hint="--listen-database-url")
+    if max_runtime is None and not listen:
+        max_runtime = DEFAULT_MAX_RUNTIME
     metrics_path = None
     if metrics_textfile is not None:
         from cronjob.commands.ops import textfile_path
@@ -172,13 +199,15 @@ def tick(
         prune_older_than=prune_older_than,
         metrics_path=metrics_path,
         observers=_observers(django),
+        listen=listen,
+        listen_url=listen_database_url,
     )
     database, conn = open_database(settings)
     try:
         if specs is None:
             from cronjob.django.runner import task_handlers
 
-            tasks = task_handlers(conn, comma_list(queues) or None)
+            tasks = task_handlers(conn, comma_list(queues) or None, every=listen)
             specs = require_types(comma_list(types) or None, tasks)
         report = run_tick(conn, specs, database=database, options=options)
     except (ConnectionLost, DatabaseRefused) as exc:
@@ -193,6 +222,8 @@ def _finished(report: Any, as_json: bool) -> None:
     from cronjob import log
 
     summary = report.summary()
+    if report.stopped_listening:
+        _stopped_listening(report, summary, as_json)
     log.info("tick finished", **summary)
     if as_json:
         click.echo(json.dumps(summary))
@@ -213,6 +244,22 @@ def _finished(report: Any, as_json: bool) -> None:
             + (f" (and {more} more type(s), see the log)" if more else "")
             + "; every other type was"
         )
+
+
+def _stopped_listening(report: Any, summary: dict[str, Any], as_json: bool) -> None:
+    """A signal while the tick waited with nothing in flight: one line, and the signal's exit."""
+    import signal
+
+    from cronjob.errors import Interrupted
+
+    if as_json:
+        click.echo(json.dumps(summary))
+    name = report.stopped_by or "a signal"
+    done = ", ".join(f"{key} {summary[key]}" for key in ("claimed", "succeeded", "failed", "dead"))
+    raise Interrupted(
+        f"tick stopped by {name} while listening, with nothing running ({done})",
+        signum=int(getattr(signal.Signals, name, signal.SIGTERM)),
+    )
 
 
 def _observers(django: bool) -> Callable[[dict[str, Any]], Sequence[Any]]:

@@ -18,11 +18,15 @@ from cronjob.django.connection import ServerBinding, backend_options, database_a
 from cronjob.handlers import Fail, HandlerSpec, is_coroutine_function, registry
 
 
-def task_handlers(conn: Any, queues: Sequence[str] | None) -> dict[str, HandlerSpec]:
+def task_handlers(
+    conn: Any, queues: Sequence[str] | None, *, every: bool = False
+) -> dict[str, HandlerSpec]:
     """Handlers of the Django tasks this tick may claim, by job type.
 
     Those with runs waiting (in `queues`, if given), and those that schedules run: the
-    settings' and, when they name a task, those added by `schedule add` or a file. A
+    settings' and, when they name a task, those added by `schedule add` or a file; with
+    `every` (a tick that stays, `--listen`: runs of any task may come while it waits), every
+    task the apps' tasks modules hold, of `queues` if given. A
     waiting run's or a settings schedule's job type that names no task of this backend is
     logged once, and its runs wait. Nothing a row holds stops the tick. A plain handler
     registered under a task's path wins. They are this tick's alone: none goes into the
@@ -36,10 +40,13 @@ def task_handlers(conn: Any, queues: Sequence[str] | None) -> dict[str, HandlerS
     # Other schedules' types are mostly plain handlers' ("send_email"): tried, never logged.
     others = {d.job_type for d in store.definitions_list(conn) if "." in d.job_type}
     candidates = dict.fromkeys([*waiting, *settings, *sorted(others)])
+    known = known_tasks() if every else None
+    if known is not None:
+        candidates.update(dict.fromkeys(sorted({t.module_path for t in known.tasks.values()})))
     wanted = [job_type for job_type in candidates if job_type not in registry()]
     if not wanted:
         return {}
-    known = known_tasks()
+    known = known or known_tasks()
     logger = log.get_logger()
     for module, why in known.problems.items():
         logger.warning("tasks module not imported", module=module, reason=why)

@@ -12,6 +12,8 @@ One module per table or concern, each run by the store module of the same name
 | `definitions` | schedules: definitions, materializing, health, pings, skips, sync lock  |
 | `incidents`   | an operator's selections of runs, paused job types, the audit trail     |
 | `limits`      | job type limits: set, cleared, listed, what they hold back              |
+| `listen`      | what a listening tick and `wait` ask while they wait; the listening     |
+|               | ticks                                                                   |
 | `effects`     | the effects ledger                                                      |
 | `tasks`       | Django's Tasks backend                                                  |
 | `tally`       | status and metrics: the snapshot, the finished-run tally, durations     |

@@ -73,6 +73,14 @@ _CLAIMED_COLUMNS = ", ".join(
     ]
 )
 
+# A listening tick's claim that carries no outcome (tick/listen.py) does not wait for its commit
+# to reach disk (the planner settings above, and this one, in one statement): one lost to a
+# crash of the server leaves its runs waiting, to be claimed again, attempt not counted; every
+# later commit that waits for its flush (the outcome's) flushes the claim with it.
+RUNS_CLAIM_MANY_PLAN_UNFLUSHED = (
+    f"{RUNS_CLAIM_MANY_PLAN}, set_config('synchronous_commit', 'off', true)"
+)
+
 # -- the claim --
 #
 # A claim takes the runs of limited types first, each key's room counted under the key's

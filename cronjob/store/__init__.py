@@ -11,8 +11,8 @@ All of them are reached through this one, `store.<name>`:
   version, asking whether a tick has work. It builds no models, so an idle tick,
   which asks and leaves, never imports them.
 - the rest (`runs`, `enqueue`, `definitions`, `tally`, `effects`, `incidents`, `limits`,
-  `tasks`, `server`, `dashboard`, `batches`, `dependencies`), which read and write as
-  models: each imported the first time one of its names is used.
+  `listen`, `tasks`, `server`, `dashboard`, `batches`, `dependencies`), which read and
+  write as models: each imported the first time one of its names is used.
 - `testing`, the pytest plugin's (cronjob.testing), searched last.
 """
 
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from cronjob.store.enqueue import *  # noqa: F403
     from cronjob.store.incidents import *  # noqa: F403
     from cronjob.store.limits import *  # noqa: F403
+    from cronjob.store.listen import *  # noqa: F403
     from cronjob.store.runs import *  # noqa: F403
     from cronjob.store.server import *  # noqa: F403
     from cronjob.store.tally import *  # noqa: F403
@@ -78,6 +79,7 @@ _MODULES = (
     "effects",
     "incidents",
     "limits",
+    "listen",
     "tasks",
     "server",
     "dashboard",

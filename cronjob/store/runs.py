@@ -55,6 +55,7 @@ def runs_claim_many(
     after: ClaimedRun | None = None,
     floors: Floors | None = None,
     in_transaction: bool = False,
+    flushed: bool = True,
 ) -> list[ClaimedRun]:
     """Claim up to `limit` due runs in a transaction of their own (commits them).
 
@@ -62,8 +63,10 @@ def runs_claim_many(
     it can find what the claim holds even if its answer is lost. `after` is the last run
     the previous claim handed over: the tenants take turns from the one after its own.
     `floors`, for a claim that resumes, are the last run taken of each (priority, tenant)
-    since the last full claim (None: a full claim; cronjob/tick/resume.py).
-    `in_transaction`: in the caller's open transaction instead (`_in_transaction`).
+    since the last full claim (None: a full claim; cronjob/tick/resume.py). Without
+    `flushed` the commit does not wait for the log to reach disk
+    (RUNS_CLAIM_MANY_PLAN_UNFLUSHED). `in_transaction`: in the caller's open transaction
+    instead (`_in_transaction`).
     """
     if in_transaction:
         return runs_finalize_and_claim_many(
@@ -76,7 +79,10 @@ def runs_claim_many(
         job_types, leases, max_attempts, limit, worker, now, token, after, floors
     )
     with conn.pipeline(), conn.transaction():
-        conn.execute(queries.RUNS_CLAIM_MANY_PLAN)
+        if flushed:
+            conn.execute(queries.RUNS_CLAIM_MANY_PLAN)
+        else:
+            conn.execute(queries.RUNS_CLAIM_MANY_PLAN_UNFLUSHED)
         claiming = conn.execute(queries.RUNS_CLAIM_MANY, params)
     return _claimed_runs(claiming.fetchall(), params["token"])
 
@@ -204,12 +210,14 @@ def runs_finalize_and_claim_many(
     after: ClaimedRun | None = None,
     floors: Floors | None = None,
     in_transaction: bool = False,
+    flushed: bool = True,
 ) -> tuple[set[int], list[ClaimedRun]]:
     """Finalize one batch and claim the next in one transaction and one round trip.
 
     On an autocommit connection (required) each statement would commit, and wait
-    for the log flush, on its own; together they pay for one commit. `in_transaction`:
-    in the caller's open transaction instead (`_in_transaction`).
+    for the log flush, on its own; together they pay for one commit. `flushed` is
+    runs_claim_many's, for a claim that carries no decision: outcomes always wait.
+    `in_transaction`: in the caller's open transaction instead (`_in_transaction`).
     """
     if in_transaction:
         params = _claim_params(
@@ -220,6 +228,7 @@ def runs_finalize_and_claim_many(
         return set(), runs_claim_many(
             conn, job_types=job_types, leases=leases, max_attempts=max_attempts,
             limit=limit, worker=worker, now=now, token=token, after=after, floors=floors,
+            flushed=flushed,
         )  # fmt: skip
     _require_autocommit(conn)
     claim_params = _claim_params(

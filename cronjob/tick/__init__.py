@@ -30,6 +30,7 @@ The parts, one role each:
 | `writer`     | `Writer`           | a streaming drain's second connection, for its finalizes    |
 | `notes`      | `ClaimNotes`       | what a claim says of limited types besides its runs: a key  |
 |              |                    | locked, a type not chosen, a rate's hold                    |
+| `listen`     | `Listener`         | a tick that stays (--listen): its waits between claims      |
 | `tally`      | `Tally`            | the report, and the log lines of what happened to runs      |
 | `pings`      | `Pinger`           | a committed outcome's check-in ping, sent on its own thread |
 | `observers`  | `Observers`        | what watches attempts and statements: run logs, spans, ...  |
@@ -169,7 +170,8 @@ class TickOptions:
     concurrency: int = DEFAULT_CONCURRENCY  # worker threads for plain handlers
     async_concurrency: int = DEFAULT_ASYNC_CONCURRENCY  # coroutines of async def handlers
     batch_size: int = DEFAULT_CLAIM_BATCH_SIZE
-    max_runtime: float = DEFAULT_MAX_RUNTIME
+    # None: to the end of the database clock's minute and a little into the next (--listen)
+    max_runtime: float | None = DEFAULT_MAX_RUNTIME
     grace: float = DEFAULT_GRACE
     lease: float | None = None  # overrides every handler's own lease
     now: datetime | None = None  # the database clock unless a test pins it
@@ -185,6 +187,9 @@ class TickOptions:
     # Sentry, Django's signals: cronjob.observe), given its handlers; called only once
     # the tick found work (tick/observers.py).
     observers: Callable[[dict[str, HandlerSpec]], Sequence[Any]] | None = None
+    # Stay until max_runtime, claiming as soon as runs become claimable (tick/listen.py).
+    listen: bool = False
+    listen_url: str | None = None  # a direct session to LISTEN on, beside a pooled one
 
 
 def run_tick(
@@ -207,9 +212,11 @@ def run_tick(
     report = TickReport()
     started = time.monotonic()
     original = conn
-    found_work, others_due = tick_work_exists(conn, handlers, now=options.now)  # idle probe
-    if found_work or others_due:
-        _name_missing_handlers(conn, handlers, options, recorded=found_work)
+    # The idle probe; a tick that stays has work to wait for whatever it finds.
+    found_work, others_due = tick_work_exists(conn, handlers, now=options.now)
+    if found_work or others_due or options.listen:
+        _name_missing_handlers(conn, handlers, options, recorded=found_work or options.listen)
+    found_work = found_work or options.listen
     if found_work:
         from cronjob.tick.steps import Steps, materialize, rescue
 
@@ -223,9 +230,12 @@ def run_tick(
         )
         try:
             with steps.running():
+                runtime = options.max_runtime
+                if runtime is None:
+                    runtime = steps.listen_until() if options.listen else DEFAULT_MAX_RUNTIME
                 steps.run("rescue", rescue)
                 steps.run("materialize", materialize)
-                steps.drain(started + options.max_runtime)
+                steps.drain(started + runtime)
             steps.finish()
         except BaseException:
             _close_unless(steps.connection.conn, original)
@@ -234,7 +244,11 @@ def run_tick(
             report.elapsed = time.monotonic() - started
         conn = steps.connection.conn
     try:
-        if options.prune_older_than is not None and report.stopped_by is None:
+        # A tick that stays ends at its deadline: that is not a stop that leaves work undone.
+        drained = report.stopped_by is None or (
+            options.listen and report.stopped_by == "max-runtime"
+        )
+        if options.prune_older_than is not None and drained:
             _prune(conn, report, options.prune_older_than)
         if found_work:
             _fold_tally(conn)

@@ -78,6 +78,7 @@ class Batcher:
         worker: str,
         now: datetime | None = None,
         clock: Callable[[], float] = time.monotonic,
+        flushed_claims: bool = True,
     ) -> None:
         self.concurrency = concurrency
         self.batch_size = batch_size
@@ -107,6 +108,9 @@ class Batcher:
         self._last_flush = clock()
         types = sorted(handlers)
         self._claim_args = {
+            # A listening tick's claims that carry no outcome do not wait for the disk
+            # (queries.runs.RUNS_CLAIM_MANY_PLAN_UNFLUSHED): it starts the run sooner.
+            "flushed": flushed_claims,
             "job_types": types,
             "leases": [leases[t] for t in types],
             "max_attempts": [handlers[t].max_attempts for t in types],
@@ -206,10 +210,16 @@ class Batcher:
         self.look_again()
         return True
 
-    def look_again(self) -> None:
-        """Everything claimed is done: look once more, since retries may be due already."""
+    def look_again(self, *, in_full: bool = False) -> None:
+        """Everything claimed is done: look once more, since retries may be due already.
+
+        `in_full`: with a full claim (a listening tick woken up): one that resumed and came
+        back short would be followed by a full one at once, a round trip more before it sleeps.
+        """
         self.exhausted = False
         self.held_until = None
+        if in_full:
+            self._resume.full_due = True
 
     def held_back(self, seconds: float | None) -> None:
         """The claim just taken said a rate holds due runs back for `seconds` more (None: no

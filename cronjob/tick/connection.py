@@ -163,8 +163,19 @@ class ConnectionKeeper:
             op = self.observers.statement(what, op)
         return self._guarded(what, op, passing)
 
-    def begin(self, what: str, op: Callable[[Any], Any], *, then: Callable[[], None]) -> None:
-        """Start `op(connection)` on its own thread; `then()` runs on that thread when it ends."""
+    def begin(
+        self,
+        what: str,
+        op: Callable[[Any], Any],
+        *,
+        then: Callable[[], None],
+        inline: bool = False,
+    ) -> None:
+        """Start `op(connection)` on its own thread; `then()` runs on that thread when it ends.
+
+        `inline`: run it here and now instead, for a caller with nothing to do meanwhile
+        (a thread's start is a good part of a claim of one run); its result is taken as ever.
+        """
         if self._pending is not None:
             raise RuntimeError(f"{what}: the {self._pending.what} is still under way")
         pending = self._pending = _Pending(what)
@@ -181,6 +192,9 @@ class ConnectionKeeper:
                 pending.finished.set()
                 then()
 
+        if inline:
+            background()
+            return
         threading.Thread(target=background, name=f"jobrunner-{what}", daemon=True).start()
 
     def result(self) -> Any:

@@ -24,11 +24,18 @@ else: the handlers running under their leases are never abandoned for it, and th
 outcomes are written as at any other stop. Writes and heartbeats that failed wait
 `RETRY_PAUSE` before the loop tries them again, so a database that fails every
 statement at once is not asked in a busy loop.
+
+A tick that stays (`--listen`) has a listener: where a drain would end, with nothing in
+flight and the last claim short, it writes what is decided, closes the writer (one
+connection while it waits) and asks the listener what next (`tick/listen.py`): claim again,
+run the step a schedule's time needs first (`time_steps`: materialize), or stop. While
+handlers run and the last claim came short, it asks between passes whether to claim again.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from uuid import UUID
 
 from cronjob import transitions
@@ -38,6 +45,7 @@ from cronjob.tick.connection import ConnectionKeeper, ReconnectFailed, Statement
 from cronjob.tick.execute import timed_out
 from cronjob.tick.flight import Flight, FlightState, Result
 from cronjob.tick.leases import LeaseKeeper
+from cronjob.tick.listen import Listener, Wake
 from cronjob.tick.notes import ClaimNotes
 from cronjob.tick.pool import Pool
 from cronjob.tick.shutdown import Shutdown
@@ -48,6 +56,9 @@ from cronjob.tick.writer import STREAMING_CLAIM, Writer
 # own bookkeeping (committing `ctx.db`), so their outcome is not thrown away.
 FINISHING_WAIT = 2.0
 IDLE_WAIT = 0.05  # how long a pass waits for a handler to return when it cannot claim
+# With a listener, while handlers run: how long before the pass asks it again whether
+# runs came (a notification is read between passes, not while one waits).
+LISTENING_WAIT = 0.01
 RETRY_PAUSE = 1.0  # after a failed statement, how long writes and heartbeats wait
 
 
@@ -65,11 +76,16 @@ class Drain:
         tally: Tally,
         writer: Writer,
         notes: ClaimNotes | None = None,
+        listener: Listener | None = None,
+        time_steps: Callable[[], None] | None = None,
     ) -> None:
         self.connection, self.writer, self.batcher = connection, writer, batcher
         self.pool, self.leases, self.shutdown, self.tally = pool, leases, shutdown, tally
         self.notes = notes
+        self.listener, self._time_steps = listener, time_steps
         self._quiet_until = 0.0  # no write or heartbeat before then: one just failed
+        self._claimed_before = 0  # runs claimed when the listener was last asked
+        self._idle_wait = IDLE_WAIT if listener is None else LISTENING_WAIT
 
     def run(self, deadline: float) -> None:
         """Drain until done; the tally then knows what became of every run claimed.
@@ -82,7 +98,8 @@ class Drain:
                     if not self._pass(deadline):
                         break
                 except StatementFailed as failed:
-                    self._failed(failed)
+                    if not self._listening_goes_on(failed):
+                        self._failed(failed)
             self._let_stopping_handlers_return()
             self._write_the_rest()
             self.tally.unrecorded(len(self.batcher.decisions))
@@ -94,6 +111,19 @@ class Drain:
         finally:
             self.pool.stop()
             self.writer.close()
+
+    def _listening_goes_on(self, failed: StatementFailed) -> bool:
+        """A tick that stays, with nothing in flight and nothing to write, whose connection was
+        lost (and re-opened by the keeper) listens again rather than stop: its next claim finds
+        what was enqueued meanwhile."""
+        return (
+            self.listener is not None
+            and failed.retryable
+            and not self.shutdown.requested
+            and not self.pool.flights
+            and not self.batcher.decisions
+            and not self.connection.busy
+        )
 
     def _failed(self, failed: StatementFailed) -> None:
         """Stop claiming; after a refusal of the tick, at once. Told to the tally, which ends
@@ -117,7 +147,9 @@ class Drain:
                 return False
         elif batcher.may_claim(len(pool.flights), now):
             claim = batcher.claim(len(pool.flights), now, carry=not self.writer.active)
-            self.connection.begin("claim", claim, then=pool.wake)
+            # A listening tick woken with nothing in flight has nothing to do meanwhile.
+            inline = self.listener is not None and not pool.flights
+            self.connection.begin("claim", claim, then=pool.wake, inline=inline)
         # The writer's last writes too, in the loop: what they finish may make runs due that
         # one more claim then takes (`Batcher.follows_up`).
         writing = self.writer.active and (self.writer.busy or bool(batcher.decisions))
@@ -130,11 +162,12 @@ class Drain:
                 and not batcher.follows_up()
             )
         ):
-            return False
+            listening = self.listener is not None and not self.shutdown.requested
+            return listening and self._listen(deadline)
         # Block for a result (or the claim under way) unless there is room to claim now; no
         # longer than a rate holds due runs back.
         may_claim = batcher.may_claim(len(pool.flights), now)
-        wait = 0.0 if may_claim else batcher.wait_at_most(now, IDLE_WAIT)
+        wait = 0.0 if may_claim else batcher.wait_at_most(now, self._idle_wait)
         self._record(pool.collect(wait))
         now = time.monotonic()
         self._time_out(now)
@@ -145,8 +178,33 @@ class Drain:
             if batcher.held_until is not None:
                 if not batcher.held(now):  # a rate's next start: whatever is still in flight
                     batcher.look_again()
-            elif not pool.flights:
+            elif self._look_again(now):
                 batcher.look_again()
+        return True
+
+    def _look_again(self, now: float) -> bool:
+        """Everything claimed is done (retries may be due already); or, listening, runs may
+        have come while handlers run. A listening tick with nothing in flight asks its
+        listener instead, which looks for due runs before it sleeps."""
+        if self.listener is None:
+            return not self.pool.flights
+        return bool(self.pool.flights) and self.listener.between(now)
+
+    def _listen(self, deadline: float) -> bool:
+        """Nothing to do: wait, as the listener says, for something to claim; False to stop."""
+        assert self.listener is not None
+        self._write_the_rest()
+        self.writer.close()  # opened again by the next claim that comes back full
+        claimed = self.tally.report.claimed
+        fresh, self._claimed_before = claimed - self._claimed_before, claimed
+        wake = self.listener.idle(deadline, claimed=fresh)
+        if wake is Wake.STOP:
+            # Nothing in flight: a signal now ends the tick at once (tick's exit 143).
+            self.tally.report.stopped_listening = self.shutdown.signum is not None
+            return False
+        if wake is Wake.TIME and self._time_steps is not None:
+            self._time_steps()
+        self.batcher.look_again(in_full=True)
         return True
 
     def _write_and_renew(self, now: float) -> None:
@@ -202,6 +260,10 @@ class Drain:
             self._take_claim()
         if not self.batcher.closed:
             self.batcher.close()
+            # A signal that finds a tick that stays with no handler running (asleep, or
+            # claiming after a wake-up) ends it at once, as one asleep (tick's exit 143).
+            listening = self.listener is not None and self.shutdown.signum is not None
+            self.tally.report.stopped_listening = listening and not self.pool.running()
             if self.pool.flights:
                 self.tally.stopping(self.shutdown.reason, self.pool.running(), self.shutdown.grace)
         self._hand_back(self.pool.settle_all({FlightState.QUEUED}))

@@ -6,6 +6,8 @@ worker has started go back at once, and running handlers get `--grace` to finish
 before their runs are handed back too. A second signal makes the stop urgent: the
 grace period ends there and then. So does a database that refuses the tick's
 statements, since nothing a handler returns could be recorded.
+
+A signal also calls each of `wakers`: a listening tick asleep in `select` wakes at once.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import contextlib
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
@@ -26,6 +28,9 @@ class Shutdown:
         self.reason: str | None = None
         self.urgent = False
         self.at = 0.0
+        self.signum: int | None = None  # the signal that asked for the stop, if one did
+        # Called on a signal, from the handler (the main thread): cheap, and never raising.
+        self.wakers: list[Callable[[], None]] = []
 
     @property
     def requested(self) -> bool:
@@ -46,8 +51,11 @@ class Shutdown:
     def on_signal(self, signum: int, _frame: Any = None) -> None:
         if self.reason is None:
             self.request(signal.Signals(signum).name)
+            self.signum = signum
         else:
             self.urgent = True
+        for wake in self.wakers:
+            wake()
 
     @contextlib.contextmanager
     def signals_handled(self, enabled: bool = True) -> Iterator[None]:

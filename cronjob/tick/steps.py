@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from cronjob import store
 from cronjob.db import Database
+from cronjob.errors import JobrunnerError
 from cronjob.handlers import HandlerSpec
 from cronjob.report import TickReport
 from cronjob.tick import observers
@@ -30,6 +31,7 @@ from cronjob.tick.writer import Writer
 
 if TYPE_CHECKING:
     from cronjob.tick import TickOptions
+    from cronjob.tick.listen import Listener
 
 Step = Callable[[Any, TickReport, "TickOptions"], None]
 # How long observers may take to send what they hold at the end of a tick (spans to a
@@ -115,13 +117,75 @@ class Steps:
             # otherwise pays for every few thousand runs.
             gc.freeze()
         options = self.options
-        self._start_pings()
         leases = LeaseKeeper(self.handlers, lease=options.lease, now=options.now, log=self.log)
         try:
-            self._drain(leases, deadline)
+            listener = self._listener() if options.listen else None
+        except StatementFailed as failed:  # as a step's: the tick says what the database did
+            self.shutdown.request("database error", urgent=not failed.retryable)
+            self.tally.database_failed(failed)
+            return
+        except ReconnectFailed as exc:
+            raise self.tally.connection_lost(str(exc)) from None
+        self._start_pings()
+        try:
+            self._drain(leases, deadline, listener)
         finally:
+            if listener is not None:
+                listener.close()
             if self.tally.pinger is not None:
                 self.tally.pinger.close()
+
+    def listen_until(self) -> float:
+        """How long a tick that stays runs by default: to the end of the database clock's
+        minute and a little into the next, when cron has started that minute's tick."""
+        from cronjob.tick.listen import OVERLAP
+
+        now = self.options.now
+        try:
+            return self.connection.run(
+                "listen", lambda conn: store.tick_listen_until(conn, overlap=OVERLAP, now=now)
+            )
+        except (StatementFailed, ReconnectFailed):
+            return 60.0  # the steps that follow meet the same database, and say what it did
+
+    def _listener(self) -> Listener:
+        """The tick's listener: on its own connection, or a direct one of its own
+        (--listen-database-url), or polling, said in one line, where LISTEN cannot work."""
+        from cronjob.tick.listen import POLL_INTERVAL, Listener
+
+        keeper, polling, why = self.connection, None, None
+        if self.options.listen_url is not None:
+            database = Database(self.options.listen_url, "--listen-database-url")
+            try:
+                keeper = ConnectionKeeper(database.connect(), database, self.log)
+            except JobrunnerError as exc:
+                polling, why = POLL_INTERVAL, f"--listen-database-url: {exc}"
+        elif self.connection.run("listen", store.session_is_pooled):
+            polling = POLL_INTERVAL
+            why = "LISTEN cannot work through a connection pooler (give --listen-database-url)"
+        if why is not None:
+            self.log.warning(f"polling every {POLL_INTERVAL:g}s: {why}")
+        listener = Listener(
+            keeper,
+            job_types=sorted(self.handlers),
+            shutdown=self.shutdown,
+            worker=self.worker,
+            log=self.log,
+            poll_interval=polling,
+            now=self.options.now,
+            owns_connection=keeper is not self.connection,
+        )
+        try:
+            listener.start()
+        except BaseException:
+            listener.close()
+            raise
+        return listener
+
+    def _time_steps(self) -> None:
+        """What a listening tick does when a schedule's time it waited for comes: materialize
+        (rescue is each tick's first step, once a minute)."""
+        self.run("materialize", materialize)
 
     def _start_pings(self) -> None:
         """Which schedules check in, asked once; with none, the tick builds no pinger."""
@@ -134,7 +198,7 @@ class Steps:
 
             self.tally.pinger = Pinger(targets, self.log)
 
-    def _drain(self, leases: LeaseKeeper, deadline: float) -> None:
+    def _drain(self, leases: LeaseKeeper, deadline: float, listener: Listener | None) -> None:
         options = self.options
         # Async handlers' runs wait on the event loop, not for a thread: room for them too.
         places = options.concurrency + (
@@ -149,6 +213,7 @@ class Steps:
                 batch_size=options.batch_size,
                 worker=self.worker,
                 now=options.now,
+                flushed_claims=listener is None,
             ),
             pool=Pool(
                 self.handlers,
@@ -164,6 +229,8 @@ class Steps:
             tally=self.tally,
             writer=Writer(self.database, self.log, self.observers),
             notes=self.notes,
+            listener=listener,
+            time_steps=self._time_steps,
         ).run(deadline)
 
 

@@ -158,11 +158,13 @@ def overview(request: Any) -> Any:
     """Counts by status and type, what waits and for how long, paused and unclaimed types,
     stale schedules, and the last day's charts."""
     from cronjob import health, store
+    from cronjob.settings import LISTENING_TICK_STALE
 
     with _connection(request) as conn:
         view = health.read_overview(conn)
         day = store.runs_chart_last_day(conn, now=view.now)
         stale = [v for v in _schedule_health(conn).values() if v.stale]
+        ticks = store.ticks_list(conn, stale=LISTENING_TICK_STALE, now=view.now)
     from cronjob.web import charts
 
     return render(
@@ -171,6 +173,7 @@ def overview(request: Any) -> Any:
         view=view,
         now=view.now,
         stale=stale,
+        ticks=ticks,
         unclaimed=view.unclaimed(),
         statuses=[s.value for s in Status],
         finished=charts.finished_per_minute(day, view.now),

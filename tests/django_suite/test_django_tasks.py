@@ -112,6 +112,42 @@ def test_manage_py_jobrunner_tick_runs_tasks_without_handlers(project: str) -> N
     assert add.get_result(result.id).return_value == 42
 
 
+def test_a_listening_tick_runs_a_task_enqueued_after_it_started_at_once(project: str) -> None:
+    from shop.tasks import add
+
+    listening = subprocess.Popen(
+        [sys.executable, "manage.py", "jobrunner", "tick", "--listen", "--max-runtime", "60s"],
+        cwd=PROJECT,
+        env=project_env(project),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # Asleep: it holds the sleeping tick's advisory lock (migration 0027). No run of any
+        # task waited when it started: it runs every task of the project all the same.
+        asleep = (
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
+            " AND objsubid = 1 AND ((classid::bigint << 32) | objid::bigint) = 29958816149106292"
+        )
+        until = time.monotonic() + 30
+        while rows(project, asleep) != [(1,)] and time.monotonic() < until:
+            assert listening.poll() is None, listening.communicate()
+            time.sleep(0.02)
+        result = add.enqueue(40, 2)
+        enqueued = time.monotonic()
+        while time.monotonic() < enqueued + 20:
+            result.refresh()
+            if result.status == TaskResultStatus.SUCCESSFUL:
+                break
+            time.sleep(0.02)
+        assert result.return_value == 42
+        assert (result.started_at - result.enqueued_at).total_seconds() < 2
+    finally:
+        listening.send_signal(signal.SIGTERM)
+        listening.communicate(timeout=60)
+
+
 def test_plain_jobrunner_tick_sets_django_up_from_its_settings_module(project: str) -> None:
     from shop.tasks import add
 

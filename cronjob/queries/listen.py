@@ -1,0 +1,118 @@
+"""Starting promptly (migration 0027): what a listening tick and `jobrunner wait` ask while
+they wait, the locks that tell enqueuers someone sleeps, and the table of listening ticks.
+
+Run by cronjob.store.listen. The advisory lock keys are migration 0027's: its header tells
+what each one means and why a tick takes the sleeper's lock before it tries the marker.
+"""
+
+from __future__ import annotations
+
+from cronjob.queries import _NOW, _claimable
+
+_CHANNEL = "jobrunner"
+
+# Held (shared) by each sleeping tick; held (shared) by each transaction that made runs
+# claimable; held (shared) by each sleeper that wants to hear of finishes; held (shared) by
+# each transaction that finished runs.
+_SLEEPING = 29958816149106292
+_ENQUEUING = 29958816149106293
+_AWAITING_FINISHES = 29958816149106294
+_FINISHING = 29958816149106295
+
+TICK_LISTEN = f"LISTEN {_CHANNEL}"
+TICK_UNLISTEN = f"UNLISTEN {_CHANNEL}"
+
+# Through a pooler the session that answers is not the one the client was told it talks to
+# (the pid of its BackendKeyData, which a pooler makes up to route cancellations), and a LISTEN
+# stays with a server connection the pooler hands to other clients.
+SESSION_IS_POOLED_BACKEND_PID = "SELECT pg_backend_pid()"
+
+# Going to sleep: this tick sleeps from now on (the lock is the session's, so it goes with a
+# lost connection), and whether every transaction that did not see it asleep has ended (tried
+# at once: an enqueuer never queues behind a sleeper). Locks first, in a CTE of their own:
+# the tries must come after them.
+_SLEEP = """
+WITH sleeping AS MATERIALIZED (
+    SELECT pg_advisory_lock_shared({sleeping})
+)
+SELECT pg_try_advisory_xact_lock({marker}) FROM sleeping
+"""
+TICK_SLEEP = _SLEEP.format(sleeping=_SLEEPING, marker=_ENQUEUING)
+# And wanting to hear of runs that finish: this tick has due runs a limit holds back.
+TICK_SLEEP_AWAITING_FINISHES = _SLEEP.format(sleeping=_AWAITING_FINISHES, marker=_FINISHING)
+
+# Whether the transactions that did not see this tick asleep have ended, asked again.
+TICK_QUIET = f"SELECT pg_try_advisory_xact_lock({_ENQUEUING})"
+TICK_QUIET_FINISHES = f"SELECT pg_try_advisory_xact_lock({_FINISHING})"
+
+# Awake: enqueuers stop notifying for this tick. Each lock this session took once.
+TICK_WAKE = f"SELECT pg_advisory_unlock_shared({_SLEEPING})"
+TICK_WAKE_FINISHES = f"SELECT pg_advisory_unlock_shared({_AWAITING_FINISHES})"
+
+# When a sleeping tick has something to do without being told: the earliest future run_at of
+# the runs it could claim (job_runs_waiting_by_time, from now on), a schedule's next fire time
+# after `since` (job_definitions_due; `since`: when the tick last materialized, so that a
+# schedule it could not materialize waits for the next cron tick as it always did), the end of
+# a full rate window of one of its types. And whether a due run of its types waits all the
+# same: held back by a limit or by its schedule's overlap policy, it may start once a running
+# run finishes. Rescue is left to each tick's start, once a minute: a lease renewed by its
+# heartbeats would wake sleepers for nothing.
+RUNS_GET_NEXT_DUE = f"""
+WITH types AS MATERIALIZED (
+    SELECT {_claimable("%(job_types)s")} AS claimable
+)
+SELECT due.now, least(due.run_at, due.schedule_at, due.window_at) AS due_at,
+       due.schedule_at, due.held_back
+FROM (SELECT {_NOW} AS now,
+(SELECT min(r.run_at) FROM job_runs r
+ WHERE r.status IN ('queued', 'failed') AND r.run_at > {_NOW}
+   AND r.job_type = ANY((SELECT claimable FROM types)::text[])) AS run_at,
+(SELECT min(d.next_fire_at) FROM job_definitions d
+ WHERE d.enabled AND d.next_fire_at > coalesce(%(since)s::timestamptz, {_NOW})) AS schedule_at,
+(SELECT min(w.window_start + make_interval(secs => l.rate_period))
+ FROM job_type_limits l JOIN job_rate_windows w USING (job_type)
+ WHERE l.job_type = ANY((SELECT claimable FROM types)::text[]) AND w.starts >= l.rate
+   AND w.window_start + make_interval(secs => l.rate_period) > {_NOW}) AS window_at,
+EXISTS (SELECT 1 FROM job_runs r
+        WHERE r.status IN ('queued', 'failed') AND r.run_at <= {_NOW}
+          AND r.job_type = ANY((SELECT claimable FROM types)::text[])) AS held_back
+) due
+"""
+
+# How long a tick listens by default: to the end of the database clock's current minute, and
+# `overlap` seconds into the next, when cron has started the next minute's tick.
+TICK_LISTEN_UNTIL = f"""
+SELECT 60 - extract(epoch FROM {_NOW})::numeric %% 60 + %(overlap)s
+"""
+
+# -- the ticks that stay: status, metrics and the dashboard show them --
+
+TICKS_INSERT = f"""
+INSERT INTO job_ticks (host, pid, started_at, listening_since, poll_interval, last_seen)
+VALUES (%(host)s, %(pid)s, {_NOW}, CASE WHEN %(poll_interval)s::float8 IS NULL THEN {_NOW} END,
+        %(poll_interval)s, {_NOW})
+RETURNING id, started_at
+"""
+TICKS_TOUCH = f"UPDATE job_ticks SET last_seen = {_NOW} WHERE id = %(id)s"
+TICKS_DELETE = "DELETE FROM job_ticks WHERE id = %(id)s"
+# A row its tick stopped refreshing: the tick was killed, or lost its database for minutes.
+TICKS_PRUNE = f"""
+DELETE FROM job_ticks WHERE last_seen < {_NOW} - make_interval(secs => %(stale)s)
+"""
+TICKS_LIST = f"""
+SELECT host, pid, started_at, listening_since, poll_interval, last_seen
+FROM job_ticks
+WHERE last_seen >= {_NOW} - make_interval(secs => %(stale)s)
+ORDER BY host, started_at, pid
+"""
+
+# -- jobrunner wait --
+
+# Waiting: wanting to hear of runs that finish from now on, and whether every transaction
+# that finished runs without seeing this session wait has ended.
+RUNS_WAIT_BEGIN_LISTEN = TICK_LISTEN
+RUNS_WAIT_BEGIN = _SLEEP.format(sleeping=_AWAITING_FINISHES, marker=_FINISHING)
+RUNS_WAIT_END = TICK_WAKE_FINISHES
+RUNS_LIST_OUTCOMES = """
+SELECT id, status, finished_at FROM job_runs WHERE id = ANY(%(ids)s) ORDER BY id
+"""

@@ -1,0 +1,127 @@
+"""Starting promptly, as models: what a listening tick and `jobrunner wait` ask while they
+wait. The statements are queries.listen."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from psycopg.rows import class_row
+
+from cronjob.models import ListeningTick, NextDue, RunOutcome
+from cronjob.queries import listen as queries
+
+
+def tick_listen(conn: Any) -> None:
+    conn.execute(queries.TICK_LISTEN)
+
+
+def tick_unlisten(conn: Any) -> None:
+    conn.execute(queries.TICK_UNLISTEN)
+
+
+def session_is_pooled(conn: Any) -> bool:
+    """Whether `conn` reaches the server through a pooler: the session that answers is not
+    the one the connection was told it talks to."""
+    backend = conn.execute(queries.SESSION_IS_POOLED_BACKEND_PID).fetchone()[0]
+    return int(backend) != conn.info.backend_pid
+
+
+def tick_sleep(conn: Any, *, awaiting_finishes: bool = False) -> bool:
+    """This session sleeps (or, `awaiting_finishes`, wants to hear of finishes too); True if
+    every transaction that may have missed it has ended (migration 0027)."""
+    statement = queries.TICK_SLEEP_AWAITING_FINISHES if awaiting_finishes else queries.TICK_SLEEP
+    return bool(conn.execute(statement).fetchone()[0])
+
+
+def tick_quiet(conn: Any, *, finishes: bool = False) -> bool:
+    """Whether the transactions that may have missed this sleeper have ended, asked again."""
+    statement = queries.TICK_QUIET_FINISHES if finishes else queries.TICK_QUIET
+    return bool(conn.execute(statement).fetchone()[0])
+
+
+async def tick_quiet_async(conn: Any, *, finishes: bool = False) -> bool:
+    statement = queries.TICK_QUIET_FINISHES if finishes else queries.TICK_QUIET
+    cursor = await conn.execute(statement)
+    return bool((await cursor.fetchone())[0])
+
+
+def tick_wake(conn: Any, *, finishes: bool = False) -> None:
+    conn.execute(queries.TICK_WAKE_FINISHES if finishes else queries.TICK_WAKE)
+
+
+def runs_get_next_due(
+    conn: Any,
+    job_types: Iterable[str],
+    *,
+    since: datetime | None = None,
+    now: datetime | None = None,
+) -> NextDue:
+    params = {"job_types": list(job_types), "since": since, "now": now}
+    cursor = conn.cursor(row_factory=class_row(NextDue))
+    return cursor.execute(queries.RUNS_GET_NEXT_DUE, params).fetchone()
+
+
+def tick_listen_until(conn: Any, *, overlap: float, now: datetime | None = None) -> float:
+    """Seconds to the end of the database clock's minute, plus `overlap`."""
+    params = {"overlap": overlap, "now": now}
+    return float(conn.execute(queries.TICK_LISTEN_UNTIL, params).fetchone()[0])
+
+
+def ticks_insert(
+    conn: Any, *, host: str, pid: int, poll_interval: float | None, now: datetime | None = None
+) -> tuple[int, datetime]:
+    """Enter a tick that stays; its row's id, and when it started (the database clock)."""
+    params = {"host": host, "pid": pid, "poll_interval": poll_interval, "now": now}
+    tick_id, started_at = conn.execute(queries.TICKS_INSERT, params).fetchone()
+    return int(tick_id), started_at
+
+
+def ticks_touch(conn: Any, tick_id: int, *, now: datetime | None = None) -> None:
+    conn.execute(queries.TICKS_TOUCH, {"id": tick_id, "now": now})
+
+
+def ticks_delete(conn: Any, tick_id: int) -> None:
+    conn.execute(queries.TICKS_DELETE, {"id": tick_id})
+
+
+def ticks_prune(conn: Any, *, stale: float, now: datetime | None = None) -> None:
+    conn.execute(queries.TICKS_PRUNE, {"stale": stale, "now": now})
+
+
+def ticks_list(conn: Any, *, stale: float, now: datetime | None = None) -> list[ListeningTick]:
+    cursor = conn.cursor(row_factory=class_row(ListeningTick))
+    return cursor.execute(queries.TICKS_LIST, {"stale": stale, "now": now}).fetchall()
+
+
+def runs_wait_begin(conn: Any) -> bool:
+    """This session wants to hear of runs that finish; True if every transaction that may
+    have finished runs without seeing it has ended."""
+    conn.execute(queries.RUNS_WAIT_BEGIN_LISTEN)
+    return bool(conn.execute(queries.RUNS_WAIT_BEGIN).fetchone()[0])
+
+
+async def runs_wait_begin_async(conn: Any) -> bool:
+    await conn.execute(queries.RUNS_WAIT_BEGIN_LISTEN)
+    cursor = await conn.execute(queries.RUNS_WAIT_BEGIN)
+    return bool((await cursor.fetchone())[0])
+
+
+def runs_wait_end(conn: Any) -> None:
+    conn.execute(queries.RUNS_WAIT_END)
+
+
+async def runs_wait_end_async(conn: Any) -> None:
+    await conn.execute(queries.RUNS_WAIT_END)
+
+
+def runs_list_outcomes(conn: Any, ids: Sequence[int]) -> list[RunOutcome]:
+    cursor = conn.cursor(row_factory=class_row(RunOutcome))
+    return cursor.execute(queries.RUNS_LIST_OUTCOMES, {"ids": list(ids)}).fetchall()
+
+
+async def runs_list_outcomes_async(conn: Any, ids: Sequence[int]) -> list[RunOutcome]:
+    cursor = conn.cursor(row_factory=class_row(RunOutcome))
+    await cursor.execute(queries.RUNS_LIST_OUTCOMES, {"ids": list(ids)})
+    return await cursor.fetchall()

@@ -1,0 +1,115 @@
+-- Starting promptly (README "Starting promptly"): `jobrunner tick --listen` sleeps on LISTEN
+-- between runs, and what makes a run claimable wakes it with one NOTIFY per transaction.
+--
+-- PostgreSQL serializes the commits of every transaction that notifies (one lock for the
+-- whole cluster, held through the commit's flush), so a notification is sent only when a
+-- tick sleeps and could use it. Who sleeps is told by session-level advisory locks, which
+-- cost no write and go with their session when it ends:
+--
+--   29958816149106292  held (shared) by every listening tick while it sleeps
+--   29958816149106293  held (shared) by every transaction that made runs claimable, until
+--                      it ends: a tick about to sleep tries it (exclusive, at once) to learn
+--                      whether a transaction that saw no sleeper, and so sent nothing, may
+--                      still commit; if so it looks again shortly rather than sleep on
+--   29958816149106294  held (shared) by a sleeping tick with due runs held back by a limit,
+--                      and by `jobrunner wait`: they want to hear of runs that finish
+--   29958816149106295  held (shared) by every transaction that finished runs, until it ends,
+--                      for the same reason as ...293
+--
+-- (The migrations' own locks are ...290 and ...291: cronjob/queries/preflight.py.) A
+-- transaction takes its marker before it looks for a sleeper, and a tick takes its sleeper's
+-- lock before it tries the marker: so a transaction that found no sleeper and sent nothing
+-- still holds the marker when the tick tries it, or had committed before the tick's next
+-- claim, which then sees its runs. pg_notify sends a payload once per transaction however
+-- often it is called: one notification per transaction, not one per run.
+
+-- Runs became claimable (an enqueue, a retry, a run handed back, a resumed type, a changed
+-- limit, a schedule's next time moved): wake the sleeping ticks.
+CREATE FUNCTION jobrunner_wake_ticks() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(29958816149106293);
+    IF pg_try_advisory_lock(29958816149106292) THEN
+        PERFORM pg_advisory_unlock(29958816149106292);
+    ELSE
+        PERFORM pg_notify('jobrunner', '');
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+-- Runs finished (or ended an attempt, or were retried or cancelled): tell those who wait for
+-- that, a tick whose runs a concurrency limit holds back or `jobrunner wait`.
+CREATE FUNCTION jobrunner_note_finishes() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(29958816149106295);
+    IF pg_try_advisory_lock(29958816149106294) THEN
+        PERFORM pg_advisory_unlock(29958816149106294);
+    ELSE
+        PERFORM pg_notify('jobrunner', '');
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+-- Once per statement: an insert of 100,000 runs (a COPY too) calls it once.
+CREATE TRIGGER job_runs_wake_ticks AFTER INSERT ON job_runs
+    FOR EACH STATEMENT EXECUTE FUNCTION jobrunner_wake_ticks();
+
+-- A row that becomes waiting, or waits for an earlier time (retry, hand-back, a failed
+-- attempt's backoff, rescue, a debounce's replacement). The condition is checked without
+-- calling anything, so claims, heartbeats and successes pay nothing for it.
+CREATE TRIGGER job_runs_wake_ticks_waiting AFTER UPDATE ON job_runs
+    FOR EACH ROW
+    WHEN (NEW.status IN ('queued', 'failed')
+          AND (OLD.status NOT IN ('queued', 'failed') OR NEW.run_at < OLD.run_at))
+    EXECUTE FUNCTION jobrunner_wake_ticks();
+
+-- Every statement that ends attempts sets finished_at (finalize, rescue, retry, cancel); a
+-- heartbeat does not, and fires nothing. A claim sets it too (to NULL: its row must not keep
+-- the finish of a version an operator's retry replaced meanwhile), so it pays this call once
+-- a statement, and tells those who wait (a tick held back by a limit, `jobrunner wait`) of
+-- nothing new: they look, find their runs as they were, and wait on.
+CREATE TRIGGER job_runs_note_finishes AFTER UPDATE OF finished_at ON job_runs
+    FOR EACH STATEMENT EXECUTE FUNCTION jobrunner_note_finishes();
+
+CREATE TRIGGER job_type_pauses_wake_ticks AFTER DELETE ON job_type_pauses
+    FOR EACH STATEMENT EXECUTE FUNCTION jobrunner_wake_ticks();
+CREATE TRIGGER job_type_limits_wake_ticks AFTER INSERT OR UPDATE OR DELETE ON job_type_limits
+    FOR EACH STATEMENT EXECUTE FUNCTION jobrunner_wake_ticks();
+-- A schedule added, resumed or moved: a sleeping tick wakes at its next fire time.
+CREATE TRIGGER job_definitions_wake_ticks
+    AFTER INSERT OR UPDATE OF next_fire_at, enabled ON job_definitions
+    FOR EACH STATEMENT EXECUTE FUNCTION jobrunner_wake_ticks();
+
+-- A sleeping tick wakes at the earliest future run_at of the runs it could claim: the first
+-- entry of this index after now. Waiting runs only, as job_runs_dispatch: a claim takes a run
+-- out of it, so this costs an enqueue one entry and a claim nothing. Built inside the
+-- migration's transaction, as 0021's indexes were: writes to job_runs wait while it is built.
+CREATE INDEX job_runs_waiting_by_time ON job_runs (run_at) WHERE status IN ('queued', 'failed');
+
+-- The ticks that stay (`tick --listen`), for status, metrics and the dashboard: one row
+-- each while it runs, refreshed while it waits and deleted when it ends; a row not seen for
+-- a few minutes (its tick was killed) is deleted by the next tick that starts.
+CREATE TABLE job_ticks (
+    id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    host            text NOT NULL,
+    pid             integer NOT NULL,
+    started_at      timestamptz NOT NULL,
+    -- Since when it listens; NULL while it polls (LISTEN cannot work through its connection).
+    listening_since timestamptz,
+    poll_interval   double precision CHECK (poll_interval > 0),
+    last_seen       timestamptz NOT NULL,
+    CONSTRAINT job_ticks_listens_or_polls
+        CHECK ((listening_since IS NULL) = (poll_interval IS NOT NULL))
+);
+
+-- As every function jobrunner installs (see 0007, 0010): names resolve in its own schema,
+-- then pg_temp, last, whatever the search_path of the session that fires it.
+SELECT jobrunner_pin_search_paths();
+
+-- The worker keeps its tick's row, the reader reads them (status, metrics, the dashboard):
+-- jobrunner_role_grants() (migration 0026) lists the table, and the roles of
+-- deploy/roles.sql that exist get exactly that now.
+SELECT jobrunner_grant_roles();
