@@ -102,7 +102,7 @@ The life of one run, hop by hop:
    (`commit_success`, fenced by the lease token, with what it logged). `ctx` is
    closed, and the `Result` goes back to the pool.
 4. Decision. `Pool.collect` gives the main thread the results, their runs now
-   SETTLED, and `Drain._record` turns each outcome into a `Decision`
+   SETTLED, and `drain.record` turns each outcome into a `Decision`
    (`transitions.decide`: succeeded, failed with a retry due later, or dead, and
    what the handler logged, `Flight.logs`)
    for the batcher's buffer (`Batcher.decided`); a success already committed in

@@ -168,9 +168,9 @@ class Drain:
         # longer than a rate holds due runs back.
         may_claim = batcher.may_claim(len(pool.flights), now)
         wait = 0.0 if may_claim else batcher.wait_at_most(now, self._idle_wait)
-        self._record(pool.collect(wait))
+        record(pool.collect(wait), batcher, self.tally)
         now = time.monotonic()
-        self._time_out(now)
+        time_out(pool, batcher, self.tally, now)
         self.tally.event_loop_blocked(pool.blocking(now))
         if now >= self._quiet_until:  # else a statement just failed: decisions wait, leases hold
             self._write_and_renew(now)
@@ -268,39 +268,6 @@ class Drain:
                 self.tally.stopping(self.shutdown.reason, self.pool.running(), self.shutdown.grace)
         self._hand_back(self.pool.settle_all({FlightState.QUEUED}))
 
-    def _record(self, results: list[Result]) -> None:
-        if not results:
-            return
-        decide, decisions = transitions.decide, []
-        for result in results:
-            flight = result.flight
-            if result.finalized:
-                self.tally.committed_by_handler(flight.run, result.duration, result.kept)
-            else:
-                decisions.append(
-                    decide(
-                        flight.run,
-                        result.outcome,
-                        flight.spec.backoff,
-                        result.duration,
-                        flight.logs,
-                    )
-                )
-        self.batcher.returned(len(results))
-        self.batcher.decided(*decisions)
-
-    def _time_out(self, now: float) -> None:
-        for flight in self.pool.overdue(now):
-            timeout = flight.spec.timeout
-            assert timeout is not None and flight.started is not None
-            outcome, ran = timed_out(timeout), now - flight.started
-            # What it logged so far goes with the timeout; what it logs later, nowhere.
-            decision = transitions.decide(
-                flight.run, outcome, flight.spec.backoff, ran, flight.logs
-            )
-            self.batcher.decided(decision)
-            self.tally.timed_out(flight.run, timeout)
-
     def _write(self) -> None:
         """Take the writer's last write if it is done; start the next with what is decided."""
         if self.writer.finished:
@@ -327,13 +294,13 @@ class Drain:
                 self.tally.lease_lost(flight.run, ran)
 
     def _hand_back_unfinished(self) -> None:
-        self._record(self.pool.collect(0))
+        record(self.pool.collect(0), self.batcher, self.tally)
         self._hand_back(self.pool.settle_all({FlightState.QUEUED, FlightState.STARTED}))
         # Handlers that returned are finishing their bookkeeping; record them
         # rather than lose a finished outcome, but never wait long.
         until = time.monotonic() + FINISHING_WAIT
         while self.pool.flights and time.monotonic() < until:
-            self._record(self.pool.collect(IDLE_WAIT))
+            record(self.pool.collect(IDLE_WAIT), self.batcher, self.tally)
 
     def _hand_back(self, flights: list[Flight]) -> None:
         if not flights:
@@ -363,7 +330,7 @@ class Drain:
         if self.shutdown.requested:  # one grace period per stop, shared with running handlers
             until = min(until, self.shutdown.at + self.shutdown.grace)
         while self.pool.stopping and time.monotonic() < until and not self.shutdown.urgent:
-            self._record(self.pool.collect(IDLE_WAIT))
+            record(self.pool.collect(IDLE_WAIT), self.batcher, self.tally)
 
     def _write_the_rest(self) -> None:
         """The writer's last write, then what is still decided, on the tick's own connection."""
@@ -381,3 +348,35 @@ class Drain:
                 self._failed(failed)
                 if not failed.retryable:
                     return
+
+
+def record(results: list[Result], batcher: Batcher, tally: Tally) -> None:
+    """What handlers returned, as decisions for the batcher to write (those that committed
+    their own outcome in `ctx.db` are told to the tally as done)."""
+    if not results:
+        return
+    decide, decisions = transitions.decide, []
+    for result in results:
+        flight = result.flight
+        if result.finalized:
+            tally.committed_by_handler(flight.run, result.duration, result.kept)
+        else:
+            decisions.append(
+                decide(
+                    flight.run, result.outcome, flight.spec.backoff, result.duration, flight.logs
+                )
+            )
+    batcher.returned(len(results))
+    batcher.decided(*decisions)
+
+
+def time_out(pool: Pool, batcher: Batcher, tally: Tally, now: float) -> None:
+    """Runs past their handler's timeout, decided as timed out."""
+    for flight in pool.overdue(now):
+        timeout = flight.spec.timeout
+        assert timeout is not None and flight.started is not None
+        outcome, ran = timed_out(timeout), now - flight.started
+        # What it logged so far goes with the timeout; what it logs later, nowhere.
+        decision = transitions.decide(flight.run, outcome, flight.spec.backoff, ran, flight.logs)
+        batcher.decided(decision)
+        tally.timed_out(flight.run, timeout)
