@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import click
@@ -173,15 +174,8 @@ def tick(
     from cronjob.inputs import comma_list
     from cronjob.tick import TickOptions, run_tick
 
-    if listen_database_url is not None and not listen:
-        raise click.BadParameter("only with --listen", param_hint="--listen-database-url")
-    if max_runtime is None and not listen:
-        max_runtime = DEFAULT_MAX_RUNTIME
-    metrics_path = None
-    if metrics_textfile is not None:
-        from cronjob.commands.ops import textfile_path
-
-        metrics_path = textfile_path(metrics_textfile)
+    max_runtime = _max_runtime(max_runtime, listen, listen_database_url)
+    metrics_path = _metrics_path(metrics_textfile)
     settings = Settings.build(database_url, handlers, tenants_sql)
     # A Django project's tick runs its tasks; --queues selects some of them, so needs one.
     django = django_setup("--queues selects Django tasks" if queues else None)
@@ -216,6 +210,24 @@ def tick(
     finally:
         conn.close()
     _finished(report, as_json)
+
+
+def _max_runtime(max_runtime: float | None, listen: bool, listen_url: str | None) -> float | None:
+    """--max-runtime as given, else the default; a listening tick's default (None) is the
+    rest of the database clock's minute and a little into the next (Steps.listen_until)."""
+    if listen_url is not None and not listen:
+        raise click.BadParameter("only with --listen", param_hint="--listen-database-url")
+    if max_runtime is None and not listen:
+        return DEFAULT_MAX_RUNTIME
+    return max_runtime
+
+
+def _metrics_path(metrics_textfile: str | None) -> Path | None:
+    if metrics_textfile is None:
+        return None
+    from cronjob.commands.ops import textfile_path
+
+    return textfile_path(metrics_textfile)
 
 
 def _finished(report: Any, as_json: bool) -> None:
