@@ -4,8 +4,9 @@ A waiter LISTENs and holds the advisory lock that asks every transaction that fi
 to notify (migration 0027), then reads the runs it waits for, and again each time it is
 told that runs finished: it returns within milliseconds of the finalize's commit, not
 within a poll interval. When a transaction that finished runs may have missed it (it began
-before the waiter's lock was taken, and has not ended yet), it looks again after short
-pauses until none may have; and it looks again every `RECHECK` seconds whatever it hears.
+before the waiter's lock was taken, and has not ended yet), it asks again after short pauses
+until none may have, then reads once more; and it reads every `RECHECK` seconds whatever it
+hears.
 """
 
 from __future__ import annotations
@@ -40,14 +41,17 @@ def wait(conn: Any, ids: Iterable[int], *, timeout: float | None = None) -> list
     wanted = _ids(ids)
     until = None if timeout is None else time.monotonic() + timeout
     with _listening(conn) as quiet:
-        pauses = iter(()) if quiet else iter(QUIET_PAUSES)
+        pauses = iter(QUIET_PAUSES)
         while True:
             outcomes = _finished(store.runs_list_outcomes(conn, wanted), wanted, until)
             if outcomes is not None:
                 return outcomes
-            pause = next(pauses, None)
-            if pause is not None and store.tick_quiet(conn, finishes=True):
-                pauses, pause = iter(()), None
+            pause = None
+            if not quiet:
+                quiet = store.tick_quiet(conn, finishes=True)
+                if quiet:
+                    continue  # read once more: what committed before is seen now
+                pause = next(pauses, QUIET_PAUSES[-1])
             _heard(conn, _timeout(until, pause))
 
 
@@ -60,15 +64,18 @@ async def wait_async(
     wanted = _ids(ids)
     until = None if timeout is None else time.monotonic() + timeout
     async with _listening_async(conn) as quiet:
-        pauses = iter(()) if quiet else iter(QUIET_PAUSES)
+        pauses = iter(QUIET_PAUSES)
         while True:
             found = await store.runs_list_outcomes_async(conn, wanted)
             outcomes = _finished(found, wanted, until)
             if outcomes is not None:
                 return outcomes
-            pause = next(pauses, None)
-            if pause is not None and await store.tick_quiet_async(conn, finishes=True):
-                pauses, pause = iter(()), None
+            pause = None
+            if not quiet:
+                quiet = await store.tick_quiet_async(conn, finishes=True)
+                if quiet:
+                    continue  # read once more: what committed before is seen now
+                pause = next(pauses, QUIET_PAUSES[-1])
             async for _ in conn.notifies(timeout=_timeout(until, pause), stop_after=1):
                 pass
 

@@ -49,6 +49,24 @@ def test_wait_returns_within_a_second_of_the_finish_and_exits_0(db_url, conn):
     assert out.splitlines() == [f"{run_id} succeeded"]
 
 
+def test_wait_returns_soon_after_a_finish_whose_transaction_began_before_it_waited(db_url, conn):
+    # The cancel finds nobody waiting, so it sends nothing; the waiter finds its transaction
+    # open, and asks again until it has ended, then reads once more.
+    run_id = insert_run(conn, "test.ok")
+    with psycopg.connect(db_url) as operator:
+        operator.execute(
+            "UPDATE job_runs SET status = 'cancelled', finished_at = now() WHERE id = %s",
+            [run_id],
+        )
+        waiter = jobrunner_process("wait", str(run_id), "--database-url", db_url)
+        waiting(conn, waiter)
+        operator.commit()
+        committed = time.monotonic()
+    out, err = waiter.communicate(timeout=60)
+    assert time.monotonic() - committed < SOON
+    assert (waiter.returncode, out) == (1, f"{run_id} cancelled\n"), err
+
+
 def test_wait_exits_1_when_a_run_is_dead_or_cancelled_and_prints_each(db_url, conn):
     ok, cancelled = insert_run(conn, "test.ok"), insert_run(conn, "test.ok")
     dead = insert_run(conn, "test.ok", status="dead", attempts=3)

@@ -78,6 +78,24 @@ EXISTS (SELECT 1 FROM job_runs r
 ) due
 """
 
+# Whether a run of the tick's types is due, asked type by type (job_runs_waiting_by_type): a
+# tick woken by runs it does not handle asks this before it claims, since a claim walks the
+# waiting runs of every type (job_runs_dispatch), a backlog of others' runs included.
+RUNS_EXIST_DUE = f"""
+SELECT EXISTS (
+    SELECT 1 FROM unnest({_claimable("%(job_types)s")}) AS t(job_type)
+    CROSS JOIN LATERAL (
+        SELECT 1 FROM job_runs r
+        WHERE r.job_type = t.job_type AND r.status IN ('queued', 'failed')
+          AND r.run_at <= {_NOW}
+        -- The index's order: read in it, rather than in a scan of the whole table whose
+        -- first due row statistics expect at once.
+        ORDER BY coalesce(r.tenant_id, ''), r.priority, r.run_at, r.id
+        LIMIT 1
+    ) due
+)
+"""
+
 # How long a tick listens by default: to the end of the database clock's current minute, and
 # `overlap` seconds into the next, when cron has started the next minute's tick.
 TICK_LISTEN_UNTIL = f"""

@@ -63,6 +63,12 @@ def runs_get_next_due(
     return cursor.execute(queries.RUNS_GET_NEXT_DUE, params).fetchone()
 
 
+def runs_exist_due(conn: Any, job_types: Iterable[str], *, now: datetime | None = None) -> bool:
+    """Whether a run of `job_types` (less the paused) is due, asked type by type."""
+    params = {"job_types": list(job_types), "now": now}
+    return bool(conn.execute(queries.RUNS_EXIST_DUE, params).fetchone()[0])
+
+
 def tick_listen_until(conn: Any, *, overlap: float, now: datetime | None = None) -> float:
     """Seconds to the end of the database clock's minute, plus `overlap`."""
     params = {"overlap": overlap, "now": now}

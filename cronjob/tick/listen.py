@@ -150,13 +150,19 @@ class Listener:
 
         `claimed`: the runs the drain claimed since it last asked.
         """
-        now = time.monotonic()
         if claimed:
             self._linger.claimed(claimed)
-        if self._shutdown.requested or now >= deadline:
-            return Wake.STOP
         try:
-            return self._idle(deadline, now)
+            while True:
+                now = time.monotonic()
+                if self._shutdown.requested or now >= deadline:
+                    return Wake.STOP
+                wake = self._idle(deadline, now)
+                # Its last claims found nothing: maybe it is woken by runs of types it does not
+                # handle. A question of its own types, type by type, costs little whatever
+                # waits of others' (a claim walks every type's waiting runs).
+                if wake is not Wake.CLAIM or claimed or self.keeper.run("due", self._due):
+                    return wake
         except StatementFailed as failed:
             if not failed.retryable:
                 raise
@@ -303,6 +309,9 @@ class Listener:
             )
 
         return bool(self.keeper.run("sleep", quiet))
+
+    def _due(self, conn: Any) -> bool:
+        return store.runs_exist_due(conn, self._types, now=self._now)
 
     def _next_due(self, conn: Any) -> Any:
         return store.runs_get_next_due(conn, self._types, since=self._since, now=self._now)
