@@ -7,28 +7,22 @@
 -- cost no write and go with their session when it ends:
 --
 --   29958816149106292  held (shared) by every listening tick while it sleeps
---   29958816149106293  held (shared) by every transaction that made runs claimable, until
---                      it ends: a tick about to sleep tries it (exclusive, at once) to learn
---                      whether a transaction that saw no sleeper, and so sent nothing, may
---                      still commit; if so it looks again shortly rather than sleep on
 --   29958816149106294  held (shared) by a sleeping tick with due runs held back by a limit,
 --                      and by `jobrunner wait`: they want to hear of runs that finish
---   29958816149106295  held (shared) by every transaction that finished runs, until it ends,
---                      for the same reason as ...293
 --
--- (The migrations' own locks are ...290 and ...291: cronjob/queries/preflight.py.) A
--- transaction takes its marker before it looks for a sleeper, and a tick takes its sleeper's
--- lock before it tries the marker: so a transaction that found no sleeper and sent nothing
--- still holds the marker when the tick tries it, or had committed before the tick's next
--- claim, which then sees its runs. pg_notify sends a payload once per transaction however
--- often it is called: one notification per transaction, not one per run.
+-- (The migrations' own locks are ...290 and ...291: cronjob/queries/preflight.py.) A trigger
+-- tries the lock (exclusive, at once: it never waits) and notifies if it cannot have it. A
+-- transaction that found nobody asleep, and so sent nothing, may still commit after a tick
+-- took its lock and claimed: the tick, once it holds its lock, notes the transactions its
+-- snapshot sees open, and claims again once they have ended (queries.listen,
+-- TRANSACTIONS_OPEN). pg_notify sends a payload once per transaction however often it is
+-- called: one notification per transaction, not one per run.
 
 -- Runs became claimable (an enqueue, a retry, a run handed back, a resumed type, a changed
 -- limit, a schedule's next time moved): wake the sleeping ticks.
 CREATE FUNCTION jobrunner_wake_ticks() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_advisory_xact_lock_shared(29958816149106293);
     IF pg_try_advisory_lock(29958816149106292) THEN
         PERFORM pg_advisory_unlock(29958816149106292);
     ELSE
@@ -43,7 +37,6 @@ $$;
 CREATE FUNCTION jobrunner_note_finishes() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_advisory_xact_lock_shared(29958816149106295);
     IF pg_try_advisory_lock(29958816149106294) THEN
         PERFORM pg_advisory_unlock(29958816149106294);
     ELSE
