@@ -3,10 +3,9 @@
 A waiter LISTENs and holds the advisory lock that asks every transaction that finishes runs
 to notify (migration 0027), then reads the runs it waits for, and again each time it is
 told that runs finished: it returns within milliseconds of the finalize's commit, not
-within a poll interval. When a transaction that finished runs may have missed it (it began
-before the waiter's lock was taken, and has not ended yet), it asks again after short pauses
-until none may have, then reads once more; and it reads every `RECHECK` seconds whatever it
-hears.
+within a poll interval. A transaction open when it took the lock may have finished runs
+without seeing it and sent nothing: until each of those has ended it asks again after short
+pauses, then reads once more; and it reads every `RECHECK` seconds whatever it hears.
 """
 
 from __future__ import annotations
@@ -40,17 +39,17 @@ def wait(conn: Any, ids: Iterable[int], *, timeout: float | None = None) -> list
 
     wanted = _ids(ids)
     until = None if timeout is None else time.monotonic() + timeout
-    with _listening(conn) as quiet:
+    with _listening(conn) as opened:
         pauses = iter(QUIET_PAUSES)
         while True:
             outcomes = _finished(store.runs_list_outcomes(conn, wanted), wanted, until)
             if outcomes is not None:
                 return outcomes
             pause = None
-            if not quiet:
-                quiet = store.tick_quiet(conn, finishes=True)
-                if quiet:
-                    continue  # read once more: what committed before is seen now
+            if opened:
+                opened = store.transactions_open(conn, opened)
+                if not opened:
+                    continue  # read once more: what they committed is seen now
                 pause = next(pauses, QUIET_PAUSES[-1])
             _heard(conn, _timeout(until, pause))
 
@@ -63,7 +62,7 @@ async def wait_async(
 
     wanted = _ids(ids)
     until = None if timeout is None else time.monotonic() + timeout
-    async with _listening_async(conn) as quiet:
+    async with _listening_async(conn) as opened:
         pauses = iter(QUIET_PAUSES)
         while True:
             found = await store.runs_list_outcomes_async(conn, wanted)
@@ -71,10 +70,10 @@ async def wait_async(
             if outcomes is not None:
                 return outcomes
             pause = None
-            if not quiet:
-                quiet = await store.tick_quiet_async(conn, finishes=True)
-                if quiet:
-                    continue  # read once more: what committed before is seen now
+            if opened:
+                opened = await store.transactions_open_async(conn, opened)
+                if not opened:
+                    continue  # read once more: what they committed is seen now
                 pause = next(pauses, QUIET_PAUSES[-1])
             async for _ in conn.notifies(timeout=_timeout(until, pause), stop_after=1):
                 pass
@@ -121,13 +120,15 @@ def _heard(conn: Any, timeout: float) -> None:
 
 
 @contextmanager
-def _listening(conn: Any) -> Iterator[bool]:
-    """LISTEN and want to hear of finishes while the block runs; yields whether quiet."""
+def _listening(conn: Any) -> Iterator[list[int]]:
+    """LISTEN and want to hear of finishes while the block runs; yields the transactions open
+    once it does (one may finish runs, having seen nobody wait, and send nothing)."""
     from cronjob import store
 
     restore = _outside_a_transaction(conn)
     try:
-        yield store.runs_wait_begin(conn)
+        store.runs_wait_begin(conn)
+        yield store.transactions_open(conn)
     finally:
         if not (conn.closed or conn.broken):
             store.runs_wait_end(conn)
@@ -136,12 +137,13 @@ def _listening(conn: Any) -> Iterator[bool]:
 
 
 @asynccontextmanager
-async def _listening_async(conn: Any) -> AsyncIterator[bool]:
+async def _listening_async(conn: Any) -> AsyncIterator[list[int]]:
     from cronjob import store
 
     restore = await _outside_a_transaction_async(conn)
     try:
-        yield await store.runs_wait_begin_async(conn)
+        await store.runs_wait_begin_async(conn)
+        yield await store.transactions_open_async(conn)
     finally:
         if not (conn.closed or conn.broken):
             await store.runs_wait_end_async(conn)

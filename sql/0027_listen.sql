@@ -7,81 +7,70 @@
 -- cost no write and go with their session when it ends:
 --
 --   29958816149106292  held (shared) by every listening tick while it sleeps
---   29958816149106293  held (shared) by every transaction that made runs claimable, until
---                      it ends: a tick about to sleep tries it (exclusive, at once) to learn
---                      whether a transaction that saw no sleeper, and so sent nothing, may
---                      still commit; if so it looks again shortly rather than sleep on
 --   29958816149106294  held (shared) by a sleeping tick with due runs held back by a limit,
 --                      and by `jobrunner wait`: they want to hear of runs that finish
---   29958816149106295  held (shared) by every transaction that finished runs, until it ends,
---                      for the same reason as ...293
 --
--- (The migrations' own locks are ...290 and ...291: cronjob/queries/preflight.py.) A
--- transaction takes its marker before it looks for a sleeper, and a tick takes its sleeper's
--- lock before it tries the marker: so a transaction that found no sleeper and sent nothing
--- still holds the marker when the tick tries it, or had committed before the tick's next
--- claim, which then sees its runs. pg_notify sends a payload once per transaction however
+-- (The migrations' own locks are ...290 and ...291: cronjob/queries/preflight.py.) Each
+-- trigger's WHEN tries the lock (exclusive, at once: it never waits, and lets go of it at
+-- once) and fires only if it cannot have it: a statement with nobody asleep pays for the try
+-- alone, and calls no function of ours. A transaction that found nobody asleep, and so sent
+-- nothing, may still commit after a tick took its lock and claimed: the tick, once it holds
+-- its lock, notes the transactions open, and claims again once they have ended
+-- (queries.listen, TRANSACTIONS_OPEN). pg_notify sends a payload once per transaction however
 -- often it is called: one notification per transaction, not one per run.
 
+CREATE FUNCTION jobrunner_notify_sleepers() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('jobrunner', '');
+    RETURN NULL;
+END
+$$;
+
 -- Runs became claimable (an enqueue, a retry, a run handed back, a resumed type, a changed
--- limit, a schedule's next time moved): wake the sleeping ticks.
-CREATE FUNCTION jobrunner_wake_ticks() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM pg_advisory_xact_lock_shared(29958816149106293);
-    IF pg_try_advisory_lock(29958816149106292) THEN
-        PERFORM pg_advisory_unlock(29958816149106292);
-    ELSE
-        PERFORM pg_notify('jobrunner', '');
-    END IF;
-    RETURN NULL;
-END
-$$;
-
--- Runs finished (or ended an attempt, or were retried or cancelled): tell those who wait for
--- that, a tick whose runs a concurrency limit holds back or `jobrunner wait`.
-CREATE FUNCTION jobrunner_note_finishes() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM pg_advisory_xact_lock_shared(29958816149106295);
-    IF pg_try_advisory_lock(29958816149106294) THEN
-        PERFORM pg_advisory_unlock(29958816149106294);
-    ELSE
-        PERFORM pg_notify('jobrunner', '');
-    END IF;
-    RETURN NULL;
-END
-$$;
-
--- Once per statement: an insert of 100,000 runs (a COPY too) calls it once.
-CREATE TRIGGER job_runs_wake_ticks AFTER INSERT ON job_runs
-    FOR EACH STATEMENT EXECUTE FUNCTION jobrunner_wake_ticks();
+-- limit, a schedule's next time moved): a tick sleeps. Once per statement: an insert of
+-- 100,000 runs (a COPY too) tries the lock once.
+CREATE TRIGGER job_runs_wake_ticks AFTER INSERT ON job_runs FOR EACH STATEMENT
+    WHEN (CASE WHEN pg_try_advisory_lock(29958816149106292)
+               THEN NOT pg_advisory_unlock(29958816149106292) ELSE true END)
+    EXECUTE FUNCTION jobrunner_notify_sleepers();
 
 -- A row that becomes waiting, or waits for an earlier time (retry, hand-back, a failed
--- attempt's backoff, rescue, a debounce's replacement). The condition is checked without
--- calling anything, so claims, heartbeats and successes pay nothing for it.
-CREATE TRIGGER job_runs_wake_ticks_waiting AFTER UPDATE ON job_runs
-    FOR EACH ROW
+-- attempt's backoff, rescue, a debounce's replacement). The columns are compared first, so
+-- claims, heartbeats and successes pay nothing for it.
+CREATE TRIGGER job_runs_wake_ticks_waiting AFTER UPDATE ON job_runs FOR EACH ROW
     WHEN (NEW.status IN ('queued', 'failed')
-          AND (OLD.status NOT IN ('queued', 'failed') OR NEW.run_at < OLD.run_at))
-    EXECUTE FUNCTION jobrunner_wake_ticks();
+          AND (OLD.status NOT IN ('queued', 'failed') OR NEW.run_at < OLD.run_at)
+          AND CASE WHEN pg_try_advisory_lock(29958816149106292)
+                   THEN NOT pg_advisory_unlock(29958816149106292) ELSE true END)
+    EXECUTE FUNCTION jobrunner_notify_sleepers();
 
--- Every statement that ends attempts sets finished_at (finalize, rescue, retry, cancel); a
--- heartbeat does not, and fires nothing. A claim sets it too (to NULL: its row must not keep
--- the finish of a version an operator's retry replaced meanwhile), so it pays this call once
--- a statement, and tells those who wait (a tick held back by a limit, `jobrunner wait`) of
--- nothing new: they look, find their runs as they were, and wait on.
-CREATE TRIGGER job_runs_note_finishes AFTER UPDATE OF finished_at ON job_runs
-    FOR EACH STATEMENT EXECUTE FUNCTION jobrunner_note_finishes();
+-- Runs finished, ended an attempt, were retried or cancelled: every statement that does so
+-- sets finished_at (finalize, rescue, retry, cancel); a heartbeat does not, and fires
+-- nothing. Someone waits for that: a tick whose due runs a limit holds back, `wait`. A claim
+-- sets it too (to NULL: its row must not keep the finish of a version an operator's retry
+-- replaced meanwhile), so while someone waits it wakes them for nothing new: they look, find
+-- their runs as they were, and wait on.
+CREATE TRIGGER job_runs_note_finishes AFTER UPDATE OF finished_at ON job_runs FOR EACH STATEMENT
+    WHEN (CASE WHEN pg_try_advisory_lock(29958816149106294)
+               THEN NOT pg_advisory_unlock(29958816149106294) ELSE true END)
+    EXECUTE FUNCTION jobrunner_notify_sleepers();
 
-CREATE TRIGGER job_type_pauses_wake_ticks AFTER DELETE ON job_type_pauses
-    FOR EACH STATEMENT EXECUTE FUNCTION jobrunner_wake_ticks();
+CREATE TRIGGER job_type_pauses_wake_ticks AFTER DELETE ON job_type_pauses FOR EACH STATEMENT
+    WHEN (CASE WHEN pg_try_advisory_lock(29958816149106292)
+               THEN NOT pg_advisory_unlock(29958816149106292) ELSE true END)
+    EXECUTE FUNCTION jobrunner_notify_sleepers();
 CREATE TRIGGER job_type_limits_wake_ticks AFTER INSERT OR UPDATE OR DELETE ON job_type_limits
-    FOR EACH STATEMENT EXECUTE FUNCTION jobrunner_wake_ticks();
+    FOR EACH STATEMENT
+    WHEN (CASE WHEN pg_try_advisory_lock(29958816149106292)
+               THEN NOT pg_advisory_unlock(29958816149106292) ELSE true END)
+    EXECUTE FUNCTION jobrunner_notify_sleepers();
 -- A schedule added, resumed or moved: a sleeping tick wakes at its next fire time.
 CREATE TRIGGER job_definitions_wake_ticks
-    AFTER INSERT OR UPDATE OF next_fire_at, enabled ON job_definitions
-    FOR EACH STATEMENT EXECUTE FUNCTION jobrunner_wake_ticks();
+    AFTER INSERT OR UPDATE OF next_fire_at, enabled ON job_definitions FOR EACH STATEMENT
+    WHEN (CASE WHEN pg_try_advisory_lock(29958816149106292)
+               THEN NOT pg_advisory_unlock(29958816149106292) ELSE true END)
+    EXECUTE FUNCTION jobrunner_notify_sleepers();
 
 -- A sleeping tick wakes at the earliest future run_at of the runs it could claim: the first
 -- entry of this index after now. Waiting runs only, as job_runs_dispatch: a claim takes a run

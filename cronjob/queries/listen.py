@@ -2,7 +2,8 @@
 they wait, the locks that tell enqueuers someone sleeps, and the table of listening ticks.
 
 Run by cronjob.store.listen. The advisory lock keys are migration 0027's: its header tells
-what each one means and why a tick takes the sleeper's lock before it tries the marker.
+what each one means, and why a sleeper notes the transactions still open once it holds its
+lock.
 """
 
 from __future__ import annotations
@@ -11,13 +12,10 @@ from cronjob.queries import _NOW, _claimable
 
 _CHANNEL = "jobrunner"
 
-# Held (shared) by each sleeping tick; held (shared) by each transaction that made runs
-# claimable; held (shared) by each sleeper that wants to hear of finishes; held (shared) by
-# each transaction that finished runs.
+# Held (shared) by each sleeping tick; held (shared) by each sleeper that wants to hear of
+# finishes (a tick whose due runs a limit holds back, `jobrunner wait`).
 _SLEEPING = 29958816149106292
-_ENQUEUING = 29958816149106293
 _AWAITING_FINISHES = 29958816149106294
-_FINISHING = 29958816149106295
 
 TICK_LISTEN = f"LISTEN {_CHANNEL}"
 TICK_UNLISTEN = f"UNLISTEN {_CHANNEL}"
@@ -28,35 +26,42 @@ TICK_UNLISTEN = f"UNLISTEN {_CHANNEL}"
 SESSION_IS_POOLED_BACKEND_PID = "SELECT pg_backend_pid()"
 
 # Going to sleep: this tick sleeps from now on (the lock is the session's, so it goes with a
-# lost connection), and whether every transaction that did not see it asleep has ended (tried
-# at once: an enqueuer never queues behind a sleeper). Locks first, in a CTE of their own:
-# the tries must come after them.
-_SLEEP = """
-WITH sleeping AS MATERIALIZED (
-    SELECT pg_advisory_lock_shared({sleeping})
-)
-SELECT pg_try_advisory_xact_lock({marker}) FROM sleeping
-"""
-TICK_SLEEP = _SLEEP.format(sleeping=_SLEEPING, marker=_ENQUEUING)
-# And wanting to hear of runs that finish: this tick has due runs a limit holds back.
-TICK_SLEEP_AWAITING_FINISHES = _SLEEP.format(sleeping=_AWAITING_FINISHES, marker=_FINISHING)
-
-# Whether the transactions that did not see this tick asleep have ended, asked again.
-TICK_QUIET = f"SELECT pg_try_advisory_xact_lock({_ENQUEUING})"
-TICK_QUIET_FINISHES = f"SELECT pg_try_advisory_xact_lock({_FINISHING})"
+# lost connection); and wanting to hear of runs that finish too, with due runs a limit holds
+# back.
+TICK_SLEEP = f"SELECT pg_advisory_lock_shared({_SLEEPING})"
+TICK_SLEEP_AWAITING_FINISHES = f"SELECT pg_advisory_lock_shared({_AWAITING_FINISHES})"
 
 # Awake: enqueuers stop notifying for this tick. Each lock this session took once.
 TICK_WAKE = f"SELECT pg_advisory_unlock_shared({_SLEEPING})"
 TICK_WAKE_FINISHES = f"SELECT pg_advisory_unlock_shared({_AWAITING_FINISHES})"
 
+# The transactions open now: each holds the lock on its own id until it ends (the lock table
+# shows every open transaction that has written, of every database; a snapshot would not name
+# those begun after the last one that ended). Asked once a sleeper holds its lock, in a
+# statement after the one that took it. One that changed runs and saw nobody asleep sent
+# nothing, and may commit after the sleeper's next claim: the sleeper claims again once each
+# of these has ended; it asks again only while one lasts. As bigint: psycopg has no loader of
+# its own for xid, and ids are not reused within the seconds a sleeper looks at them.
+TRANSACTIONS_OPEN = """
+SELECT transactionid::text::bigint FROM pg_locks
+WHERE locktype = 'transactionid' AND mode = 'ExclusiveLock' AND granted
+"""
+# Which of them are still open.
+TRANSACTIONS_OPEN_STILL = """
+SELECT x FROM unnest(%(xids)s::bigint[]) AS x
+WHERE EXISTS (SELECT 1 FROM pg_locks l
+              WHERE l.locktype = 'transactionid' AND l.mode = 'ExclusiveLock' AND l.granted
+                AND l.transactionid::text::bigint = x)
+"""
+
 # When a sleeping tick has something to do without being told: the earliest future run_at of
 # the runs it could claim (job_runs_waiting_by_time, from now on), a schedule's next fire time
 # after `since` (job_definitions_due; `since`: when the tick last materialized, so that a
-# schedule it could not materialize waits for the next cron tick as it always did), the next
-# start a rate allows a key of one of its types (job_rate_arrivals). And whether a due run
-# of its types waits all the same: held back by a limit or by its schedule's overlap policy,
-# it may start once a running run finishes. Rescue is left to each tick's start, once a
-# minute: a lease renewed by its heartbeats would wake sleepers for nothing.
+# schedule it could not materialize waits for the next cron tick as it always did), the end of
+# a full rate window of one of its types. And whether a due run of its types waits all the
+# same: held back by a limit or by its schedule's overlap policy, it may start once a running
+# run finishes. Rescue is left to each tick's start, once a minute: a lease renewed by its
+# heartbeats would wake sleepers for nothing.
 RUNS_GET_NEXT_DUE = f"""
 WITH types AS MATERIALIZED (
     SELECT {_claimable("%(job_types)s")} AS claimable
@@ -69,9 +74,10 @@ FROM (SELECT {_NOW} AS now,
    AND r.job_type = ANY((SELECT claimable FROM types)::text[])) AS run_at,
 (SELECT min(d.next_fire_at) FROM job_definitions d
  WHERE d.enabled AND d.next_fire_at > coalesce(%(since)s::timestamptz, {_NOW})) AS schedule_at,
-(SELECT min(a.next_start) FROM job_rate_arrivals a
- WHERE a.job_type = ANY((SELECT claimable FROM types)::text[])
-   AND a.next_start > {_NOW}) AS window_at,
+(SELECT min(w.window_start + make_interval(secs => l.rate_period))
+ FROM job_type_limits l JOIN job_rate_windows w USING (job_type)
+ WHERE l.job_type = ANY((SELECT claimable FROM types)::text[]) AND w.starts >= l.rate
+   AND w.window_start + make_interval(secs => l.rate_period) > {_NOW}) AS window_at,
 EXISTS (SELECT 1 FROM job_runs r
         WHERE r.status IN ('queued', 'failed') AND r.run_at <= {_NOW}
           AND r.job_type = ANY((SELECT claimable FROM types)::text[])) AS held_back
@@ -125,10 +131,9 @@ ORDER BY host, started_at, pid
 
 # -- jobrunner wait --
 
-# Waiting: wanting to hear of runs that finish from now on, and whether every transaction
-# that finished runs without seeing this session wait has ended.
+# Waiting: listening, and wanting to hear of runs that finish from now on.
 RUNS_WAIT_BEGIN_LISTEN = TICK_LISTEN
-RUNS_WAIT_BEGIN = _SLEEP.format(sleeping=_AWAITING_FINISHES, marker=_FINISHING)
+RUNS_WAIT_BEGIN = TICK_SLEEP_AWAITING_FINISHES
 RUNS_WAIT_END = TICK_WAKE_FINISHES
 RUNS_LIST_OUTCOMES = """
 SELECT id, status, finished_at FROM job_runs WHERE id = ANY(%(ids)s) ORDER BY id

@@ -28,23 +28,30 @@ def session_is_pooled(conn: Any) -> bool:
     return int(backend) != conn.info.backend_pid
 
 
-def tick_sleep(conn: Any, *, awaiting_finishes: bool = False) -> bool:
-    """This session sleeps (or, `awaiting_finishes`, wants to hear of finishes too); True if
-    every transaction that may have missed it has ended (migration 0027)."""
-    statement = queries.TICK_SLEEP_AWAITING_FINISHES if awaiting_finishes else queries.TICK_SLEEP
-    return bool(conn.execute(statement).fetchone()[0])
+def tick_sleep(conn: Any, *, awaiting_finishes: bool = False) -> None:
+    """This session sleeps from now on (or, `awaiting_finishes`, wants to hear of finishes)."""
+    conn.execute(queries.TICK_SLEEP_AWAITING_FINISHES if awaiting_finishes else queries.TICK_SLEEP)
 
 
-def tick_quiet(conn: Any, *, finishes: bool = False) -> bool:
-    """Whether the transactions that may have missed this sleeper have ended, asked again."""
-    statement = queries.TICK_QUIET_FINISHES if finishes else queries.TICK_QUIET
-    return bool(conn.execute(statement).fetchone()[0])
+def transactions_open(conn: Any, among: Sequence[int] | None = None) -> list[int]:
+    """The transactions open now (ids, as this statement's snapshot sees them); with `among`,
+    those of them still open."""
+    if among is None:
+        return [row[0] for row in conn.execute(queries.TRANSACTIONS_OPEN).fetchall()]
+    if not among:
+        return []
+    rows = conn.execute(queries.TRANSACTIONS_OPEN_STILL, {"xids": list(among)}).fetchall()
+    return [row[0] for row in rows]
 
 
-async def tick_quiet_async(conn: Any, *, finishes: bool = False) -> bool:
-    statement = queries.TICK_QUIET_FINISHES if finishes else queries.TICK_QUIET
-    cursor = await conn.execute(statement)
-    return bool((await cursor.fetchone())[0])
+async def transactions_open_async(conn: Any, among: Sequence[int] | None = None) -> list[int]:
+    if among is None:
+        cursor = await conn.execute(queries.TRANSACTIONS_OPEN)
+    elif not among:
+        return []
+    else:
+        cursor = await conn.execute(queries.TRANSACTIONS_OPEN_STILL, {"xids": list(among)})
+    return [row[0] for row in await cursor.fetchall()]
 
 
 def tick_wake(conn: Any, *, finishes: bool = False) -> None:
@@ -101,17 +108,15 @@ def ticks_list(conn: Any, *, stale: float, now: datetime | None = None) -> list[
     return cursor.execute(queries.TICKS_LIST, {"stale": stale, "now": now}).fetchall()
 
 
-def runs_wait_begin(conn: Any) -> bool:
-    """This session wants to hear of runs that finish; True if every transaction that may
-    have finished runs without seeing it has ended."""
+def runs_wait_begin(conn: Any) -> None:
+    """This session listens, and wants to hear of runs that finish from now on."""
     conn.execute(queries.RUNS_WAIT_BEGIN_LISTEN)
-    return bool(conn.execute(queries.RUNS_WAIT_BEGIN).fetchone()[0])
+    conn.execute(queries.RUNS_WAIT_BEGIN)
 
 
-async def runs_wait_begin_async(conn: Any) -> bool:
+async def runs_wait_begin_async(conn: Any) -> None:
     await conn.execute(queries.RUNS_WAIT_BEGIN_LISTEN)
-    cursor = await conn.execute(queries.RUNS_WAIT_BEGIN)
-    return bool((await cursor.fetchone())[0])
+    await conn.execute(queries.RUNS_WAIT_BEGIN)
 
 
 def runs_wait_end(conn: Any) -> None:

@@ -25,9 +25,9 @@ Its states, and what moves it between them:
 
 Armed, it sleeps in `select` on its connection's socket (and on a pipe a signal writes
 to) until a notification, the next due time, the deadline or `REFRESH`: no statement
-runs while it sleeps. An enqueue that saw no sleeper sent nothing; migration 0027's
-markers tell the tick whether such a transaction may still commit (`tick_sleep` answers
-"not quiet"), and it then looks again after `QUIET_PAUSES` rather than sleep on.
+runs while it sleeps. An enqueue that saw no sleeper sent nothing, and may still commit: once
+it holds its lock, the tick notes the transactions open (`transactions_open`), and while one
+of them lasts it looks again after `QUIET_PAUSES` rather than sleep on.
 
 Its parts: `Channel`, the connection it hears notifications on and the pipe a signal
 writes to (what wakes it from `select`); `Linger`, when it polls rather than sleeps. Only
@@ -124,7 +124,9 @@ class Listener:
         self._now = now
         self._channel = Channel(keeper, shutdown, listening=not self.polling)
         self._armed = self._awaiting_finishes = False
-        self._quiet = True
+        # The transactions open when it took its lock, until each has ended: one may have
+        # made runs claimable, seen nobody asleep and sent nothing (migration 0027).
+        self._open: list[int] = []
         self._quiet_pause = 0
         self._linger = Linger()
         self._last_poll = 0.0
@@ -227,9 +229,8 @@ class Listener:
             return Wake.CLAIM  # what committed before the lock was taken
         due = self.keeper.run("next due", self._next_due)
         if due.held_back and not self._awaiting_finishes:
-            self._quiet = self._quiet and self.keeper.run(
-                "sleep", lambda conn: store.tick_sleep(conn, awaiting_finishes=True)
-            )
+            opened = self.keeper.run("sleep", lambda conn: _sleep(conn, awaiting_finishes=True))
+            self._open = sorted({*self._open, *opened})
             self._awaiting_finishes = True
             return Wake.CLAIM
         return self._sleep(deadline, due)
@@ -244,7 +245,7 @@ class Listener:
             if due < until:
                 until, timed = due, True
         quiet_pause = None
-        if not self._quiet:
+        if self._open:
             quiet_pause = QUIET_PAUSES[min(self._quiet_pause, len(QUIET_PAUSES) - 1)]
             self._quiet_pause += 1
         woken = self._channel.pending(min(until - now, quiet_pause) if quiet_pause else until - now)
@@ -255,8 +256,9 @@ class Listener:
             return Wake.CLAIM
         now = time.monotonic()
         if quiet_pause is not None and now < until:
-            self._quiet = self._still_quiet()
-            return Wake.CLAIM
+            still = self._open
+            self._open = self.keeper.run("sleep", lambda c: store.transactions_open(c, still))
+            return Wake.CLAIM  # what those that ended may have committed
         if now >= deadline:
             return Wake.STOP
         if timed and next_due.schedule_at == next_due.due_at:
@@ -285,7 +287,7 @@ class Listener:
         return Wake.CLAIM
 
     def _arm(self) -> None:
-        self._quiet = self.keeper.run("sleep", store.tick_sleep)
+        self._open = self.keeper.run("sleep", _sleep)
         self._quiet_pause = 0
         self._armed = True
 
@@ -299,16 +301,6 @@ class Listener:
 
         self.keeper.run("wake", wake)
         self._armed = self._awaiting_finishes = False
-
-    def _still_quiet(self) -> bool:
-        finishes = self._awaiting_finishes
-
-        def quiet(conn: Any) -> bool:
-            return store.tick_quiet(conn) and (
-                not finishes or store.tick_quiet(conn, finishes=True)
-            )
-
-        return bool(self.keeper.run("sleep", quiet))
 
     def _due(self, conn: Any) -> bool:
         return store.runs_exist_due(conn, self._types, now=self._now)
@@ -489,6 +481,13 @@ class Linger:
             self._since, self._runs = now, 0
         pause, self.pause = self.pause, min(1.5 * self.pause, LINGER_POLL_MAX)
         return pause
+
+
+def _sleep(conn: Any, *, awaiting_finishes: bool = False) -> list[int]:
+    """Take the sleeper's lock, then note the transactions open (in a statement of its own:
+    a snapshot taken after the lock is held)."""
+    store.tick_sleep(conn, awaiting_finishes=awaiting_finishes)
+    return store.transactions_open(conn)
 
 
 def _register(
