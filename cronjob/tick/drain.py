@@ -75,16 +75,15 @@ class Drain:
         shutdown: Shutdown,
         tally: Tally,
         writer: Writer,
-        notes: ClaimNotes | None = None,
+        notes: ClaimNotes,
         listener: Listener | None = None,
         time_steps: Callable[[], None] | None = None,
     ) -> None:
         self.connection, self.writer, self.batcher = connection, writer, batcher
         self.pool, self.leases, self.shutdown, self.tally = pool, leases, shutdown, tally
         self.notes = notes
-        self.listener, self._time_steps = listener, time_steps
+        self.stay = None if listener is None else Stay(listener, time_steps, tally, shutdown)
         self._quiet_until = 0.0  # no write or heartbeat before then: one just failed
-        self._claimed_before = 0  # runs claimed when the listener was last asked
         self._idle_wait = IDLE_WAIT if listener is None else LISTENING_WAIT
 
     def run(self, deadline: float) -> None:
@@ -117,7 +116,7 @@ class Drain:
         lost (and re-opened by the keeper) listens again rather than stop: its next claim finds
         what was enqueued meanwhile."""
         return (
-            self.listener is not None
+            self.stay is not None
             and failed.retryable
             and not self.shutdown.requested
             and not self.pool.flights
@@ -148,7 +147,7 @@ class Drain:
         elif batcher.may_claim(len(pool.flights), now):
             claim = batcher.claim(len(pool.flights), now, carry=not self.writer.active)
             # A listening tick woken with nothing in flight has nothing to do meanwhile.
-            inline = self.listener is not None and not pool.flights
+            inline = self.stay is not None and not pool.flights
             self.connection.begin("claim", claim, then=pool.wake, inline=inline)
         # The writer's last writes too, in the loop: what they finish may make runs due that
         # one more claim then takes (`Batcher.follows_up`).
@@ -162,8 +161,11 @@ class Drain:
                 and not batcher.follows_up()
             )
         ):
-            listening = self.listener is not None and not self.shutdown.requested
-            return listening and self._listen(deadline)
+            if self.stay is None or self.shutdown.requested:
+                return False
+            self._write_the_rest()
+            self.writer.close()  # opened again by the next claim that comes back full
+            return self.stay.listen(deadline, self.batcher)
         # Block for a result (or the claim under way) unless there is room to claim now; no
         # longer than a rate holds due runs back.
         may_claim = batcher.may_claim(len(pool.flights), now)
@@ -186,26 +188,9 @@ class Drain:
         """Everything claimed is done (retries may be due already); or, listening, runs may
         have come while handlers run. A listening tick with nothing in flight asks its
         listener instead, which looks for due runs before it sleeps."""
-        if self.listener is None:
+        if self.stay is None:
             return not self.pool.flights
-        return bool(self.pool.flights) and self.listener.between(now)
-
-    def _listen(self, deadline: float) -> bool:
-        """Nothing to do: wait, as the listener says, for something to claim; False to stop."""
-        assert self.listener is not None
-        self._write_the_rest()
-        self.writer.close()  # opened again by the next claim that comes back full
-        claimed = self.tally.report.claimed
-        fresh, self._claimed_before = claimed - self._claimed_before, claimed
-        wake = self.listener.idle(deadline, claimed=fresh)
-        if wake is Wake.STOP:
-            # Nothing in flight: a signal now ends the tick at once (tick's exit 143).
-            self.tally.report.stopped_listening = self.shutdown.signum is not None
-            return False
-        if wake is Wake.TIME and self._time_steps is not None:
-            self._time_steps()
-        self.batcher.look_again(in_full=True)
-        return True
+        return bool(self.pool.flights) and self.stay.listener.between(now)
 
     def _write_and_renew(self, now: float) -> None:
         batcher, pool = self.batcher, self.pool
@@ -221,38 +206,17 @@ class Drain:
         try:
             kept, runs = self.connection.result()
         except StatementFailed:
-            self._rate_hold()  # of a claim that failed: none to wait for
-            self._recover_claim(*self.batcher.claim_failed())
+            self.notes.held_back()  # of a claim that failed: none to wait for
+            token, carried = self.batcher.claim_failed()
+            recover_claim(token, carried, self.batcher, self.leases, self.connection, self.tally)
             raise
         self.tally.finalized(self.batcher.claimed(runs), kept)
-        self.batcher.held_back(self._rate_hold())
+        self.batcher.held_back(self.notes.held_back())  # a rate holding due runs back
         self.tally.claimed(len(runs))
         if len(runs) >= STREAMING_CLAIM and not self.batcher.exhausted:
             self.writer.open()
         for flight in self.pool.add(runs):  # held from an earlier claim: this tick stalled
             self.tally.claimed_again(flight.run)
-
-    def _rate_hold(self) -> float | None:
-        """What the claim just taken noted of a rate holding due runs back (tick/notes.py)."""
-        return self.notes.held_back() if self.notes is not None else None
-
-    def _recover_claim(self, token: UUID, carried: int) -> None:
-        """Hand back what a failed claim holds, if its commit took effect after all.
-
-        When nothing shows it did, the decisions it carried stay in the buffer and the
-        next write carries them again, fenced; the lease keeper tries the claim's token
-        once more at the end of the drain.
-        """
-        check = self.batcher.written_check(carried)
-        held, found = self.leases.recover_claim(self.connection, token, check)
-        if not held and not found:
-            return
-        written = self.batcher.written_after_all(carried)
-        # Landed, and the check failed: as a rule, every decision it carried was written.
-        kept = found if found is not None else {d.run.id for d in written}
-        self.tally.finalized(written, kept)
-        if held:
-            self.tally.claim_recovered(held)
 
     def _stop_claiming(self) -> None:
         """What no worker has started goes back at once; what runs gets the grace period."""
@@ -262,7 +226,7 @@ class Drain:
             self.batcher.close()
             # A signal that finds a tick that stays with no handler running (asleep, or
             # claiming after a wake-up) ends it at once, as one asleep (tick's exit 143).
-            listening = self.listener is not None and self.shutdown.signum is not None
+            listening = self.stay is not None and self.shutdown.signum is not None
             self.tally.report.stopped_listening = listening and not self.pool.running()
             if self.pool.flights:
                 self.tally.stopping(self.shutdown.reason, self.pool.running(), self.shutdown.grace)
@@ -348,6 +312,63 @@ class Drain:
                 self._failed(failed)
                 if not failed.retryable:
                     return
+
+
+class Stay:
+    """A tick that stays (`--listen`): where a drain would end, it asks its listener what next
+    (`tick/listen.py`): claim again, run the step a schedule's time needs first
+    (`time_steps`: materialize), or stop."""
+
+    def __init__(
+        self,
+        listener: Listener,
+        time_steps: Callable[[], None] | None,
+        tally: Tally,
+        shutdown: Shutdown,
+    ) -> None:
+        self.listener, self._time_steps = listener, time_steps
+        self._tally, self._shutdown = tally, shutdown
+        self._claimed_before = 0  # runs claimed when the listener was last asked
+
+    def listen(self, deadline: float, batcher: Batcher) -> bool:
+        """Nothing to do: wait, as the listener says, for something to claim; False to stop."""
+        claimed = self._tally.report.claimed
+        fresh, self._claimed_before = claimed - self._claimed_before, claimed
+        wake = self.listener.idle(deadline, claimed=fresh)
+        if wake is Wake.STOP:
+            # Nothing in flight: a signal now ends the tick at once (tick's exit 143).
+            self._tally.report.stopped_listening = self._shutdown.signum is not None
+            return False
+        if wake is Wake.TIME and self._time_steps is not None:
+            self._time_steps()
+        batcher.look_again(in_full=True)
+        return True
+
+
+def recover_claim(
+    token: UUID,
+    carried: int,
+    batcher: Batcher,
+    leases: LeaseKeeper,
+    connection: ConnectionKeeper,
+    tally: Tally,
+) -> None:
+    """Hand back what a failed claim holds, if its commit took effect after all.
+
+    When nothing shows it did, the decisions it carried stay in the buffer and the
+    next write carries them again, fenced; the lease keeper tries the claim's token
+    once more at the end of the drain.
+    """
+    check = batcher.written_check(carried)
+    held, found = leases.recover_claim(connection, token, check)
+    if not held and not found:
+        return
+    written = batcher.written_after_all(carried)
+    # Landed, and the check failed: as a rule, every decision it carried was written.
+    kept = found if found is not None else {d.run.id for d in written}
+    tally.finalized(written, kept)
+    if held:
+        tally.claim_recovered(held)
 
 
 def record(results: list[Result], batcher: Batcher, tally: Tally) -> None:
