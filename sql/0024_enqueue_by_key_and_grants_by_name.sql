@@ -138,13 +138,13 @@ LANGUAGE sql IMMUTABLE AS $$
         ('job_runs', 'jobrunner_enqueuer', 'INSERT',
          '{id, job_type, payload, run_at, idempotency_key, max_attempts, priority, tenant_id,'
          ' queue, result_id, run_after, traceparent, tracestate, unique_key, created_at,'
-         ' updated_at}'),
+         ' updated_at, batch_id}'),
         ('job_runs', 'jobrunner_reader', 'SELECT', NULL),
         -- What retry, cancel and prune select runs by and change; no payload, no return value.
         ('job_runs', 'jobrunner_operator', 'SELECT',
          '{id, definition_id, job_type, tenant_id, scheduled_for, run_at, status, attempts,'
          ' max_attempts, priority, locked_by, locked_until, last_error, error_type, started_at,'
-         ' finished_at, created_at, updated_at}'),
+         ' finished_at, created_at, updated_at, batch_id}'),
         ('job_runs', 'jobrunner_operator', 'UPDATE',
          '{status, attempts, run_at, finished_at, locked_by, locked_until, lease_token,'
          ' updated_at}'),
@@ -200,10 +200,32 @@ LANGUAGE sql IMMUTABLE AS $$
         ('job_run_logs', 'jobrunner_reader', 'SELECT', NULL),
 
         -- Tables of later migrations, granted once they exist (each calls
-        -- jobrunner_grant_roles() in the transaction that creates its table). The job types
-        -- a tick has handlers for (0025): the tick records them, status reads them.
+        -- jobrunner_grant_roles() in the transaction that creates its table; a column
+        -- named here that is not there yet, job_runs.batch_id of 0026, waits as well).
+        -- The job types a tick has handlers for (0025): the tick records them, status
+        -- reads them.
         ('job_handlers_seen', 'jobrunner_worker', 'SELECT, INSERT, UPDATE, DELETE', NULL),
-        ('job_handlers_seen', 'jobrunner_reader', 'SELECT', NULL)
+        ('job_handlers_seen', 'jobrunner_reader', 'SELECT', NULL),
+
+        -- A schedule's occurrence makes its batch as it materializes; a member's finish ends
+        -- its batch through jobrunner_batch_end, as the owner. An enqueue writes a batch it
+        -- draws the id of first (it reads nothing back); pruning removes the ended ones.
+        ('job_batches', 'jobrunner_worker', 'SELECT, INSERT, DELETE', NULL),
+        ('job_batches', 'jobrunner_enqueuer', 'INSERT',
+         '{id, on_outcome, then_type, then_payload, then_tenant_id, then_priority,'
+         ' then_max_attempts, created_at}'),
+        ('job_batches', 'jobrunner_reader', 'SELECT', NULL),
+        ('job_batches', 'jobrunner_operator', 'SELECT, DELETE', NULL),
+
+        -- Written through jobrunner_runs_wait and the finish of a parent, as the owner;
+        -- `show` and the dashboard read them.
+        ('job_run_dependencies', 'jobrunner_worker', 'SELECT', NULL),
+        ('job_run_dependencies', 'jobrunner_reader', 'SELECT', NULL),
+        ('job_run_dependencies', 'jobrunner_operator', 'SELECT', NULL),
+
+        -- The ticks that stay (0027): each keeps its row, and deletes the rows of ticks that were killed.
+        ('job_ticks', 'jobrunner_worker', 'SELECT, INSERT, UPDATE, DELETE', NULL),
+        ('job_ticks', 'jobrunner_reader', 'SELECT', NULL)
 $$;
 
 -- Gives the roles of roles.sql that exist exactly the grants of jobrunner_role_grants() on
@@ -277,6 +299,7 @@ BEGIN
         FROM sequences q
         JOIN (VALUES (NULL, 'jobrunner_worker', 'USAGE, SELECT'),
                      ('job_runs_id_seq', 'jobrunner_enqueuer', 'USAGE'),
+                     ('job_batches_id_seq', 'jobrunner_enqueuer', 'USAGE'),
                      ('job_attempts_id_seq', 'jobrunner_operator', 'USAGE'),
                      ('job_definitions_id_seq', 'jobrunner_operator', 'USAGE'),
                      ('job_audit_id_seq', 'jobrunner_operator', 'USAGE'))
@@ -287,13 +310,20 @@ BEGIN
     END LOOP;
 
     -- Functions that act as the owner and that only the roles that enqueue may call: the
-    -- read-back of the runs holding keys, and a debounce's replacement of a waiting run.
+    -- read-back of the runs holding keys, a debounce's replacement of a waiting run, and the
+    -- end of a batch that an enqueue finds over already (migration 0026).
     FOR statement IN
         SELECT format('GRANT EXECUTE ON FUNCTION %s TO %I', p.oid::regprocedure, f.grantee)
         FROM (VALUES ('jobrunner_runs_holding_keys', 'jobrunner_enqueuer'),
                      ('jobrunner_runs_holding_keys', 'jobrunner_worker'),
                      ('jobrunner_replace_waiting', 'jobrunner_enqueuer'),
-                     ('jobrunner_replace_waiting', 'jobrunner_worker')) AS f(proname, grantee)
+                     ('jobrunner_replace_waiting', 'jobrunner_worker'),
+                     ('jobrunner_batch_end', 'jobrunner_enqueuer'),
+                     ('jobrunner_batch_end', 'jobrunner_worker'),
+                     ('jobrunner_runs_unknown', 'jobrunner_enqueuer'),
+                     ('jobrunner_runs_unknown', 'jobrunner_worker'),
+                     ('jobrunner_runs_wait', 'jobrunner_enqueuer'),
+                     ('jobrunner_runs_wait', 'jobrunner_worker')) AS f(proname, grantee)
         JOIN pg_proc p ON p.proname = f.proname
         JOIN pg_namespace n ON n.oid = p.pronamespace
         WHERE n.nspname = current_schema() AND f.grantee = ANY(roles)

@@ -99,6 +99,6 @@ CREATE TABLE job_ticks (
 SELECT jobrunner_pin_search_paths();
 
 -- The worker keeps its tick's row, the reader reads them (status, metrics, the dashboard):
--- jobrunner_role_grants() (migration 0026) lists the table, and the roles of
+-- jobrunner_role_grants() (migration 0024) lists the table, and the roles of
 -- deploy/roles.sql that exist get exactly that now.
 SELECT jobrunner_grant_roles();
