@@ -96,10 +96,19 @@ class RunLog:
         self.pending = (record, run_fields)
 
     def _add_pending(self) -> None:
-        if self.pending is not None:
-            record, fields = self.pending
-            self.pending = None
-            self.add({**fields, **_record_event(record)})
+        # Also called by the finalize (`json`), on another thread than the handler's that
+        # may still set `pending` (a handler given up at its timeout): read once, and
+        # never raised from, whatever the record holds.
+        pending = self.pending
+        if pending is None:
+            return
+        self.pending = None
+        record, fields = pending
+        try:
+            event = {**fields, **_record_event(record)}
+        except Exception:
+            event = {"timestamp": utc_timestamp(), "level": "warning", "event": _UNREADABLE}
+        self.add(event)
 
     def add_json(self, text: str) -> None:
         """An event already encoded as a JSON object from values made ready
@@ -143,6 +152,9 @@ class RunLog:
             "dropped_events": len(self.events or ()),
         }
         return _ENCODE([note])
+
+
+_UNREADABLE = "a standard logging record that could not be read: dropped"
 
 
 def _decoded(text: str) -> dict[str, Any]:
