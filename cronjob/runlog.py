@@ -208,7 +208,7 @@ def _current_log() -> RunLog | None:
 
 
 def keeping() -> bool:
-    """Whether an event logged here now would be kept in a run log (at a level kept)."""
+    """Whether a run log is current here: an event logged now, at a level kept, goes in."""
     holder = _current.get()
     return holder is not None and holder.keeps_logs
 

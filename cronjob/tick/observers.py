@@ -26,10 +26,9 @@ lease token (`attempt_key`), and lets go of what is left at `close` (the outcome
 once per hook, and the run goes on as if it were not there.
 
 The tick builds its observers once it has found work (an idle tick builds none): the
-run logs' (`RunLogs`, below), which also give every line a handler logs its run's fields,
-and those the caller's
-factory makes (`TickOptions.observers`; the command line's is `cronjob.observe`:
-tracing, Sentry, Django's signals).
+run logs' (`RunLogs`, below), always, as they also give every line a handler logs its
+run's fields; and those the caller's factory makes (`TickOptions.observers`; the command
+line's is `cronjob.observe`: tracing, Sentry, Django's signals).
 """
 
 from __future__ import annotations
