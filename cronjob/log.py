@@ -2,6 +2,12 @@
 
 Console output when stderr is a terminal, JSON lines otherwise; always to stderr,
 so stdout stays free for machine output.
+
+Two levels: what stderr shows (`set_level`, --log-level) and what a run log keeps of a
+handler's events (`set_capture_level`, the tick's --capture-level; cronjob.runlog).
+An event goes through the processors if either wants it; the last one writes it only at
+the first level. Standard `logging` records take the same way (`route_standard_logging`),
+and every line logged while a handler runs carries its run's fields.
 """
 
 from __future__ import annotations
@@ -11,7 +17,6 @@ import contextvars
 import json
 import logging
 import sys
-import traceback
 import warnings
 from datetime import UTC, datetime
 from typing import Any
@@ -55,6 +60,9 @@ _encode_flat_record = _flat_record_encoder()
 _json_lines = False
 # The least severe level written (--log-level / JOBRUNNER_LOG_LEVEL), as logging numbers it.
 _min_level = logging.INFO
+# The least severe level of a handler's events kept in its run log (the tick's
+# --capture-level / JOBRUNNER_CAPTURE_LEVEL; cronjob.runlog).
+_keep_level = logging.INFO
 
 
 class _Stderr:
@@ -81,6 +89,44 @@ def _add_level(_logger: Any, method_name: str, event_dict: dict[str, Any]) -> di
     return event_dict
 
 
+def _drop_unwanted(_logger: Any, method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    """Only an event stderr shows or a run log keeps goes on: the loggers filter at the
+    less severe of the two levels (`_filter_level`)."""
+    levelno = _method_level(method)
+    if levelno >= _min_level:
+        return event_dict
+    if levelno >= _keep_level:
+        from cronjob import runlog
+
+        if runlog.keeping():
+            return event_dict
+    raise _drop_event()
+
+
+def _drop_event() -> Exception:
+    import structlog
+
+    return structlog.DropEvent()
+
+
+def _stderr_only(_logger: Any, method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    """After the run log took what it keeps: an event below stderr's level goes no further."""
+    if _method_level(method) < _min_level:
+        raise _drop_event()
+    return event_dict
+
+
+def _bind_run(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    """An event logged while a handler runs carries its run's fields, as ctx.log's do,
+    whichever logger logged it."""
+    if "run_id" in event_dict:
+        return event_dict
+    from cronjob import runlog
+
+    fields = runlog.run_fields()
+    return event_dict if fields is None else {**fields, **event_dict}
+
+
 def _add_utc_timestamp(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
     event_dict["timestamp"] = _utc_timestamp()
     return event_dict
@@ -101,17 +147,23 @@ def _render_json(_logger: Any, _method: str, event_dict: dict[str, Any]) -> str:
     return _JSON_ENCODER.encode(event_dict)
 
 
-def _render_json_line(_logger: Any, _method: str, event_dict: dict[str, Any]) -> str:
-    """`_render_json` for structlog: the line goes into the current run log too, if any."""
+def _render_json_line(_logger: Any, method: str, event_dict: dict[str, Any]) -> str:
+    """`_render_json` for structlog: the line goes into the current run log too, if it keeps
+    the event's level, and to stderr if stderr shows it."""
+    from cronjob import runlog
+
     line = _JSON_ENCODER.encode(event_dict)
-    if not _record_written.get():
-        _capture_json_line(line)
+    levelno = _method_level(method)
+    if levelno >= _keep_level and not _record_written.get():
+        runlog.capture_json_line(line)
+    if levelno < _min_level:
+        raise _drop_event()
     return line
 
 
 def _capture_console_event(logger: Any, method: str, event_dict: dict[str, Any]) -> Any:
     """runlog.capture_structlog_event, for an event that is not a record's (see below)."""
-    if _record_written.get():
+    if _record_written.get() or _method_level(method) < _keep_level:
         return event_dict
     from cronjob import runlog
 
@@ -124,13 +176,6 @@ def _capture_console_event(logger: Any, method: str, event_dict: dict[str, Any])
 _record_written: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "jobrunner_record_written", default=False
 )
-
-
-def _no_run_log(_line: str) -> None:
-    return None
-
-
-_capture_json_line = _no_run_log  # cronjob.runlog's, once configure() ran
 
 
 def _printable_values(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
@@ -153,15 +198,30 @@ def set_level(level: str) -> None:
         configure()
 
 
+def set_capture_level(level: str) -> None:
+    """Keep in run logs a handler's events at `level` or more severe, from now on, whatever
+    stderr shows (cronjob.runlog)."""
+    global _keep_level
+    _keep_level = _level_number(level)
+    if _configured:
+        configure()
+
+
+def capture_level() -> int:
+    """The least severe level of a handler's events kept, as `logging` numbers it."""
+    return _keep_level
+
+
+def _filter_level() -> int:
+    """The least severe event anyone wants: stderr, or a run log."""
+    return min(_min_level, _keep_level)
+
+
 def configure(level: str | None = None, *, json: bool | None = None) -> None:
     """Set structlog up, at `level` if given (from then on), else at the level set before."""
     global _configured, _json_lines, _min_level
     import structlog
 
-    from cronjob import runlog
-
-    global _capture_json_line
-    _capture_json_line = runlog.capture_json_line
     if level is not None:
         _min_level = _level_number(level)
     if json is None:
@@ -170,25 +230,30 @@ def configure(level: str | None = None, *, json: bool | None = None) -> None:
     _json_lines = json
     if json:
         processors = [
+            _drop_unwanted,
             _add_level,
             _add_utc_timestamp,
             structlog.processors.format_exc_info,
+            _bind_run,
             _ready_values,
             _render_json_line,  # a handler's events go into its run log too
         ]
     else:
         processors = [
+            _drop_unwanted,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="%H:%M:%S", utc=False),
             structlog.processors.format_exc_info,
+            _bind_run,
             _ready_values,
             _capture_console_event,
+            _stderr_only,
             _printable_values,
             structlog.dev.ConsoleRenderer(colors=True),
         ]
     structlog.configure(
         processors=processors,
-        wrapper_class=structlog.make_filtering_bound_logger(_min_level),
+        wrapper_class=structlog.make_filtering_bound_logger(_filter_level()),
         logger_factory=structlog.WriteLoggerFactory(_Stderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=True,
     )
@@ -229,22 +294,45 @@ def log_event(level: str, event: str, **fields: Any) -> None:
 
 
 class _Records(logging.Handler):
-    """Standard `logging` records, written as jobrunner's own events."""
+    """Standard `logging` records, written as jobrunner's own events: on stderr at its
+    level, with the fields of the run whose handler logged them (a run log has them
+    already, from runlog.capture_logging_records)."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        try:
-            message = record.getMessage()
-        except Exception:  # a library's bad format string must not lose the record
-            message = str(record.msg)
-        level = record.levelname.lower()
-        fields: dict[str, Any] = {"logger": record.name}
-        if record.exc_info and record.exc_info[0] is not None:
-            fields["exception"] = "".join(traceback.format_exception(*record.exc_info))
+        if record.levelno < _min_level:
+            return
+        from cronjob import runlog
+
+        fields = {**(runlog.run_fields() or {}), **runlog.record_fields(record)}
         token = _record_written.set(True)
         try:
-            log_event(level if level in _LIBRARY_LEVELS else "warning", message, **fields)
+            log_event(runlog.record_level(record), runlog.record_message(record), **fields)
         finally:
             _record_written.reset(token)
+
+
+class _RootRecords(_Records):
+    """The root logger's handler, where the app set none (see `route_standard_logging`)."""
+
+
+def route_standard_logging() -> None:
+    """Records of the standard `logging`, any logger's, written as jobrunner's events at
+    --log-level, and created down to the less severe of --log-level and --capture-level
+    so that a run log can keep them: what Python's `logging.basicConfig` would do, in
+    jobrunner's format.
+
+    Only where the app configured no handler of its own on the root logger (its handler
+    modules and Django's LOGGING have been loaded by then): an app's own logging setup
+    is left as it is, and its records are still kept in run logs at the levels it lets
+    them be created. Without a handler there, the first `logging.warning()` a handler
+    calls would install Python's plain-text one.
+    """
+    root = logging.getLogger()
+    if any(not isinstance(handler, _Records) for handler in root.handlers):
+        return
+    if not root.handlers:
+        root.addHandler(_RootRecords())
+    root.setLevel(_filter_level())
 
 
 class _LibraryRecords(_Records):
@@ -281,7 +369,6 @@ def _show_warning(
     logging.getLogger("py.warnings").warning("%s", text.rstrip("\n"))
 
 
-_LIBRARY_LEVELS = frozenset({"debug", "info", "warning", "error", "critical"})
 # The libraries whose own logging reaches jobrunner's stderr: the database driver
 # reports, for one, errors it ignored while cleaning up after a lost connection.
 LIBRARY_LOGGERS = ("psycopg",)
@@ -306,6 +393,23 @@ def capture_library_logs(names: tuple[str, ...] = LIBRARY_LOGGERS, *, level: int
 def writes(level: str) -> bool:
     """Whether a line at `level` is written at the level set now (`set_level`, `configure`)."""
     return _level_number(level) >= _min_level
+
+
+# Levels as `logging` numbers them, by structlog's method names (add_log_level's aliases too).
+_METHOD_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "warn": logging.WARNING,
+    "error": logging.ERROR,
+    "exception": logging.ERROR,
+    "critical": logging.CRITICAL,
+    "fatal": logging.CRITICAL,
+}
+
+
+def _method_level(method: str) -> int:
+    return _METHOD_LEVELS.get(method, logging.INFO)
 
 
 def _level_number(level: str) -> int:

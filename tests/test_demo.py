@@ -63,10 +63,9 @@ def test_the_demo_replaces_what_an_interrupted_demo_left(db_url, conn):
     assert count(conn, "SELECT count(*) FROM job_definitions") == 0
 
 
-def test_the_demo_on_its_embedded_server_leaves_nothing_due_a_week_later(db_url, conn, monkeypatch):
-    """The embedded server persists: whatever the demo left due would breach
-    `check --max-queue-age` on it for good. Its database here is the tests' (as root the
-    embedded server is refused); everything after choosing it is the demo's own path."""
+def _demo_on_embedded_server(db_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """`jobrunner demo` as on its embedded server. Its database here is the tests' (as root
+    the embedded server is refused); everything after choosing it is the demo's own path."""
     from cronjob.commands import demo as demo_command
     from cronjob.db import Database
 
@@ -78,6 +77,12 @@ def test_the_demo_on_its_embedded_server_leaves_nothing_due_a_week_later(db_url,
     monkeypatch.setattr(demo_command, "_demo_database", embedded)
     result = run_cli("demo")
     assert result.exit_code == 0, result.stderr
+    return result.stdout
+
+
+def _nothing_due_a_week_later(db_url: str, conn) -> None:
+    """The embedded server persists: whatever the demo left due would breach
+    `check --max-queue-age` on it for good."""
     # A week later, by the database's clock: every time the demo wrote, moved a week back.
     conn.execute(
         "UPDATE job_runs SET run_at = run_at - interval '7 days',"
@@ -86,3 +91,33 @@ def test_the_demo_on_its_embedded_server_leaves_nothing_due_a_week_later(db_url,
     assert count(conn, "SELECT count(*) FROM job_runs WHERE status IN ('queued', 'failed')") == 0
     check = run_cli("check", "--database-url", db_url, "--max-queue-age", "5m")
     assert check.exit_code == 0, check.stdout + check.stderr
+
+
+def test_the_demo_on_its_embedded_server_leaves_nothing_due_a_week_later(db_url, conn, monkeypatch):
+    _demo_on_embedded_server(db_url, monkeypatch)
+    _nothing_due_a_week_later(db_url, conn)
+
+
+def test_what_the_demos_tick_left_unfinished_is_cancelled(db_url, conn, monkeypatch):
+    """The demo's own tick finishes its runs, retries included, on a quiet machine; one that
+    ends first (its time spent, a retry due after it) leaves runs waiting. Here its tick
+    runs no handler at all: every run it enqueued, and every one its schedules made, is
+    left for the demo to cancel."""
+    import cronjob.tick
+
+    run_tick = cronjob.tick.run_tick
+    monkeypatch.setattr(
+        cronjob.tick, "run_tick", lambda conn, specs, **options: run_tick(conn, {}, **options)
+    )
+    shown = _demo_on_embedded_server(db_url, monkeypatch)
+
+    assert "  demo.flaky   queued     0/-       not run by the tick" in shown
+    statuses = conn.execute("SELECT job_type, status FROM job_runs ORDER BY id").fetchall()
+    assert statuses[:4] == [
+        ("demo.greet", "cancelled"),
+        ("demo.flaky", "cancelled"),
+        ("demo.broken", "cancelled"),
+        ("demo.broken", "cancelled"),
+    ]
+    assert {status for _type, status in statuses} == {"cancelled"}
+    _nothing_due_a_week_later(db_url, conn)

@@ -107,6 +107,9 @@ def test_every_line_on_stderr_is_one_json_object_whatever_a_handler_logs(db_url,
     assert (odd["nan"], odd["infinity"]) == ("nan", "-inf")
     assert odd["mapping"]["db_password"] == "***"
     assert [e["level"] for e in mine if e["event"] == "it failed"] == ["error"]
+    [extra] = [e for e in mine if e["event"] == "extra fields"]
+    assert extra["logger"] == "shop" and extra["detail"][0] == "password=***"
+    assert "%d items, and db_password=***" in texts  # its bad format string: the raw message
     [warned] = [e for e in events if e.get("logger") == "py.warnings"]
     assert 'UserWarning: a warning: "password=***' in warned["event"]
     assert events[-1]["event"] == "tick finished"

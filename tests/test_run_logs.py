@@ -80,10 +80,13 @@ def test_each_kept_event_is_the_line_the_tick_wrote_for_it_on_stderr(db_url, con
     query = "SELECT events FROM job_run_logs WHERE run_id = %s"
     [events] = conn.execute(query, [run_id]).fetchone()
     # The logging record goes where the app's logging sends it: with no handler of the app's,
-    # a JSON line of jobrunner's, without the run's fields (ctx.log binds them).
+    # a JSON line of jobrunner's, with the run's fields as ctx.log's; the kept event is timed
+    # when the record was made.
     written = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
-    assert events[:2] == [line for line in written if line.get("run_id") == run_id][:2]
-    assert events[2]["logger"] == "shop.payments"  # a logging record: not on our stderr
+    lines = [line for line in written if line.get("run_id") == run_id][:3]
+    assert events[:2] == lines[:2]
+    assert events[2] == {**lines[2], "timestamp": events[2]["timestamp"]}
+    assert events[2]["logger"] == "shop.payments"
 
 
 def test_a_type_that_switches_capture_off_keeps_nothing(db_url, conn):

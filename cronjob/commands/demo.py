@@ -183,13 +183,16 @@ def _run_demo(database: Any, conn: Any) -> None:
                 f"attempt {a.attempt}: {a.error_type}: {a.message}"
                 for a in store.run_attempts_get(conn, run_id)
             )
+            ran = "ran once, fine" if run.attempts else "not run by the tick"
             if run.scheduled_for is not None:
                 tenant = f" for tenant {run.tenant_id}" if run.tenant_id else ""
                 at = run.scheduled_for.astimezone(UTC)
-                story = story or f"scheduled for {at:%H:%M} UTC{tenant}, ran once, fine"
+                story = story or f"scheduled for {at:%H:%M} UTC{tenant}, {ran}"
+            # A run no tick claimed has no attempt budget yet: its handler's is set at claim.
+            budget = "-" if run.max_attempts is None else run.max_attempts
             click.echo(
                 f"{run.id:>6}  {run.job_type:<12} {run.status.value:<10} "
-                f"{run.attempts}/{run.max_attempts:<6}  {story or 'ran once, fine'}"
+                f"{run.attempts}/{budget:<6}  {story or ran}"
             )
         # Nothing of the demo's stays due: no tick without the demo's handlers would ever
         # run it, and on the embedded server, which persists, `check --max-queue-age` would

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from cronjob.cli import Count, database_url_option, handlers_option, json_option
+from cronjob.log import LEVELS
 from cronjob.settings import (
     DEFAULT_ASYNC_CONCURRENCY,
     DEFAULT_CLAIM_BATCH_SIZE,
@@ -16,6 +17,12 @@ from cronjob.settings import (
     DEFAULT_MAX_RUNTIME,
     Settings,
 )
+
+
+def _set_capture_level(_ctx: click.Context, _param: click.Parameter, value: str) -> None:
+    from cronjob import log
+
+    log.set_capture_level(value)
 
 
 def _duration(what: str, minimum: float = 0.0):
@@ -131,6 +138,20 @@ def _duration(what: str, minimum: float = 0.0):
     "every second, and says so). Keep the password out of this option, which ps shows: "
     "give it in JOBRUNNER_LISTEN_DATABASE_URL or ~/.pgpass.",
 )
+@click.option(
+    "--capture-level",
+    type=click.Choice(LEVELS, case_sensitive=False),
+    default="info",
+    show_default=True,
+    envvar="JOBRUNNER_CAPTURE_LEVEL",
+    expose_value=False,
+    callback=_set_capture_level,
+    metavar="LEVEL",
+    help="Least severe of a handler's log lines kept with its attempt, for `jobrunner show` "
+    "and the dashboard: debug, info, warning, error [env: JOBRUNNER_CAPTURE_LEVEL]. Apart "
+    "from --log-level, which says what stderr shows: at --log-level warning a handler's "
+    "info lines are still kept.",
+)
 @json_option
 def tick(
     database_url: str | None,
@@ -157,7 +178,10 @@ def tick(
     SIGTERM or SIGINT: claim nothing more, let running handlers finish within
     --grace, hand back the rest (due again, attempt not counted), exit 0.
 
-    What each handler logs is kept with its attempt (`jobrunner show ID`). With the
+    What each handler logs, through ctx.log, structlog or the standard `logging` (any
+    logger's records, warnings.warn too), is written to stderr at --log-level, with the
+    run's id, type and attempt, and kept with its attempt at --capture-level
+    (`jobrunner show ID`). With the
     `otel` extra and OTEL_* settings (OTEL_EXPORTER_OTLP_ENDPOINT, ...) the tick
     exports a span per attempt, in the enqueuer's trace; with the `sentry` extra and
     SENTRY_DSN it reports handlers' exceptions. Both are flushed before it exits.
@@ -180,6 +204,7 @@ def tick(
     # A Django project's tick runs its tasks; --queues selects some of them, so needs one.
     django = django_setup("--queues selects Django tasks" if queues else None)
     load_handlers(settings)
+    log.route_standard_logging()  # after the app's modules: its own logging setup stands
     # Checked before connecting; a Django tick first learns which tasks have runs waiting.
     specs = None if django else require_types(comma_list(types) or None)
     options = TickOptions(

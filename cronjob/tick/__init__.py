@@ -70,8 +70,8 @@ Who owns what:
   thread (or in the task) that runs the handler, around the call; the tally calls
   `Observers.finished` on the main thread once an outcome is written (or lost, or
   handed back); the connection keepers hand each statement to `Observers.statement`
-  on the thread that runs it; `Steps.running` closes them at the end. With nothing
-  watching there are no observers, and none of these calls is made.
+  on the thread that runs it; `Steps.running` closes them at the end. The run logs'
+  observer is always one of them: it gives every line a handler logs its run's fields.
 - Parts never call back into each other: the loop passes values between them (a
   claim's runs from the keeper to the pool, the pool's results to the batcher as
   decisions and to the tally as counts). The one hook is `Pool.wake`, given to the

@@ -49,6 +49,22 @@ class Flight:
     logs: RunLog | None = None
     capture: Any = None  # the run log's context token while the handler runs
 
+    @property
+    def keeps_logs(self) -> bool:
+        return self.spec.capture_logs
+
+    def run_fields(self) -> dict[str, Any]:
+        """The run's fields on every line its handler logs, as ctx.log binds them."""
+        run = self.run
+        fields: dict[str, Any] = {
+            "run_id": run.id,
+            "job_type": run.job_type,
+            "attempt": run.attempt,
+        }
+        if run.tenant_id is not None:
+            fields["tenant_id"] = run.tenant_id
+        return fields
+
 
 @dataclass(slots=True)
 class Result:

@@ -26,9 +26,9 @@ lease token (`attempt_key`), and lets go of what is left at `close` (the outcome
 once per hook, and the run goes on as if it were not there.
 
 The tick builds its observers once it has found work (an idle tick builds none): the
-run logs' (`RunLogs`, below) when some handler keeps its logs, and those the caller's
-factory makes (`TickOptions.observers`; the command line's is `cronjob.observe`:
-tracing, Sentry, Django's signals). With none, the tick holds None and calls nothing.
+run logs' (`RunLogs`, below), always, as they also give every line a handler logs its
+run's fields; and those the caller's factory makes (`TickOptions.observers`; the command
+line's is `cronjob.observe`: tracing, Sentry, Django's signals).
 """
 
 from __future__ import annotations
@@ -142,18 +142,20 @@ def _overrides(observer: Observer, hook: str) -> bool:
 
 
 class RunLogs(Observer):
-    """Makes a run log current while each handler that keeps its logs runs (cronjob.runlog).
+    """Makes each run current while its handler runs (cronjob.runlog): what it logs carries
+    the run's fields, and is kept in a run log if its type keeps logs.
 
     The log rides on the flight (`Flight.logs`) to the decision, and is written with the
     outcome; an attempt that logged nothing writes nothing.
     """
 
     def __init__(self) -> None:
-        runlog.capture_logging_records()
+        from cronjob import log
+
+        runlog.capture_logging_records(log.capture_level())
 
     def started(self, flight: Flight) -> None:
-        if flight.spec.capture_logs:
-            flight.capture = runlog.capture(flight)  # a log is made on the first event
+        flight.capture = runlog.capture(flight)  # a log is made on the first event kept
 
     def returned(self, flight: Flight, outcome: Outcome, raised: BaseException | None) -> None:
         token = flight.capture
@@ -166,11 +168,9 @@ def build(
     handlers: dict[str, HandlerSpec],
     more: Callable[[dict[str, HandlerSpec]], Sequence[Observer]] | None,
     log: Any,
-) -> Observers | None:
-    """The observers of a tick that found work; None when nothing watches."""
-    observers: list[Observer] = []
-    if any(spec.capture_logs for spec in handlers.values()):
-        observers.append(RunLogs())
+) -> Observers:
+    """The observers of a tick that found work."""
+    observers: list[Observer] = [RunLogs()]
     if more is not None:
         observers.extend(more(handlers))
-    return Observers(observers, log) if observers else None
+    return Observers(observers, log)

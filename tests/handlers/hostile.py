@@ -80,6 +80,11 @@ def poisoned(ctx: Any, payload: Any) -> None:
         mapping={("tuple", "key"): 1, 2: "two", "db_password": "field-secret-7"},
         raw=b"\x00\xff",
     )
+    shop.warning(
+        "extra fields",
+        extra={"detail": HOSTILE_TEXTS, "nested": _nested(5000), "unprintable": _Unprintable()},
+    )
+    shop.warning("%d items, and db_password=%s", "not a number", "field-secret-7")
     try:
         raise ValueError("password=hunter2 \x00 \ud800")
     except ValueError:
