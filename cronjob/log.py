@@ -17,6 +17,7 @@ import contextvars
 import json
 import logging
 import sys
+import threading
 import warnings
 from datetime import UTC, datetime
 from typing import Any
@@ -65,17 +66,24 @@ _min_level = logging.INFO
 _keep_level = logging.INFO
 
 
+# sys.stderr writes straight through to its file descriptor, and a pipe takes a write larger
+# than PIPE_BUF in pieces: two threads writing long lines at once would interleave them.
+_STDERR_LOCK = threading.Lock()
+
+
 class _Stderr:
     """Whatever sys.stderr is at the moment of writing (tests swap it), and the one way
-    log lines leave the program. What it writes was made of values already redacted
-    (`_ready_values`): a pattern applied to the encoded line could eat the quote that
-    ends a JSON string."""
+    log lines leave the program, one whole write at a time. What it writes was made of
+    values already redacted (`_ready_values`): a pattern applied to the encoded line could
+    eat the quote that ends a JSON string."""
 
     def write(self, text: str) -> int:
-        return sys.stderr.write(text)
+        with _STDERR_LOCK:
+            return sys.stderr.write(text)
 
     def flush(self) -> None:
-        sys.stderr.flush()
+        with _STDERR_LOCK:
+            sys.stderr.flush()
 
 
 # JSON lines are rendered by these processors, through structlog or not (see `info`).

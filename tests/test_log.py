@@ -193,3 +193,37 @@ def test_an_unknown_log_level_is_one_line_and_exit_2():
     assert result.exit_code == 2
     [line] = result.stderr.strip().splitlines()
     assert "--log-level" in line and "'loud'" in line
+
+
+# Handler threads and the tick's own batched lines, all long: a pipe takes a write larger than
+# PIPE_BUF in pieces, and sys.stderr has no lock of its own.
+_INTERLEAVING = """
+import threading
+from cronjob import log
+log.configure()
+logger = log.get_logger()
+def work(n):
+    for _ in range(10):
+        logger.info("long", line=str(n) * 200_000)
+threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+for thread in threads:
+    thread.start()
+for n in range(40):
+    log.log_many(logger, "info", "batch", [{"i": n}])
+for thread in threads:
+    thread.join()
+"""
+
+
+def test_long_lines_from_many_threads_are_never_interleaved():
+    process = subprocess.run(
+        [sys.executable, "-c", _INTERLEAVING],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert process.returncode == 0, process.stderr[-2000:]
+    events = [json.loads(line) for line in process.stderr.rstrip("\n").split("\n")]
+    assert sum(e["event"] == "long" for e in events) == 40
+    assert sum(e["event"] == "batch" for e in events) == 40
