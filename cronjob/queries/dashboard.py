@@ -47,6 +47,15 @@ ORDER BY id DESC
 LIMIT %(limit)s
 """
 
+# The runs of a filter by status, among the ids at or above `floor` (the newest window of
+# ids a page reads): the status tabs of a page of runs, their cost bounded by the window
+# through the primary key however long the history.
+RUNS_COUNT_BY_STATUS = f"""
+SELECT status, count(*) AS runs FROM job_runs
+WHERE id >= %(floor)s{_RUNS_PAGE_FILTER}
+GROUP BY status
+"""
+
 # A page of unfinished runs only: each arm names the statuses of a partial index (runnable,
 # running) in its own words, so that the index is what finds its rows whatever the history,
 # rather than a walk down the primary key past every finished run. Neither index is in id
@@ -65,6 +74,10 @@ WHERE id < %(before)s AND id >= %(floor)s
 ORDER BY id DESC
 LIMIT %(limit)s
 """
+
+# The trace a run belongs to: the enqueuer's W3C trace context (migration 0018), which each
+# attempt's span continues.
+RUN_GET_TRACEPARENT = "SELECT traceparent FROM job_runs WHERE id = %(id)s"
 
 # One page of the audit trail, newest first, below the id `before`.
 AUDIT_LIST_PAGE = f"""{_AUDIT_ENTRIES}
