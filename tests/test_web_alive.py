@@ -1,0 +1,172 @@
+"""The dashboard that keeps up: status tabs counted for the filter, times said relative to the
+database's clock, trace ids linked to a tracing UI, a confirmation chosen from a fixed set,
+the audit's selections in words. Over real HTTP and the command line; what a browser does
+with them is tests/test_web_alive_browser.py's.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.factories import insert_run, insert_runs
+from tests.test_web import _rows_read
+from tests.web_server import request, serving
+
+pytest.importorskip("starlette")
+
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+TRACEPARENT = f"00-{TRACE}-00f067aa0ba902b7-01"
+
+
+def dashboard(db_url: str, **options):
+    from cronjob.web import app
+
+    return app(db_url, **options)
+
+
+def _tab_counts(body: str) -> dict[str, str]:
+    found = re.findall(r'id="tab-(\w+)"[^>]*>\w+ <span class="n">([\d,]+)</span>', body)
+    return dict(found)
+
+
+def test_relative_times_read_as_a_person_says_them_from_the_pages_clock():
+    from cronjob.web.present import duration, iso, relative
+
+    now = datetime(2026, 1, 5, 9, 0, 0, tzinfo=UTC)
+    assert relative(now - timedelta(minutes=3, seconds=10), now) == "3 min ago"
+    assert relative(now + timedelta(seconds=20), now) == "in 20 s"
+    assert relative(now - timedelta(hours=2, minutes=5), now) == "2 h 5 min ago"
+    assert relative(now - timedelta(days=3, hours=1), now) == "3 d ago"
+    assert relative(now, now) == "just now"
+    assert relative(None, now) == "-"
+    assert iso(now) == "2026-01-05T09:00:00Z"
+    assert duration(now - timedelta(seconds=95), now) == "1m35s"
+    assert duration(None, now) == "-"
+
+
+def test_status_tabs_count_the_runs_of_the_filter_by_status(db_url, conn):
+    insert_runs(conn, 3, "send_email", status="dead", tenant_id="acme")
+    insert_runs(conn, 2, "send_email", status="succeeded", tenant_id="acme")
+    insert_runs(conn, 4, "send_email", tenant_id="acme")
+    insert_runs(conn, 5, "send_email", status="dead", tenant_id="globex")
+    insert_runs(conn, 6, "resize", status="succeeded")
+    with serving(dashboard(db_url)) as base:
+        by_tenant = request(base + "/runs?tenant=acme&status=dead").body
+        by_type = request(base + "/runs?type=send_email").body
+        everything = request(base + "/runs").body
+    assert _tab_counts(by_tenant) == {
+        "all": "9",
+        "queued": "4",
+        "running": "0",
+        "waiting": "0",
+        "failed": "0",
+        "succeeded": "2",
+        "dead": "3",
+        "cancelled": "0",
+    }
+    assert 'class="tab tab-dead active"' in by_tenant and "counted among the newest" in by_tenant
+    assert _tab_counts(by_type)["dead"] == "8" and _tab_counts(by_type)["all"] == "14"
+    assert 'id="tab-all" href="/runs?type=send_email" aria-current="page"' in by_type
+    assert _tab_counts(everything)["all"] == "20" and "counted among" not in everything
+
+
+def test_status_tabs_count_a_window_of_ids_however_long_the_history(db_url):
+    import psycopg
+
+    from cronjob import store
+    from cronjob.queries import dashboard as queries
+    from cronjob.web import pages
+
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        insert_runs(conn, 60_000, "done", status="succeeded", tenant_id="acme")
+        conn.execute("ANALYZE job_runs")
+        selection = pages.run_selection(conn, {"tenant": "acme"})
+        counted = store.runs_count_by_status(conn, selection, window=pages.RUN_WINDOW)
+        params = {**store.dashboard._filter_params(selection), "floor": 60_001 - pages.RUN_WINDOW}
+        [[plan]] = conn.execute(
+            f"EXPLAIN (ANALYZE, FORMAT JSON) {queries.RUNS_COUNT_BY_STATUS}", params
+        ).fetchone()
+    assert counted["succeeded"] == pages.RUN_WINDOW
+    assert _rows_read(plan["Plan"]) <= pages.RUN_WINDOW
+
+
+def test_times_on_a_page_are_relative_with_the_utc_time_in_their_title(db_url, conn):
+    run_id = insert_run(
+        conn,
+        "send_email",
+        status="succeeded",
+        started_at=datetime(2026, 1, 5, 9, 0, 0, tzinfo=UTC),
+        finished_at=datetime(2026, 1, 5, 9, 1, 35, tzinfo=UTC),
+    )
+    with serving(dashboard(db_url)) as base:
+        body = request(f"{base}/runs/{run_id}").body
+    finished = re.search(r'<dd id="finished"><time datetime="([^"]+)" title="([^"]+)">', body)
+    assert finished and finished.groups() == ("2026-01-05T09:01:35Z", "2026-01-05T09:01:35Z")
+    assert "ago</time>" in body and "(took 1m35s)" in body
+
+
+def test_a_runs_trace_id_links_to_the_tracing_ui_the_template_names(db_url, conn):
+    run_id = insert_run(conn, "send_email", traceparent=TRACEPARENT)
+    template = "https://ui.example/trace/{trace_id}?from=jobs"
+    with serving(dashboard(db_url, trace_url_template=template)) as base:
+        linked = request(f"{base}/runs/{run_id}").body
+    with serving(dashboard(db_url)) as base:
+        plain = request(f"{base}/runs/{run_id}").body
+    assert f'<a href="https://ui.example/trace/{TRACE}?from=jobs"' in linked
+    assert f"<code>{TRACE}</code>" in plain and "ui.example" not in plain
+
+
+def test_a_trace_id_is_url_escaped_into_the_template():
+    from cronjob.web.present import trace_id, trace_url
+
+    assert trace_id(TRACEPARENT) == TRACE
+    assert trace_id("garbage") is None
+    url = trace_url("https://ui/t/{trace_id}", "a/b?c=d&e")
+    assert url == "https://ui/t/a%2Fb%3Fc%3Dd%26e"
+
+
+@pytest.mark.parametrize(
+    ("template", "said"),
+    [
+        ("https://ui.example/trace/", "must contain {trace_id}"),
+        ("javascript:alert(1)//{trace_id}", "must be an http:// or https:// URL"),
+        ("ftp://ui.example/{trace_id}", "must be an http:// or https:// URL"),
+        ("https:///{trace_id}", "must be an http:// or https:// URL"),
+    ],
+)
+def test_web_refuses_a_trace_url_template_that_is_no_http_url_of_a_trace(db_url, template, said):
+    result = run_cli("web", "--database-url", db_url, "--trace-url-template", template)
+    assert result.exit_code == 2
+    assert said in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_confirmation_is_chosen_from_a_fixed_set_never_echoed(db_url, conn):
+    run_id = insert_run(conn, "send_email", status="dead")
+    with serving(dashboard(db_url)) as base:
+        said = request(f"{base}/runs/{run_id}?done=retried-run").body
+        hostile = request(f"{base}/runs/{run_id}?done=<script>alert(1)</script>").body
+    assert f'id="flash" role="status">Retried run {run_id}: it is due now.</p>' in said
+    assert 'id="flash"' not in hostile and "alert(1)" not in hostile
+
+
+def test_a_retried_run_shows_its_old_error_under_its_attempt_not_as_current(db_url, conn):
+    run_id = insert_run(conn, "send_email", status="dead", attempts=1, last_error="SMTP down")
+    conn.execute(
+        "INSERT INTO job_attempts (run_id, attempt, error_type, message)"
+        " VALUES (%s, 1, 'SMTPError', 'SMTP down')",
+        (run_id,),
+    )
+    with serving(dashboard(db_url)) as base:
+        dead = request(f"{base}/runs/{run_id}").body
+        run_cli("retry", "--database-url", db_url, str(run_id), "--actor", "ann")
+        retried = request(f"{base}/runs/{run_id}").body
+    current = re.compile(r'id="last-error">(.*?)</dd>', re.S)
+    assert "SMTP down" in current.search(dead).group(1)
+    assert "SMTP down" not in current.search(retried).group(1)
+    assert 'id="earlier-error"' in retried
+    attempts = re.search(r'id="attempts">(.*?)</table>', retried, re.S).group(1)
+    assert "SMTP down" in attempts

@@ -1,0 +1,134 @@
+"""The dashboard that keeps up, in Debian's headless Chromium (tests/test_web_browser.py's
+browser): tabs, relative times, a page that refreshes itself until paused, a confirmation
+after an action, reason boxes that fit their placeholder.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.conftest import count
+from tests.factories import insert_run, insert_runs
+from tests.test_web_browser import _log_in, _shoot, browser, dashboard, page  # noqa: F401
+from tests.web_server import serving
+
+pytest.importorskip("starlette")
+
+
+def _shown_ids(page: Any) -> list[int]:
+    return [int(t) for t in page.locator("#runs tr.run td:first-child").all_inner_texts()]
+
+
+def test_status_tabs_show_each_statuss_count_and_mark_the_one_shown(db_url, conn, page, tmp_path):
+    dead = insert_runs(conn, 3, "send_email", status="dead", tenant_id="acme")
+    insert_runs(conn, 4, "send_email", tenant_id="acme")
+    insert_runs(conn, 2, "send_email", status="running", tenant_id="acme")
+    insert_runs(conn, 5, "send_email", status="dead", tenant_id="globex")
+    with serving(dashboard(db_url)) as base:
+        page.goto(base + "/runs?tenant=acme")
+        assert page.inner_text("#tab-all .n") == "9"
+        assert page.inner_text("#tab-dead .n") == "3"
+        assert page.inner_text("#tab-queued .n") == "4"
+        assert page.get_attribute("#tab-all", "aria-current") == "page"
+        _shoot(page, "runs", tmp_path)
+        page.click("#tab-dead")
+        assert "tenant=acme" in page.url and "status=dead" in page.url
+        assert page.get_attribute("#tab-dead", "aria-current") == "page"
+        assert page.locator("#status-tabs [aria-current]").count() == 1
+        assert _shown_ids(page) == sorted(dead, reverse=True)
+        assert page.inner_text("#tab-dead .n") == "3"  # the tabs count whatever tab is shown
+
+
+def test_times_say_how_long_ago_and_give_the_utc_time_on_hover(db_url, conn, page):
+    run_id = insert_run(conn, "send_email", status="dead", finished_at="2026-01-05T09:01:35Z")
+    with serving(dashboard(db_url)) as base:
+        page.goto(f"{base}/runs?status=dead")
+        shown = page.locator(f"#runs tr.run:has(a[href$='/runs/{run_id}']) time")
+        assert shown.inner_text().endswith(" ago")
+        assert shown.get_attribute("title") == "2026-01-05T09:01:35Z"
+        assert shown.get_attribute("datetime") == "2026-01-05T09:01:35Z"
+
+
+def test_a_page_refreshes_itself_until_paused_and_stays_paused(db_url, conn, page):
+    first = insert_run(conn, "send_email")
+    with serving(dashboard(db_url, refresh_seconds=0.3)) as base:
+        page.goto(base + "/runs")
+        assert _shown_ids(page) == [first]
+        assert page.inner_text("#refresh-toggle") == "Pause auto-refresh"
+        enqueued = insert_run(conn, "send_email")
+        page.wait_for_selector(f"#runs a[href$='/runs/{enqueued}']")
+
+        page.click("#refresh-toggle")
+        assert page.inner_text("#refresh-toggle") == "Resume auto-refresh"
+        page.evaluate("() => { window.stillThisPage = true; }")
+        unseen = insert_run(conn, "send_email")
+        # Three refreshes were due and skipped: the page is the one loaded before the enqueue.
+        page.wait_for_function("() => Number(document.body.dataset.refreshSkipped) >= 3")
+        assert page.evaluate("() => window.stillThisPage") is True
+        assert unseen not in _shown_ids(page)
+
+        page.goto(base + "/")  # paused on every page of the dashboard, until resumed
+        assert page.get_attribute("body", "data-refresh-state") == "paused"
+        page.goto(base + "/runs")
+        page.click("#refresh-toggle")
+        page.evaluate("() => { window.stillThisPage = true; }")
+        later = insert_run(conn, "send_email")
+        page.wait_for_selector(f"#runs a[href$='/runs/{later}']")
+        assert page.evaluate("() => window.stillThisPage") is None
+        assert page.dialogs == []
+
+
+def test_a_page_does_not_refresh_away_what_is_being_typed(db_url, conn, page):
+    [run_id] = insert_runs(conn, 1, "send_email", status="dead")
+    with serving(dashboard(db_url, allow_actions=True, refresh_seconds=0.3)) as base:
+        _log_in(page, base)
+        page.goto(f"{base}/runs/{run_id}")
+        page.fill("#run-actions input[name=reason]", "SMTP fixed")
+        page.locator("#run-actions input[name=reason]").blur()
+        page.wait_for_function("() => Number(document.body.dataset.refreshSkipped) >= 3")
+        assert page.input_value("#run-actions input[name=reason]") == "SMTP fixed"
+
+
+def test_an_action_says_what_it_did_once_and_the_retried_run_shows_no_old_error(db_url, conn, page):
+    run_id = insert_run(conn, "send_email", status="dead", attempts=1, last_error="SMTP down")
+    conn.execute(
+        "INSERT INTO job_attempts (run_id, attempt, error_type, message)"
+        " VALUES (%s, 1, 'SMTPError', 'SMTP down')",
+        (run_id,),
+    )
+    with serving(dashboard(db_url, allow_actions=True)) as base:
+        _log_in(page, base)
+        page.goto(f"{base}/runs/{run_id}")
+        assert "SMTP down" in page.inner_text("#last-error")
+        page.fill("#run-actions input[name=reason]", "SMTP fixed")
+        page.click("#retry-run")
+        assert page.inner_text("#flash") == f"Retried run {run_id}: it is due now."
+        assert "SMTP down" not in page.inner_text("#last-error")
+        assert "SMTP down" in page.inner_text("#attempts")
+        page.wait_for_function("() => !location.search.includes('done=')")
+        page.reload()
+        assert page.locator("#flash").count() == 0  # said once, not at every refresh
+    assert count(conn, "SELECT count(*) FROM job_runs WHERE status = 'queued'") == 1
+
+
+def test_reason_boxes_are_wide_enough_for_their_placeholder(db_url, conn, page):
+    [run_id] = insert_runs(conn, 1, "send_email", status="dead")
+    with serving(dashboard(db_url, allow_actions=True)) as base:
+        _log_in(page, base)
+        for path in (f"/runs/{run_id}", "/"):
+            page.goto(base + path)
+            boxes = page.locator("input[name=reason]")
+            assert boxes.count() >= 1, path
+            for box in boxes.all():
+                room, needed = box.evaluate(
+                    """input => {
+                        const style = getComputedStyle(input);
+                        const canvas = document.createElement('canvas').getContext('2d');
+                        canvas.font = `${style.fontStyle} ${style.fontWeight} ${style.fontSize} ${style.fontFamily}`;
+                        const padding = parseFloat(style.paddingLeft) + parseFloat(style.paddingRight);
+                        return [input.clientWidth - padding, canvas.measureText(input.placeholder).width];
+                    }"""
+                )
+                assert room >= needed, (path, room, needed)
