@@ -9,12 +9,17 @@ from typing import Any
 
 import pytest
 
+from tests import test_web_browser as shared
 from tests.conftest import count
 from tests.factories import insert_run, insert_runs
-from tests.test_web_browser import _log_in, _shoot, browser, dashboard, page  # noqa: F401
 from tests.web_server import serving
 
 pytest.importorskip("starlette")
+
+# tests/test_web_browser.py's Chromium, tabs and helpers.
+browser, page = shared.browser, shared.page
+pytestmark = shared.pytestmark
+dashboard, _log_in, _shoot = shared.dashboard, shared._log_in, shared._shoot
 
 
 def _shown_ids(page: Any) -> list[int]:
@@ -124,11 +129,12 @@ def test_reason_boxes_are_wide_enough_for_their_placeholder(db_url, conn, page):
             for box in boxes.all():
                 room, needed = box.evaluate(
                     """input => {
-                        const style = getComputedStyle(input);
+                        const s = getComputedStyle(input);
                         const canvas = document.createElement('canvas').getContext('2d');
-                        canvas.font = `${style.fontStyle} ${style.fontWeight} ${style.fontSize} ${style.fontFamily}`;
-                        const padding = parseFloat(style.paddingLeft) + parseFloat(style.paddingRight);
-                        return [input.clientWidth - padding, canvas.measureText(input.placeholder).width];
+                        canvas.font = `${s.fontWeight} ${s.fontSize} ${s.fontFamily}`;
+                        const padding = parseFloat(s.paddingLeft) + parseFloat(s.paddingRight);
+                        const text = canvas.measureText(input.placeholder).width;
+                        return [input.clientWidth - padding, text];
                     }"""
                 )
                 assert room >= needed, (path, room, needed)
