@@ -170,3 +170,26 @@ def test_a_retried_run_shows_its_old_error_under_its_attempt_not_as_current(db_u
     assert 'id="earlier-error"' in retried
     attempts = re.search(r'id="attempts">(.*?)</table>', retried, re.S).group(1)
     assert "SMTP down" in attempts
+
+
+def test_the_overview_shows_the_recent_ticks_where_they_ran_and_what_they_did(db_url, conn):
+    import os
+    import socket
+
+    import tests.handlers.basic  # noqa: F401 - registers test.ok, test.give_up
+    from tests.factories import tick
+
+    insert_runs(conn, 3, "test.ok")
+    insert_run(conn, "test.give_up")
+    tick(db_url, "test.ok", "test.give_up")
+    tick(db_url, "test.ok")  # nothing left: idle
+    with serving(dashboard(db_url)) as base:
+        body = request(base + "/").body
+    rows = re.findall(r'<tr class="tick">(.*?)</tr>', body, re.S)
+    assert len(rows) == 1  # the idle tick is counted, not listed
+    assert socket.gethostname() in rows[0] and f">{os.getpid()}<" in rows[0]
+    assert "claimed 4: 3 succeeded, 0 failed, 1 dead" in rows[0]
+    assert rows[0].count("<time datetime=") == 2  # started and ended, said relative to now
+    hosts = re.search(r'id="tick-hosts">(.*?)</p>', body, re.S).group(1)
+    assert "ticked 2 times (1 with nothing to do)" in hosts
+    assert 'id="listening-now">0 listening now' in body

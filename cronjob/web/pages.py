@@ -48,6 +48,8 @@ RUN_FILTERS = {
     "until": "until",
 }
 RECENT_SHOWN = 10
+# The ticks that did more than look, on the overview; idle ones are counted by host.
+RECENT_TICKS_SHOWN = 10
 # The longest query parameter a filter takes: a list of job types or tenants.
 MAX_PARAMETER = 10_000
 UPCOMING_SHOWN = 5
@@ -194,6 +196,8 @@ def overview(request: Any) -> Any:
         day = store.runs_chart_last_day(conn, now=view.now)
         stale = [v for v in _schedule_health(conn).values() if v.stale]
         ticks = store.ticks_list(conn, stale=LISTENING_TICK_STALE, now=view.now)
+        recent = store.ticks_list_recent(conn, limit=RECENT_TICKS_SHOWN)
+        hosts = store.ticks_count_idle_by_host(conn, now=view.now)
     from cronjob.web import charts
 
     return render(
@@ -203,6 +207,8 @@ def overview(request: Any) -> Any:
         now=view.now,
         stale=stale,
         ticks=ticks,
+        recent_ticks=recent,
+        tick_hosts=hosts,
         unclaimed=view.unclaimed(),
         statuses=[s.value for s in Status],
         finished=charts.finished_per_minute(day, view.now),
