@@ -193,3 +193,36 @@ def test_the_overview_shows_the_recent_ticks_where_they_ran_and_what_they_did(db
     hosts = re.search(r'id="tick-hosts">(.*?)</p>', body, re.S).group(1)
     assert "ticked 2 times (1 with nothing to do)" in hosts
     assert 'id="listening-now">0 listening now' in body
+
+
+def test_the_audit_says_each_selection_in_words(db_url, conn):
+    from cronjob.web.present import selection_words
+
+    assert (
+        selection_words({"status": ["dead"], "type": ["reports.send"], "tenant": ["acme"]})
+        == "status = dead, type = reports.send, tenant = acme"
+    )
+    assert (
+        selection_words(
+            {
+                "status": ["dead", "failed"],
+                "error_like": "timeout",
+                "until": "2026-01-05T09:00:00+00:00",
+            }
+        )
+        == "status = dead or failed, error contains timeout, changed before 2026-01-05T09:00:00Z"
+    )
+    assert selection_words({"name": "nightly"}) == "name = nightly"
+    assert selection_words({"rate_period": 60}) == "rate period = 60"
+
+    insert_runs(conn, 2, "reports.send", status="dead", tenant_id="acme")
+    result = run_cli(
+        "retry", "--database-url", db_url, "--status", "dead", "--type", "reports.send",
+        "--tenant", "acme", "--actor", "ann", "--yes",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    with serving(dashboard(db_url)) as base:
+        body = request(base + "/audit").body
+    cell = re.search(r'<td class="text selection">(.*?)</td>', body).group(1)
+    assert cell.startswith("status = dead, type = reports.send, tenant = acme")
+    assert "{" not in cell

@@ -256,6 +256,9 @@ def test_retrying_a_filtered_set_changes_exactly_what_its_dry_run_counted(db_url
         page.fill("#confirm-form input[name=reason]", "SMTP fixed")
         page.click("#confirm")
         assert page.inner_text("#audit tr.current td:nth-child(5)") == "7"
+        assert page.inner_text("#flash").startswith("Retried the selected runs")
+        selection = page.inner_text("#audit tr.current td:nth-child(6)")
+        assert selection.startswith("status = dead, type = send_email, error type = SMTPError")
 
     retried = "SELECT id FROM job_runs WHERE status = 'queued' ORDER BY id"
     assert [r[0] for r in conn.execute(retried)] == chosen

@@ -139,11 +139,61 @@ def trace_url(template: str | None, trace: str | None) -> str | None:
     return template.replace(TRACE_ID_FIELD, quote(trace, safe=""))
 
 
+# How the audit trail's selections read: each key a command records, as an operator says it.
+SELECTION_WORDS = {
+    "ids": "id",
+    "status": "status",
+    "type": "type",
+    "tenant": "tenant",
+    "error_type": "error type",
+    "error_like": "error contains",
+    "schedule": "schedule",
+    "name": "name",
+    "since": "changed since",
+    "until": "changed before",
+    "limit": "at most",
+    "batch": "batch",
+}
+# Criteria whose word is its operator ("changed since X", "at most N"): no "=".
+_OPERATOR_WORDS = frozenset({"error_like", "since", "until", "limit"})
+
+
+def selection_words(selection: Any) -> str:
+    """An audit entry's selection in words: "status = dead, type = reports.send, tenant =
+    acme"; a list's values joined by "or". A key no command of today writes reads as its
+    name, after the others."""
+    if not isinstance(selection, dict) or not selection:
+        return "-" if not selection else one_line(json.dumps(selection, ensure_ascii=False))
+    # In the order of SELECTION_WORDS, whatever order the stored object keeps (jsonb's).
+    order = {key: n for n, key in enumerate(SELECTION_WORDS)}
+    parts = []
+    for key, value in sorted(selection.items(), key=lambda kv: (order.get(kv[0], 99), kv[0])):
+        word = SELECTION_WORDS.get(key, str(key).replace("_", " "))
+        if isinstance(value, list):
+            text = " or ".join(_word(v) for v in value) if value else "(none)"
+        else:
+            text = _word(value)
+        parts.append(f"{word} {text}" if key in _OPERATOR_WORDS else f"{word} = {text}")
+    return ", ".join(parts)
+
+
+def _word(value: Any) -> str:
+    if isinstance(value, dict | list):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, str) and "T" in value and value[:4].isdigit():
+        try:
+            return iso(datetime.fromisoformat(value))
+        except ValueError:
+            pass
+    return one_line(str(value))
+
+
 FILTERS = {
     "when": when,
     "iso": iso,
     "relative": relative,
     "duration": duration,
+    "selection_words": selection_words,
     "age": age,
     "number": number,
     "clip": clip,
