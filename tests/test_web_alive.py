@@ -226,3 +226,49 @@ def test_the_audit_says_each_selection_in_words(db_url, conn):
     cell = re.search(r'<td class="text selection">(.*?)</td>', body).group(1)
     assert cell.startswith("status = dead, type = reports.send, tenant = acme")
     assert "{" not in cell
+
+
+def _level_at(svg: str, layer: str, x: int) -> float:
+    """The height (from the bottom) of `layer`'s step line at minute `x` of a chart's SVG."""
+    from cronjob.web.charts import HEIGHT
+
+    path = re.search(rf'<path class="series {layer}" d="([^"]+)"', svg).group(1)
+    level = float(HEIGHT)
+    for px, py in re.findall(r"L([\d.]+),([\d.]+)", path):
+        if float(px) > x:
+            break
+        level = float(py)
+    return HEIGHT - level
+
+
+def test_a_burst_among_quiet_minutes_is_drawn_on_a_labelled_log_scale(db_url):
+    from cronjob.store.dashboard import ChartMinute
+    from cronjob.web import charts
+
+    now = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
+    minutes = [
+        ChartMinute(now - timedelta(minutes=m), 1000 if m == 30 else 5, 0, 0, None)
+        for m in range(1, 120)
+    ]
+    burst = charts.finished_per_minute(minutes, now)
+    assert burst.scale == "log" and burst.peak == 1000
+    assert burst.grid == (10.0, 100.0, 1000.0)
+    quiet = _level_at(burst.svg, "succeeded", charts.MINUTES - 1 - 10)
+    assert quiet > charts.HEIGHT / 5  # readable beside the burst, not a hairline
+    assert _level_at(burst.svg, "succeeded", charts.MINUTES - 1 - 30) == charts.HEIGHT - 2
+    assert 'aria-label="runs finished per minute, last 24 hours, log scale"' in burst.svg
+
+    steady = [ChartMinute(now - timedelta(minutes=m), 5 + m % 3, 0, 0, None) for m in range(1, 60)]
+    assert charts.finished_per_minute(steady, now).scale == "linear"
+
+
+def test_the_overview_labels_a_chart_drawn_on_a_log_scale(db_url, conn):
+    from psycopg import sql
+
+    minutes = sql.SQL("now() - make_interval(mins => 2 + i % 60)")
+    insert_runs(conn, 120, "send_email", status="succeeded", finished_at=minutes)
+    insert_runs(conn, 1000, "send_email", status="succeeded", finished_at=sql.SQL("now()"))
+    with serving(dashboard(db_url)) as base:
+        body = request(base + "/").body
+    label = re.search(r'id="finished-scale">(.*?)</span>', body).group(1)
+    assert label == "log scale, a burst among quiet minutes: lines at 10, 100, 1,000 a minute"

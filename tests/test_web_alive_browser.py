@@ -138,3 +138,24 @@ def test_reason_boxes_are_wide_enough_for_their_placeholder(db_url, conn, page):
                     }"""
                 )
                 assert room >= needed, (path, room, needed)
+
+
+def test_the_overview_shows_recent_ticks_and_a_burst_on_a_labelled_log_scale(db_url, conn, page):
+    from psycopg import sql
+
+    import tests.handlers.basic  # noqa: F401 - registers test.ok
+    from tests.factories import tick
+
+    minutes = sql.SQL("now() - make_interval(mins => 2 + i % 60)")
+    insert_runs(conn, 120, "send_email", status="succeeded", finished_at=minutes)
+    insert_runs(conn, 1000, "send_email", status="succeeded", finished_at=sql.SQL("now()"))
+    insert_runs(conn, 2, "test.ok")
+    tick(db_url, "test.ok")
+    with serving(dashboard(db_url)) as base:
+        page.goto(base + "/")
+        assert page.is_visible("#finished-scale")
+        assert "log scale" in page.inner_text("#finished-scale")
+        assert page.locator("svg.chart path.grid").count() == 3
+        row = page.inner_text("#ticks tr.tick")
+        assert "claimed 2: 2 succeeded, 0 failed, 0 dead" in row and " ago" in row
+        assert page.get_attribute("#ticks tr.tick time", "title").endswith("Z")

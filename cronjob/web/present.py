@@ -76,7 +76,11 @@ def duration(started: datetime | None, ended: datetime | None) -> str:
 
 
 def number(value: int | float | None) -> str:
-    return "-" if value is None else f"{value:,}"
+    if value is None:
+        return "-"
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # a count summed as a float: 1,000, not 1,000.0
+    return f"{value:,}"
 
 
 def clip(text: str | None, width: int = 120) -> str:
