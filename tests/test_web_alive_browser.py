@@ -26,7 +26,7 @@ def _shown_ids(page: Any) -> list[int]:
     return [int(t) for t in page.locator("#runs tr.run td:first-child").all_inner_texts()]
 
 
-def test_status_tabs_show_each_statuss_count_and_mark_the_one_shown(db_url, conn, page, tmp_path):
+def test_status_tabs_show_each_statuss_count_and_mark_the_one_shown(db_url, conn, page):
     dead = insert_runs(conn, 3, "send_email", status="dead", tenant_id="acme")
     insert_runs(conn, 4, "send_email", tenant_id="acme")
     insert_runs(conn, 2, "send_email", status="running", tenant_id="acme")
@@ -37,7 +37,6 @@ def test_status_tabs_show_each_statuss_count_and_mark_the_one_shown(db_url, conn
         assert page.inner_text("#tab-dead .n") == "3"
         assert page.inner_text("#tab-queued .n") == "4"
         assert page.get_attribute("#tab-all", "aria-current") == "page"
-        _shoot(page, "runs", tmp_path)
         page.click("#tab-dead")
         assert "tenant=acme" in page.url and "status=dead" in page.url
         assert page.get_attribute("#tab-dead", "aria-current") == "page"
@@ -157,5 +156,5 @@ def test_the_overview_shows_recent_ticks_and_a_burst_on_a_labelled_log_scale(db_
         assert "log scale" in page.inner_text("#finished-scale")
         assert page.locator("svg.chart path.grid").count() == 3
         row = page.inner_text("#ticks tr.tick")
-        assert "claimed 2: 2 succeeded, 0 failed, 0 dead" in row and " ago" in row
+        assert "claimed 2: 2 succeeded, 0 failed, 0 dead" in row
         assert page.get_attribute("#ticks tr.tick time", "title").endswith("Z")

@@ -96,17 +96,20 @@ def _filter_params(selection: Selection) -> dict[str, Any]:
     }
 
 
-def runs_count_by_status(conn: Any, selection: Selection, *, window: int) -> dict[str, int]:
+def runs_count_by_status(
+    conn: Any, selection: Selection, *, window: int
+) -> tuple[dict[str, int], bool]:
     """The runs of `selection` (its statuses aside) by status, among the newest `window`
-    ids: every status named, zero when none."""
-    _, highest = conn.execute(queries.RUNS_LIST_PAGE_BOUNDS).fetchone()
+    ids: every status named, zero when none; and whether those were all the ids there are."""
+    lowest, highest = conn.execute(queries.RUNS_LIST_PAGE_BOUNDS).fetchone()
     counted = dict.fromkeys((s.value for s in Status), 0)
     if highest is None:
-        return counted
-    params = {**_filter_params(selection), "floor": highest + 1 - window}
+        return counted, True
+    floor = highest + 1 - window
+    params = {**_filter_params(selection), "floor": floor}
     for status, runs in conn.execute(queries.RUNS_COUNT_BY_STATUS, params).fetchall():
         counted[status] = int(runs)
-    return counted
+    return counted, floor <= lowest
 
 
 def run_get_traceparent(conn: Any, run_id: int) -> str | None:

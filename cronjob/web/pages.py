@@ -310,7 +310,8 @@ def _status_counts(conn: Any, selection: Selection) -> tuple[dict[str, int], int
         wanted = selection.job_types
         types = [t for t in view.types if not wanted or t.job_type in wanted]
         return {s.value: sum(t.by_status[s.value] for t in types) for s in Status}, None
-    return store.runs_count_by_status(conn, selection, window=RUN_WINDOW), RUN_WINDOW
+    counts, whole = store.runs_count_by_status(conn, selection, window=RUN_WINDOW)
+    return counts, None if whole else RUN_WINDOW
 
 
 def run(request: Any) -> Any:
