@@ -2,10 +2,11 @@
 
 `run_tick` tells the whole story, in the order it happens:
 
-    idle probe → rescue → materialize → drain → prune → fold the tally → metrics
+    idle probe → rescue → materialize → drain → its row → prune → fold the tally → metrics
 
-An idle tick asks one question and goes straight to pruning and metrics; the rest
-of this package is imported only when there is work. Folding the finished-run tally
+An idle tick asks one question (which enters its row in job_ticks, ended, in the same
+statement) and goes straight to pruning and metrics; the rest of this package is imported
+only when there is work. A tick that worked writes what it did into its row as it ends. Folding the finished-run tally
 (the deltas its statements left, migration 0010) is housekeeping for a tick that
 did work, so an idle one skips it.
 
