@@ -6,9 +6,9 @@
 
 An idle tick asks one question (which enters its row in job_ticks, ended, in the same
 statement) and goes straight to pruning and metrics; the rest of this package is imported
-only when there is work. A tick that worked writes what it did into its row as it ends. Folding the finished-run tally
-(the deltas its statements left, migration 0010) is housekeeping for a tick that
-did work, so an idle one skips it.
+only when there is work. A tick that worked writes what it did into its row as it ends.
+Folding the finished-run tally (the deltas its statements left, migration 0010) is
+housekeeping for a tick that did work, so an idle one skips it.
 
 The parts, one role each:
 
