@@ -275,3 +275,21 @@ def test_the_overview_labels_a_chart_drawn_on_a_log_scale(db_url, conn):
         body = request(base + "/").body
     label = re.search(r'id="finished-scale">(.*?)</span>', body).group(1)
     assert label == "log scale, a burst among quiet minutes: lines at 10, 100, 1,000 a minute"
+
+
+def test_a_batchs_runs_page_lists_and_counts_its_members_alone(db_url, conn):
+    from cronjob import enqueue_batch, new_run
+
+    with conn.transaction():
+        batch = enqueue_batch(
+            conn, [new_run("mail", {}), new_run("mail", {})], then=new_run("report", {})
+        )
+    member = batch.run_ids[0]
+    conn.execute(
+        "UPDATE job_runs SET status = 'dead', finished_at = now() WHERE id = %s", (member,)
+    )
+    outsider = insert_run(conn, "mail", status="dead")
+    with serving(dashboard(db_url)) as base:
+        body = request(f"{base}/runs?batch={batch.id}&status=dead").body
+    assert f'href="/runs/{member}"' in body and f'href="/runs/{outsider}"' not in body
+    assert _tab_counts(body)["dead"] == "1" and _tab_counts(body)["all"] == "2"

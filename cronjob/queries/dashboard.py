@@ -31,6 +31,7 @@ _RUNS_PAGE_FILTER = """
   AND (%(tenants)s::text[] IS NULL OR tenant_id = ANY(%(tenants)s::text[]))
   AND (%(error_types)s::text[] IS NULL OR error_type = ANY(%(error_types)s::text[]))
   AND (%(definition_id)s::bigint IS NULL OR definition_id = %(definition_id)s::bigint)
+  AND (%(batch_id)s::bigint IS NULL OR batch_id = %(batch_id)s::bigint)
   AND (%(since)s::timestamptz IS NULL
        OR coalesce(finished_at, updated_at) >= %(since)s::timestamptz)
   AND (%(until)s::timestamptz IS NULL

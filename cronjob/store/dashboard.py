@@ -91,6 +91,7 @@ def _filter_params(selection: Selection) -> dict[str, Any]:
         "tenants": _listed(selection.tenants),
         "error_types": _listed(selection.error_types),
         "definition_id": selection.definition_id,
+        "batch_id": selection.batch_id,
         "since": selection.since,
         "until": selection.until,
     }

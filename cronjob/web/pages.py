@@ -53,7 +53,6 @@ RECENT_TICKS_SHOWN = 10
 # The longest query parameter a filter takes: a list of job types or tenants.
 MAX_PARAMETER = 10_000
 UPCOMING_SHOWN = 5
-# The status tabs of /runs, in a run's order of life, after "all".
 # What an action's page says once it is done (`?done=NAME` in the address it redirects to):
 # chosen here from a fixed set, never text from the request; `{run}` is the page's run id.
 DONE = {
@@ -70,6 +69,7 @@ DONE = {
 # The pages whose content changes on its own, which reload themselves unless paused (a form
 # page, the confirmation, never does).
 REFRESHED = frozenset({"overview.html", "runs.html", "run.html", "batch.html", "batches.html"})
+# The status tabs of /runs, in a run's order of life, after "all".
 STATUS_TABS = ("queued", "running", "waiting", "failed", "succeeded", "dead", "cancelled")
 
 
