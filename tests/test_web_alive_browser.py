@@ -55,21 +55,48 @@ def test_times_say_how_long_ago_and_give_the_utc_time_on_hover(db_url, conn, pag
         assert shown.get_attribute("datetime") == "2026-01-05T09:01:35Z"
 
 
+# The page's timer, driven by the test: the dashboard's script gets a setInterval that only
+# records its callback, and `_refresh_due` calls it, as if the interval had passed. Injected
+# by the browser's debugging protocol before any script of the page, not by the page.
+DRIVEN_TIMER = """
+window.__dueRefreshes = [];
+window.setInterval = (callback) => { window.__dueRefreshes.push(callback); return 0; };
+"""
+
+
+def _refresh_due(page: Any, *, reloads: bool) -> None:
+    """The refresh interval passes once; `reloads`: the page must reload for it."""
+    due = "() => window.__dueRefreshes.forEach(callback => callback())"
+    if reloads:
+        with page.expect_navigation():
+            page.evaluate(due)
+        page.wait_for_load_state("load")
+    else:
+        page.evaluate(due)
+
+
+def _skipped(page: Any) -> int:
+    return int(page.get_attribute("body", "data-refresh-skipped") or 0)
+
+
 def test_a_page_refreshes_itself_until_paused_and_stays_paused(db_url, conn, page):
+    page.add_init_script(DRIVEN_TIMER)
     first = insert_run(conn, "send_email")
-    with serving(dashboard(db_url, refresh_seconds=0.3)) as base:
+    with serving(dashboard(db_url)) as base:
         page.goto(base + "/runs")
         assert _shown_ids(page) == [first]
         assert page.inner_text("#refresh-toggle") == "Pause auto-refresh"
         enqueued = insert_run(conn, "send_email")
-        page.wait_for_selector(f"#runs a[href$='/runs/{enqueued}']")
+        _refresh_due(page, reloads=True)
+        assert _shown_ids(page) == [enqueued, first]
 
         page.click("#refresh-toggle")
         assert page.inner_text("#refresh-toggle") == "Resume auto-refresh"
         page.evaluate("() => { window.stillThisPage = true; }")
         unseen = insert_run(conn, "send_email")
-        # Three refreshes were due and skipped: the page is the one loaded before the enqueue.
-        page.wait_for_function("() => Number(document.body.dataset.refreshSkipped) >= 3")
+        for _ in range(3):
+            _refresh_due(page, reloads=False)
+        assert _skipped(page) == 3
         assert page.evaluate("() => window.stillThisPage") is True
         assert unseen not in _shown_ids(page)
 
@@ -77,21 +104,23 @@ def test_a_page_refreshes_itself_until_paused_and_stays_paused(db_url, conn, pag
         assert page.get_attribute("body", "data-refresh-state") == "paused"
         page.goto(base + "/runs")
         page.click("#refresh-toggle")
-        page.evaluate("() => { window.stillThisPage = true; }")
-        later = insert_run(conn, "send_email")
-        page.wait_for_selector(f"#runs a[href$='/runs/{later}']")
-        assert page.evaluate("() => window.stillThisPage") is None
+        assert page.get_attribute("body", "data-refresh-state") == "on"
+        _refresh_due(page, reloads=True)
+        assert _shown_ids(page)[0] == unseen
         assert page.dialogs == []
 
 
 def test_a_page_does_not_refresh_away_what_is_being_typed(db_url, conn, page):
+    page.add_init_script(DRIVEN_TIMER)
     [run_id] = insert_runs(conn, 1, "send_email", status="dead")
-    with serving(dashboard(db_url, allow_actions=True, refresh_seconds=0.3)) as base:
+    with serving(dashboard(db_url, allow_actions=True)) as base:
         _log_in(page, base)
         page.goto(f"{base}/runs/{run_id}")
         page.fill("#run-actions input[name=reason]", "SMTP fixed")
+        _refresh_due(page, reloads=False)  # typing
         page.locator("#run-actions input[name=reason]").blur()
-        page.wait_for_function("() => Number(document.body.dataset.refreshSkipped) >= 3")
+        _refresh_due(page, reloads=False)  # typed, not sent
+        assert _skipped(page) == 2
         assert page.input_value("#run-actions input[name=reason]") == "SMTP fixed"
 
 
@@ -158,3 +187,13 @@ def test_the_overview_shows_recent_ticks_and_a_burst_on_a_labelled_log_scale(db_
         row = page.inner_text("#ticks tr.tick")
         assert "claimed 2: 2 succeeded, 0 failed, 0 dead" in row
         assert page.get_attribute("#ticks tr.tick time", "title").endswith("Z")
+
+
+def test_a_refresh_keeps_where_the_page_was_scrolled_to(db_url, conn, page):
+    page.add_init_script(DRIVEN_TIMER)
+    insert_runs(conn, 50, "send_email", status="dead")
+    with serving(dashboard(db_url)) as base:
+        page.goto(base + "/runs")
+        page.evaluate("() => window.scrollTo(0, 600)")
+        _refresh_due(page, reloads=True)
+        page.wait_for_function("() => window.scrollY === 600")
