@@ -578,6 +578,37 @@ class ListeningTick:
 
 
 @dataclass(frozen=True)
+class RecentTick:
+    """A run of `jobrunner tick` (migration 0028): when, where, and what it did; the counts
+    are None until it ends."""
+
+    host: str
+    pid: int
+    started_at: datetime
+    ended_at: datetime | None  # None: still running (or killed, and not yet seen as lost)
+    last_seen: datetime
+    listening_since: datetime | None
+    poll_interval: float | None
+    stopped_by: str | None  # None: it drained what was due; 'idle', 'lost', 'max-runtime', ...
+    materialized: int | None
+    rescued: int | None
+    claimed: int | None
+    succeeded: int | None
+    failed: int | None
+    dead: int | None
+
+
+@dataclass(frozen=True)
+class TickHost:
+    """A host that ticked in the last hour: when last, and how many of its ticks were idle."""
+
+    host: str
+    last_started: datetime
+    idle: int
+    ticks: int
+
+
+@dataclass(frozen=True)
 class RunOutcome:
     """A run as `jobrunner wait` reports it: its status, and when it finished if it has."""
 

@@ -26,8 +26,9 @@
 --                     refuses any other); reads and updates job_definitions; reads
 --                     job_type_pauses, job_type_limits, job_schedule_health; times starts in
 --                     job_rate_arrivals; makes a schedule occurrence's batch and prunes ended
---                     ones (job_batches); reads job_run_dependencies; keeps its row in
---                     job_ticks (tick --listen). Nothing of the audit trail.
+--                     ones (job_batches); reads job_run_dependencies; keeps its tick's row
+--                     in job_ticks (every tick; removes those ended a day ago). Nothing of
+--                     the audit trail.
 -- jobrunner_enqueuer  apps: enqueue(), enqueue_async() and enqueue_many(), `jobrunner enqueue`
 --                     (--jsonl too), Django's Task.enqueue(). Inserts into job_runs the
 --                     columns an enqueue sets (by COPY too, in bulk), and reads no column

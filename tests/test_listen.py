@@ -29,6 +29,7 @@ import pytest
 import tests.handlers.basic  # noqa: F401 - registers test.ok for the ticks run in-process
 from cronjob import store
 from cronjob.api import enqueue, enqueue_many, new_run
+from cronjob.settings import LISTENING_TICK_STALE
 from tests import factories
 from tests.conftest import ROOT, count, run_cli, wait_for
 from tests.factories import insert_run, now
@@ -326,7 +327,11 @@ def test_sigterm_while_listening_exits_at_once_with_one_line(db_url, conn, tmp_p
         "jobrunner: tick stopped by SIGTERM while listening, with nothing running"
         " (claimed 0, succeeded 0, failed 0, dead 0)"
     ]
-    assert count(conn, "SELECT count(*) FROM job_ticks") == 0
+    # Its row stays, ended, and says why; it no longer counts as listening.
+    assert conn.execute(
+        "SELECT stopped_by, ended_at IS NOT NULL, listening_since IS NOT NULL FROM job_ticks"
+    ).fetchall() == [("SIGTERM", True, True)]
+    assert store.ticks_list(conn, stale=LISTENING_TICK_STALE) == []
 
 
 def test_sigterm_while_a_listening_tick_runs_a_handler_lets_it_finish_as_today(

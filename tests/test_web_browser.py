@@ -97,11 +97,14 @@ def _seed_a_day(conn: Any) -> dict[str, int]:
         tenant_id="acme",
         last_error="Connection unexpectedly closed by smtp.example.com",
         payload={"to": "ada@example.com", "template": "receipt"},
+        started_at=now("-31.6 seconds"),
     )
     for attempt in (1, 2, 3):
         conn.execute(
-            "INSERT INTO job_attempts (run_id, attempt, worker, error_type, message, traceback)"
-            " VALUES (%s, %s, 'web-1:4242', 'SMTPServerDisconnected', %s, %s)",
+            "INSERT INTO job_attempts (run_id, attempt, worker, error_type, message, traceback,"
+            " started_at, finished_at) VALUES (%s, %s, 'web-1:4242', 'SMTPServerDisconnected',"
+            " %s, %s, now() - make_interval(mins => 9 - 3 * %s, secs => 31.6),"
+            " now() - make_interval(mins => 9 - 3 * %s))",
             (
                 dead,
                 attempt,
@@ -109,6 +112,8 @@ def _seed_a_day(conn: Any) -> dict[str, int]:
                 'Traceback (most recent call last):\n  File "app/mail.py", line 42, in send\n'
                 "    smtp.send_message(message)\nsmtplib.SMTPServerDisconnected: Connection "
                 "unexpectedly closed",
+                attempt,
+                attempt,
             ),
         )
     insert_runs(
@@ -126,7 +131,35 @@ def _seed_a_day(conn: Any) -> dict[str, int]:
     )
     definitions.add(conn, spec)
     operations.pause_types(conn, ["webhooks.deliver"], actor="ada", reason="partner API down")
+    conn.execute("UPDATE job_runs SET traceparent = %s WHERE id = %s", (TRACEPARENT, dead))
+    _seed_ticks(conn)
     return {"dead": dead}
+
+
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def _seed_ticks(conn: Any) -> None:
+    """The last hour's ticks on two hosts: cron's every minute, mostly idle, and one that
+    stays (tick --listen)."""
+    conn.execute(
+        "INSERT INTO job_ticks (host, pid, started_at, last_seen, ended_at, stopped_by)"
+        " SELECT 'web-1', 9000 + i, now() - make_interval(mins => i),"
+        " now() - make_interval(mins => i), now() - make_interval(mins => i), 'idle'"
+        " FROM generate_series(2, 59) i"
+    )
+    conn.execute(
+        "INSERT INTO job_ticks (host, pid, started_at, last_seen, ended_at, stopped_by,"
+        " materialized, rescued, claimed, succeeded, failed, dead) VALUES"
+        " ('web-1', 8812, now() - interval '61 s', now() - interval '49 s',"
+        "  now() - interval '49 s', NULL, 1, 0, 27, 25, 1, 1),"
+        " ('web-2', 7310, now() - interval '3 min', now() - interval '2 min',"
+        "  now() - interval '2 min', 'max-runtime', 0, 1, 200, 200, 0, 0)"
+    )
+    conn.execute(
+        "INSERT INTO job_ticks (host, pid, started_at, listening_since, last_seen) VALUES"
+        " ('web-2', 7344, now() - interval '40 s', now() - interval '39 s', now())"
+    )
 
 
 def _shoot(page: Any, name: str, tmp_path: Path) -> None:
@@ -140,9 +173,12 @@ def _shoot(page: Any, name: str, tmp_path: Path) -> None:
 
 def test_each_page_shows_the_seeded_runs_schedules_and_audit_rows(db_url, conn, page, tmp_path):
     seeded = _seed_a_day(conn)
-    with serving(dashboard(db_url, show_logs=True)) as base:
+    trace_url = "https://tracing.example/trace/{trace_id}"
+    with serving(dashboard(db_url, show_logs=True, trace_url_template=trace_url)) as base:
         page.goto(base + "/")
         assert page.inner_text("#count-dead") == "7"
+        assert page.locator("#ticks tr.tick").count() == 3
+        assert page.inner_text("#listening-now").startswith("1 listening now")
         assert page.inner_text("#count-succeeded") == "520"
         assert "webhooks.deliver" in page.inner_text("#paused")
         assert "partner API down" in page.inner_text("#paused")
@@ -152,11 +188,15 @@ def test_each_page_shows_the_seeded_runs_schedules_and_audit_rows(db_url, conn, 
 
         page.click("#types >> text=send_email")
         assert page.locator("#runs tr.run").count() == 50
+        assert page.inner_text("#tab-dead .n") == "7"
+        _shoot(page, "runs", tmp_path)
         page.goto(f"{base}/runs/{seeded['dead']}")
         assert page.inner_text("#job-type") == "send_email"
         assert page.locator("#attempts tr").count() == 4
         assert "smtplib.SMTPServerDisconnected" in page.inner_text("#traceback")
         assert page.is_visible("#payload-hidden") and "ada@example.com" not in page.content()
+        trace = TRACEPARENT.split("-")[1]
+        assert page.get_attribute("#trace a", "href") == f"https://tracing.example/trace/{trace}"
         _shoot(page, "run", tmp_path)
 
         page.goto(base + "/schedules")
@@ -182,10 +222,11 @@ def test_filters_and_pages_walk_the_runs_newest_first_without_gaps(db_url, conn,
             page.click("#older")
         assert seen == sorted(ids + dead, reverse=True)
 
-        page.fill("#filters input[name=status]", "dead")
+        page.click("#tab-dead")
         page.fill("#filters input[name=error_type]", "Timeout")
         page.click("#filters button")
         assert "status=dead" in page.url and "error_type=Timeout" in page.url
+        assert page.get_attribute("#tab-dead", "aria-current") == "page"
         shown = page.locator("#runs tr.run td:first-child").all_inner_texts()
         assert [int(t) for t in shown] == sorted(dead, reverse=True)
 
@@ -226,10 +267,12 @@ def test_hostile_stored_text_shows_as_text_and_runs_nothing(db_url, conn, page):
             "/audit",
         ):
             answer = page.goto(base + path)
-            assert "script-src" not in answer.headers["content-security-policy"]
+            assert "script-src 'self';" in answer.headers["content-security-policy"]
             page.wait_for_load_state("load")
             assert page.evaluate("() => window.__pwned") is None, path
-            assert page.evaluate("() => document.scripts.length") == 0, path
+            # The dashboard's own script alone, from its own file.
+            sources = page.evaluate("() => Array.from(document.scripts, s => s.src)")
+            assert sources == [f"{base}/static/refresh.js"], path
             assert page.locator("img[src=x], svg[onload], #evil").count() == 0, path
             assert page.locator("a[href^='javascript']").count() == 0, path
         page.goto(f"{base}/runs/{run_id}")
@@ -253,6 +296,9 @@ def test_retrying_a_filtered_set_changes_exactly_what_its_dry_run_counted(db_url
         page.fill("#confirm-form input[name=reason]", "SMTP fixed")
         page.click("#confirm")
         assert page.inner_text("#audit tr.current td:nth-child(5)") == "7"
+        assert page.inner_text("#flash").startswith("Retried the selected runs")
+        selection = page.inner_text("#audit tr.current td:nth-child(6)")
+        assert selection.startswith("status = dead, type = send_email, error type = SMTPError")
 
     retried = "SELECT id FROM job_runs WHERE status = 'queued' ORDER BY id"
     assert [r[0] for r in conn.execute(retried)] == chosen
@@ -323,6 +369,8 @@ def test_actions_need_the_login_link_jobrunner_web_printed(db_url, conn, page):
         page.goto(f"{web.base}/runs/{run_id}")
         page.fill("#run-actions input[name=reason]", "SMTP fixed")
         page.click("#retry-run")
+        assert page.inner_text("#flash") == f"Retried run {run_id}: it is due now."
+        page.wait_for_function("() => !location.search.includes('done=')")
         assert page.url == f"{web.base}/runs/{run_id}"
         assert page.dialogs == []
     assert conn.execute("SELECT actor, command, reason FROM job_audit").fetchall() == [

@@ -66,6 +66,24 @@ from cronjob.errors import BadInput
     "JOBRUNNER_WEB_FORWARDED_ALLOW_IPS]: behind TLS, cookies are then Secure, and failed "
     "logins are counted per client rather than per proxy. Without it they are ignored.",
 )
+@click.option(
+    "--trace-url-template",
+    metavar="URL",
+    envvar="JOBRUNNER_WEB_TRACE_URL_TEMPLATE",
+    help="Link each run's trace id to your tracing UI: an http(s) URL holding {trace_id}, "
+    "e.g. 'https://grafana.internal/explore?traceId={trace_id}' (the id is URL-escaped) "
+    "[env: JOBRUNNER_WEB_TRACE_URL_TEMPLATE]. Without it the id is shown unlinked.",
+)
+@click.option(
+    "--refresh",
+    "refresh_seconds",
+    type=click.FloatRange(min=0),
+    default=5.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="How often the overview, runs, run and batch pages reload themselves (0: never). "
+    "Each page has a button that pauses it, remembered by the browser.",
+)
 @tenants_sql_option
 @actor_option
 def web(
@@ -79,6 +97,8 @@ def web(
     no_auth: bool,
     allowed_hosts: tuple[str, ...],
     forwarded_allow_ips: str | None,
+    trace_url_template: str | None,
+    refresh_seconds: float,
     tenants_sql: str | None,
     actor: str | None,
 ) -> None:
@@ -97,6 +117,10 @@ def web(
     extras.require("web", "jobrunner web")
     from cronjob.web.guard import is_loopback
 
+    if trace_url_template is not None:
+        from cronjob.web.present import checked_trace_url_template
+
+        trace_url_template = checked_trace_url_template(trace_url_template)
     credentials = _credentials(basic_auth_env)
     if credentials is not None and no_auth:
         raise BadInput("give --basic-auth-env or --no-auth, not both")
@@ -117,6 +141,8 @@ def web(
         "actor": actor,
         "allowed_hosts": names,
         "login_token": token,
+        "trace_url_template": trace_url_template,
+        "refresh_seconds": refresh_seconds,
     }
     app = _app(database_url, options)
     if no_auth and not is_loopback(host):

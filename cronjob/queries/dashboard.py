@@ -31,6 +31,7 @@ _RUNS_PAGE_FILTER = """
   AND (%(tenants)s::text[] IS NULL OR tenant_id = ANY(%(tenants)s::text[]))
   AND (%(error_types)s::text[] IS NULL OR error_type = ANY(%(error_types)s::text[]))
   AND (%(definition_id)s::bigint IS NULL OR definition_id = %(definition_id)s::bigint)
+  AND (%(batch_id)s::bigint IS NULL OR batch_id = %(batch_id)s::bigint)
   AND (%(since)s::timestamptz IS NULL
        OR coalesce(finished_at, updated_at) >= %(since)s::timestamptz)
   AND (%(until)s::timestamptz IS NULL
@@ -45,6 +46,15 @@ WHERE id < %(before)s AND id >= %(floor)s
   AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[])){_RUNS_PAGE_FILTER}
 ORDER BY id DESC
 LIMIT %(limit)s
+"""
+
+# The runs of a filter by status, among the ids at or above `floor` (the newest window of
+# ids a page reads): the status tabs of a page of runs, their cost bounded by the window
+# through the primary key however long the history.
+RUNS_COUNT_BY_STATUS = f"""
+SELECT status, count(*) AS runs FROM job_runs
+WHERE id >= %(floor)s{_RUNS_PAGE_FILTER}
+GROUP BY status
 """
 
 # A page of unfinished runs only: each arm names the statuses of a partial index (runnable,
@@ -65,6 +75,10 @@ WHERE id < %(before)s AND id >= %(floor)s
 ORDER BY id DESC
 LIMIT %(limit)s
 """
+
+# The trace a run belongs to: the enqueuer's W3C trace context (migration 0018), which each
+# attempt's span continues.
+RUN_GET_TRACEPARENT = "SELECT traceparent FROM job_runs WHERE id = %(id)s"
 
 # One page of the audit trail, newest first, below the id `before`.
 AUDIT_LIST_PAGE = f"""{_AUDIT_ENTRIES}

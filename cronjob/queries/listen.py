@@ -9,6 +9,7 @@ lock.
 from __future__ import annotations
 
 from cronjob.queries import _NOW, _claimable
+from cronjob.queries.preflight import _TICKS_GONE
 
 _CHANNEL = "jobrunner"
 
@@ -115,17 +116,57 @@ VALUES (%(host)s, %(pid)s, {_NOW}, CASE WHEN %(poll_interval)s::float8 IS NULL T
         %(poll_interval)s, {_NOW})
 RETURNING id, started_at
 """
+# The row `jobrunner tick` entered (queries.preflight TICK_ENTER) marked as staying:
+# listening from now, or polling; and when (the database clock).
+TICKS_LISTEN = f"""
+UPDATE job_ticks
+SET listening_since = CASE WHEN %(poll_interval)s::float8 IS NULL THEN {_NOW} END,
+    poll_interval = %(poll_interval)s, last_seen = {_NOW}
+WHERE id = %(id)s
+RETURNING id, {_NOW}
+"""
 TICKS_TOUCH = f"UPDATE job_ticks SET last_seen = {_NOW} WHERE id = %(id)s"
 TICKS_DELETE = "DELETE FROM job_ticks WHERE id = %(id)s"
+# What a tick that worked did, once it ends; and the rows ended long ago go.
+TICKS_END = f"""
+WITH {_TICKS_GONE.lstrip()}
+UPDATE job_ticks
+SET ended_at = greatest({_NOW}, started_at), last_seen = greatest({_NOW}, started_at),
+    stopped_by = %(stopped_by)s, materialized = %(materialized)s, rescued = %(rescued)s,
+    claimed = %(claimed)s, succeeded = %(succeeded)s, failed = %(failed)s, dead = %(dead)s
+WHERE id = %(id)s
+"""
+# The ticks that stay, and have not ended.
+_STAYING = "ended_at IS NULL AND (listening_since IS NOT NULL OR poll_interval IS NOT NULL)"
 # A row its tick stopped refreshing: the tick was killed, or lost its database for minutes.
 TICKS_PRUNE = f"""
-DELETE FROM job_ticks WHERE last_seen < {_NOW} - make_interval(secs => %(stale)s)
+UPDATE job_ticks SET ended_at = greatest(last_seen, started_at), stopped_by = 'lost'
+WHERE {_STAYING} AND last_seen < {_NOW} - make_interval(secs => %(stale)s)
 """
 TICKS_LIST = f"""
 SELECT host, pid, started_at, listening_since, poll_interval, last_seen
 FROM job_ticks
-WHERE last_seen >= {_NOW} - make_interval(secs => %(stale)s)
+WHERE {_STAYING} AND last_seen >= {_NOW} - make_interval(secs => %(stale)s)
 ORDER BY host, started_at, pid
+"""
+# The newest ticks that did more than look (an idle tick's row says only that it ran: each
+# host's are counted apart, TICKS_COUNT_IDLE_BY_HOST). Through the primary key, newest first.
+TICKS_LIST_RECENT = """
+SELECT host, pid, started_at, ended_at, last_seen, listening_since, poll_interval,
+       stopped_by, materialized, rescued, claimed, succeeded, failed, dead
+FROM job_ticks
+WHERE stopped_by IS DISTINCT FROM 'idle'
+ORDER BY id DESC
+LIMIT %(limit)s
+"""
+# For each host that ticked in the last hour: its last tick, and how many found nothing.
+TICKS_COUNT_IDLE_BY_HOST = f"""
+SELECT host, max(started_at) AS last_started,
+       count(*) FILTER (WHERE stopped_by = 'idle')::int AS idle, count(*)::int AS ticks
+FROM job_ticks
+WHERE started_at >= {_NOW} - interval '1 hour'
+GROUP BY host
+ORDER BY host
 """
 
 # -- jobrunner wait --

@@ -26,6 +26,32 @@ FROM (SELECT EXISTS (SELECT 1 FROM job_runs
       AS work) probe
 """
 
+# Ended rows of job_ticks older than `kept` seconds, a few at a time (job_ticks_ended): each
+# tick's own statement removes what the ticks of a day ago left, so the table holds about a
+# day of ticks without a step of its own. A CTE of TICK_ENTER and queries.listen TICKS_END.
+_TICKS_GONE = f"""
+gone AS (
+    DELETE FROM job_ticks WHERE id IN (
+        SELECT id FROM job_ticks WHERE ended_at < {_NOW} - make_interval(secs => %(kept)s)
+        ORDER BY ended_at LIMIT 10)
+)"""
+
+# TICK_WORK_EXISTS, and the tick's row in job_ticks (migration 0028) in the same statement:
+# a tick with nothing to do (and that does not stay) enters its row ended, and asks nothing
+# more; any other tick's row is open until it ends (TICKS_END). Its id is the third column.
+TICK_ENTER = f"""
+WITH probe (work, others_due) AS MATERIALIZED ({TICK_WORK_EXISTS}),
+entered AS (
+    INSERT INTO job_ticks (host, pid, started_at, last_seen, ended_at, stopped_by)
+    SELECT %(host)s, %(pid)s, {_NOW}, {_NOW},
+           CASE WHEN NOT (p.work OR %(listen)s) THEN {_NOW} END,
+           CASE WHEN NOT (p.work OR %(listen)s) THEN 'idle' END
+    FROM probe p
+    RETURNING id
+),{_TICKS_GONE}
+SELECT p.work, p.others_due, e.id FROM probe p CROSS JOIN entered e
+"""
+
 # -- which job types ticks have handlers for (job_handlers_seen, migration 0025) --
 
 # Once per tick that found work: rows younger than 5 minutes are left as they are,

@@ -34,6 +34,7 @@ from cronjob.store.preflight import (
     migrations_list_applied,
     migrations_lock,
     migrations_lock_alone,
+    tick_enter,
     tick_work_exists,
 )
 
@@ -66,6 +67,7 @@ __all__ = [
     "migrations_list_applied",
     "migrations_lock",
     "migrations_lock_alone",
+    "tick_enter",
     "tick_work_exists",
 ]
 

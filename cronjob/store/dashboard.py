@@ -62,20 +62,12 @@ def runs_list_page(
     start = min(before or NO_ID_ABOVE, highest + 1)
     floor = max(lowest, start - window) if window is not None else lowest
 
-    def listed(values: tuple[Any, ...] | None) -> list[Any] | None:
-        return None if values is None else list(values)
-
     params = {
+        **_filter_params(selection),
         "before": start,
         "floor": floor,
         "limit": limit,
-        "statuses": listed(selection.statuses),
-        "job_types": listed(selection.job_types),
-        "tenants": listed(selection.tenants),
-        "error_types": listed(selection.error_types),
-        "definition_id": selection.definition_id,
-        "since": selection.since,
-        "until": selection.until,
+        "statuses": _listed(selection.statuses),
     }
     unfinished = selection.statuses and set(selection.statuses) <= UNFINISHED
     sql = queries.RUNS_LIST_PAGE_UNFINISHED if unfinished else queries.RUNS_LIST_PAGE
@@ -86,6 +78,44 @@ def runs_list_page(
     else:
         older = floor if floor > lowest else None
     return RunPage(runs, floor, older if older is not None and older > lowest else None)
+
+
+def _listed(values: tuple[Any, ...] | None) -> list[Any] | None:
+    return None if values is None else list(values)
+
+
+def _filter_params(selection: Selection) -> dict[str, Any]:
+    """The parameters of queries.dashboard's filters of runs (all but the statuses)."""
+    return {
+        "job_types": _listed(selection.job_types),
+        "tenants": _listed(selection.tenants),
+        "error_types": _listed(selection.error_types),
+        "definition_id": selection.definition_id,
+        "batch_id": selection.batch_id,
+        "since": selection.since,
+        "until": selection.until,
+    }
+
+
+def runs_count_by_status(
+    conn: Any, selection: Selection, *, window: int
+) -> tuple[dict[str, int], bool]:
+    """The runs of `selection` (its statuses aside) by status, among the newest `window`
+    ids: every status named, zero when none; and whether those were all the ids there are."""
+    lowest, highest = conn.execute(queries.RUNS_LIST_PAGE_BOUNDS).fetchone()
+    counted = dict.fromkeys((s.value for s in Status), 0)
+    if highest is None:
+        return counted, True
+    floor = highest + 1 - window
+    params = {**_filter_params(selection), "floor": floor}
+    for status, runs in conn.execute(queries.RUNS_COUNT_BY_STATUS, params).fetchall():
+        counted[status] = int(runs)
+    return counted, floor <= lowest
+
+
+def run_get_traceparent(conn: Any, run_id: int) -> str | None:
+    row = conn.execute(queries.RUN_GET_TRACEPARENT, {"id": run_id}).fetchone()
+    return row[0] if row else None
 
 
 def audit_list_page(conn: Any, *, before: int | None, limit: int) -> list[AuditEntry]:

@@ -9,7 +9,7 @@ from typing import Any
 
 from psycopg.rows import class_row
 
-from cronjob.models import ListeningTick, NextDue, RunOutcome
+from cronjob.models import ListeningTick, NextDue, RecentTick, RunOutcome, TickHost
 from cronjob.queries import listen as queries
 
 
@@ -89,6 +89,41 @@ def ticks_insert(
     params = {"host": host, "pid": pid, "poll_interval": poll_interval, "now": now}
     tick_id, started_at = conn.execute(queries.TICKS_INSERT, params).fetchone()
     return int(tick_id), started_at
+
+
+def ticks_listen(
+    conn: Any, tick_id: int, *, poll_interval: float | None, now: datetime | None = None
+) -> tuple[int, datetime]:
+    """Mark the row `jobrunner tick` entered as a tick that stays (listening, or polling every
+    `poll_interval` seconds); its id, and now (the database clock)."""
+    params = {"id": tick_id, "poll_interval": poll_interval, "now": now}
+    found, at = conn.execute(queries.TICKS_LISTEN, params).fetchone()
+    return int(found), at
+
+
+def ticks_end(
+    conn: Any,
+    tick_id: int,
+    *,
+    stopped_by: str | None,
+    counts: dict[str, int],
+    kept: float,
+    now: datetime | None = None,
+) -> None:
+    """What the tick did (`counts`: materialized, rescued, claimed, succeeded, failed,
+    dead), once it ends; ended rows older than `kept` seconds go, a few at a time."""
+    params = {"id": tick_id, "stopped_by": stopped_by, "kept": kept, "now": now, **counts}
+    conn.execute(queries.TICKS_END, params)
+
+
+def ticks_list_recent(conn: Any, *, limit: int) -> list[RecentTick]:
+    cursor = conn.cursor(row_factory=class_row(RecentTick))
+    return cursor.execute(queries.TICKS_LIST_RECENT, {"limit": limit}).fetchall()
+
+
+def ticks_count_idle_by_host(conn: Any, *, now: datetime | None = None) -> list[TickHost]:
+    cursor = conn.cursor(row_factory=class_row(TickHost))
+    return cursor.execute(queries.TICKS_COUNT_IDLE_BY_HOST, {"now": now}).fetchall()
 
 
 def ticks_touch(conn: Any, tick_id: int, *, now: datetime | None = None) -> None:

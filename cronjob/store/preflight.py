@@ -23,6 +23,31 @@ def tick_work_exists(
     return bool(work), bool(others_due)
 
 
+def tick_enter(
+    conn: Any,
+    job_types: Iterable[str],
+    *,
+    host: str,
+    pid: int,
+    listen: bool,
+    kept: float,
+    now: datetime | None = None,
+) -> tuple[bool, bool, int]:
+    """tick_work_exists, and the tick's row in job_ticks in the same statement (ended at
+    once when there is nothing to do and it does not `listen`); the row's id third. Ended
+    rows older than `kept` seconds go, a few at a time."""
+    params = {
+        "job_types": list(job_types),
+        "now": now,
+        "host": host,
+        "pid": pid,
+        "listen": listen,
+        "kept": kept,
+    }
+    work, others_due, tick_id = conn.execute(queries.TICK_ENTER, params).fetchone()
+    return bool(work), bool(others_due), int(tick_id)
+
+
 def handlers_seen_record(
     conn: Any, job_types: Iterable[str], host: str, *, now: datetime | None = None
 ) -> None:

@@ -2,12 +2,13 @@
 
 `run_tick` tells the whole story, in the order it happens:
 
-    idle probe → rescue → materialize → drain → prune → fold the tally → metrics
+    idle probe → rescue → materialize → drain → its row → prune → fold the tally → metrics
 
-An idle tick asks one question and goes straight to pruning and metrics; the rest
-of this package is imported only when there is work. Folding the finished-run tally
-(the deltas its statements left, migration 0010) is housekeeping for a tick that
-did work, so an idle one skips it.
+An idle tick asks one question (which enters its row in job_ticks, ended, in the same
+statement) and goes straight to pruning and metrics; the rest of this package is imported
+only when there is work. A tick that worked writes what it did into its row as it ends.
+Folding the finished-run tally (the deltas its statements left, migration 0010) is
+housekeeping for a tick that did work, so an idle one skips it.
 
 The parts, one role each:
 
@@ -145,6 +146,8 @@ period enforced.
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -162,7 +165,7 @@ from cronjob.settings import (
     DEFAULT_GRACE,
     DEFAULT_MAX_RUNTIME,
 )
-from cronjob.store import tick_work_exists
+from cronjob.store import tick_enter
 
 
 @dataclass(frozen=True)
@@ -212,8 +215,18 @@ def run_tick(
     report = TickReport()
     started = time.monotonic()
     original = conn
-    # The idle probe; a tick that stays has work to wait for whatever it finds.
-    found_work, others_due = tick_work_exists(conn, handlers, now=options.now)
+    # The idle probe, which enters the tick's row in job_ticks (ended already when idle); a
+    # tick that stays has work to wait for whatever it finds.
+    kept = _tick_rows_kept(options)
+    found_work, others_due, tick_id = tick_enter(
+        conn,
+        handlers,
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        listen=options.listen,
+        kept=kept,
+        now=options.now,
+    )
     if found_work or others_due or options.listen:
         _name_missing_handlers(conn, handlers, options, recorded=found_work or options.listen)
     found_work = found_work or options.listen
@@ -228,6 +241,7 @@ def run_tick(
             report=report,
             log=log,
         )
+        steps.tick_id = tick_id
         try:
             with steps.running():
                 runtime = options.max_runtime
@@ -248,6 +262,8 @@ def run_tick(
         drained = report.stopped_by is None or (
             options.listen and report.stopped_by == "max-runtime"
         )
+        if found_work:
+            _end_row(conn, tick_id, report, kept, options.now)
         if options.prune_older_than is not None and drained:
             _prune(conn, report, options.prune_older_than)
         if found_work:
@@ -258,6 +274,9 @@ def run_tick(
         _close_unless(conn, original)
     return report
 
+
+# How long the rows of ended ticks stay in job_ticks (the dashboard's recent ticks).
+TICK_ROWS_KEPT = 86_400.0
 
 # How many job types the warning about due runs without a handler names.
 MISSING_HANDLERS_NAMED = 10
@@ -297,6 +316,35 @@ def _name_missing_handlers(
             more_types=len(missing) > MISSING_HANDLERS_NAMED,
             hint=LOAD_HANDLERS_HINT,
         )
+
+
+def _tick_rows_kept(options: TickOptions) -> float:
+    """How long ended ticks' rows stay: a day, or less with --prune-older-than."""
+    if options.prune_older_than is None:
+        return TICK_ROWS_KEPT
+    return min(TICK_ROWS_KEPT, options.prune_older_than)
+
+
+def _end_row(
+    conn: Any, tick_id: int, report: TickReport, kept: float, now: datetime | None
+) -> None:
+    """What the tick did, in its row of job_ticks; a failure is logged, never the tick's."""
+    from cronjob import store
+
+    counts = {
+        "materialized": report.materialized,
+        "rescued": report.rescued,
+        "claimed": report.claimed,
+        "succeeded": report.succeeded,
+        "failed": report.failed,
+        "dead": report.dead,
+    }
+    try:
+        store.ticks_end(
+            conn, tick_id, stopped_by=report.stopped_by, counts=counts, kept=kept, now=now
+        )
+    except Exception as exc:
+        _log_failure("recording the tick in job_ticks failed", describe(exc))
 
 
 def _prune(conn: Any, report: TickReport, older_than: float) -> None:

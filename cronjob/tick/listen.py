@@ -112,6 +112,7 @@ class Listener:
         poll_interval: float | None = None,
         now: datetime | None = None,
         owns_connection: bool = False,
+        tick_id: int | None = None,
     ) -> None:
         self.keeper = keeper
         self._owns_connection = owns_connection
@@ -131,7 +132,10 @@ class Listener:
         self._linger = Linger()
         self._last_poll = 0.0
         self._since: datetime | None = None  # when the tick last materialized (database clock)
-        self._tick_id: int | None = None
+        # The tick's row in job_ticks: the one `jobrunner tick` entered (kept when it ends),
+        # else one of its own, entered at start and deleted when it leaves.
+        self._tick_id: int | None = tick_id
+        self._own_row = tick_id is None
         self._touched = 0.0
 
     # -- what the drain asks ---------------------------------------------------
@@ -141,9 +145,12 @@ class Listener:
         self._check_connection()
         host, pid = self._worker.rsplit(":", 1)
         # Schedules due from its start on are its own to materialize (`_since`).
+        entered = None if self._own_row else self._tick_id
         self._tick_id, self._since = self.keeper.run(
             "listen",
-            lambda conn: _register(conn, host, int(pid), self.poll_interval, self.polling),
+            lambda conn: _register(
+                conn, host, int(pid), self.poll_interval, self.polling, tick_id=entered
+            ),
         )
         self._touched = time.monotonic()
 
@@ -342,7 +349,7 @@ class Listener:
         raise AssertionError("unreachable")
 
     def _leave(self, conn: Any) -> None:
-        if self._tick_id is not None:
+        if self._tick_id is not None and self._own_row:
             store.ticks_delete(conn, self._tick_id)
         if self._channel.listens_on(conn):
             store.tick_unlisten(conn)
@@ -491,7 +498,10 @@ def _sleep(conn: Any, *, awaiting_finishes: bool = False) -> list[int]:
 
 
 def _register(
-    conn: Any, host: str, pid: int, interval: float, polling: bool
+    conn: Any, host: str, pid: int, interval: float, polling: bool, *, tick_id: int | None
 ) -> tuple[int, datetime]:
     store.ticks_prune(conn, stale=LISTENING_TICK_STALE)
-    return store.ticks_insert(conn, host=host, pid=pid, poll_interval=interval if polling else None)
+    poll_interval = interval if polling else None
+    if tick_id is not None:
+        return store.ticks_listen(conn, tick_id, poll_interval=poll_interval)
+    return store.ticks_insert(conn, host=host, pid=pid, poll_interval=poll_interval)

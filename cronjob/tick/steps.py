@@ -73,6 +73,8 @@ class Steps:
         )
         self.tally = Tally(report, self.log, self.observers)
         self.database = database
+        # The tick's row in job_ticks (run_tick entered it), which a listener marks as staying.
+        self.tick_id: int | None = None
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
@@ -174,6 +176,7 @@ class Steps:
             poll_interval=polling,
             now=self.options.now,
             owns_connection=keeper is not self.connection,
+            tick_id=self.tick_id,
         )
         try:
             listener.start()

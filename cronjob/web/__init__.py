@@ -12,7 +12,8 @@ templates), `guard` (the names it answers to, authentication and its throttle, l
 sessions, form tokens, the same-origin check, security headers),
 `pages` (what each URL shows), `actions` (what a button changes, through the command line's
 own functions), `present` and `charts` (how values and the last day are drawn), and
-`templates/`, `static/` (served by the package itself: no script, no CDN). Nothing here
+`templates/`, `static/` (served by the package itself: a stylesheet and one small script,
+the auto-refresh; no CDN). Nothing here
 imports handler modules, and nothing of the command line.
 """
 
@@ -36,6 +37,8 @@ def app(
     tenants_sql: str | None = None,
     allowed_hosts: Sequence[str] | None = None,
     login_token: str | None = None,
+    trace_url_template: str | None = None,
+    refresh_seconds: float = 5.0,
 ) -> Any:
     """The dashboard as an ASGI application.
 
@@ -50,7 +53,9 @@ def app(
     browser that opened `?token=<login_token>`, `actor` (JOBRUNNER_ACTOR, user@host). With
     none of them, actions are refused. `allowed_hosts` (`name[:port]`, no port for any) are
     the names it answers to, and the origins its forms may come from; None leaves the check
-    of names to the host application.
+    of names to the host application. `trace_url_template` (http or https, holding
+    `{trace_id}`) links a run's trace id to a tracing UI. Pages that change reload themselves
+    every `refresh_seconds` (0: never) unless the viewer pauses them.
     """
     from cronjob.web.application import Settings, build
     from cronjob.web.guard import AllowedHosts, BasicAuth
@@ -67,6 +72,12 @@ def app(
         from cronjob.inputs import check_tenants_sql
 
         tenants_sql = check_tenants_sql(tenants_sql)
+    if trace_url_template is not None:
+        from cronjob.web.present import checked_trace_url_template
+
+        trace_url_template = checked_trace_url_template(trace_url_template)
+    if refresh_seconds < 0:
+        raise ValueError("refresh_seconds: 0 (never) or more")
     auth = BasicAuth.from_credentials(basic_auth) if basic_auth is not None else None
     if login_token is not None and len(login_token) < 16:
         raise ValueError("login_token: at least 16 characters")
@@ -80,5 +91,7 @@ def app(
         tenants_sql=tenants_sql,
         allowed_hosts=AllowedHosts.parse(allowed_hosts) if allowed_hosts is not None else None,
         login_token=login_token,
+        trace_url_template=trace_url_template,
+        refresh_seconds=refresh_seconds,
     )
     return build(settings)

@@ -165,7 +165,8 @@ async def act_on_selection(request: Any) -> Any:
         applied = incident.apply(
             conn, incident.action(command), selection, actor=actor, reason=_reason(form)
         )
-        return f"/audit?entry={applied.audit_id}"
+        done = "retried" if command == "retry" else "cancelled"
+        return f"/audit?entry={applied.audit_id}&done={done}"
 
     return await _run(request, work)
 
@@ -179,7 +180,8 @@ async def act_on_run(request: Any) -> Any:
     def work(conn: Any, form: dict[str, str], actor: str) -> str:
         command = _chosen(form.get("command"), SELECTION_COMMANDS)
         operations.change_runs(conn, command, [run_id], actor=actor, reason=_reason(form))
-        return f"/runs/{run_id}"
+        done = "retried-run" if command == "retry" else "cancelled-run"
+        return f"/runs/{run_id}?done={done}"
 
     return await _run(request, work)
 
@@ -194,7 +196,7 @@ async def act_on_type(request: Any) -> Any:
         job_type = check_text(form.get("job_type"), what="job type", max_length=200)
         change = operations.pause_types if command == "pause" else operations.resume_types
         done = change(conn, [job_type], actor=actor, reason=_reason(form))
-        return f"/audit?entry={done.audit_id}"
+        return f"/audit?entry={done.audit_id}&done={command}d-type"
 
     return await _run(request, work)
 
@@ -217,6 +219,7 @@ async def act_on_schedule(request: Any) -> Any:
             audit_id = operations.run_schedule_now(
                 conn, name, actor=actor, reason=reason, tenants_sql=settings.tenants_sql
             ).audit_id
-        return f"/audit?entry={audit_id}"
+        said = {"pause": "paused", "resume": "resumed", "run": "ran"}[command]
+        return f"/audit?entry={audit_id}&done={said}-schedule"
 
     return await _run(request, work)

@@ -53,6 +53,9 @@ class Settings:
     login_token: str | None = None  # the login link's (jobrunner web prints it)
     tenants_sql: str | None = None  # for "run now" of a tenant-scoped schedule
     schema_checked: bool = False  # the database was opened and checked already
+    # A tracing UI's page of a trace, `{trace_id}` in it (checked: present.trace_url_template).
+    trace_url_template: str | None = None
+    refresh_seconds: float = 5.0  # how often a page that changes reloads itself; 0: never
 
 
 class Connections:

@@ -23,13 +23,14 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-# Nothing stored can run script or load anything: no script source at all, styles and images
-# from the dashboard itself (charts are inline SVG, which is markup, not a resource), forms
-# that post back to it alone, and no page may frame it. The referrer goes to the dashboard
-# alone: with none at all, a browser posts its forms as from an opaque origin ("null").
+# Nothing stored can run script or load anything: scripts, styles and images from the
+# dashboard itself only (its one script, the auto-refresh, is a file it serves; no inline
+# script runs, and charts are inline SVG, which is markup, not a resource), forms that post
+# back to it alone, and no page may frame it. The referrer goes to the dashboard alone: with
+# none at all, a browser posts its forms as from an opaque origin ("null").
 CONTENT_SECURITY_POLICY = (
-    "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
-    "frame-ancestors 'none'; base-uri 'none'"
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
 SECURITY_HEADERS = (
     (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),

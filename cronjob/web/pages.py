@@ -48,9 +48,29 @@ RUN_FILTERS = {
     "until": "until",
 }
 RECENT_SHOWN = 10
+# The ticks that did more than look, on the overview; idle ones are counted by host.
+RECENT_TICKS_SHOWN = 10
 # The longest query parameter a filter takes: a list of job types or tenants.
 MAX_PARAMETER = 10_000
 UPCOMING_SHOWN = 5
+# What an action's page says once it is done (`?done=NAME` in the address it redirects to):
+# chosen here from a fixed set, never text from the request; `{run}` is the page's run id.
+DONE = {
+    "retried-run": "Retried run {run}: it is due now.",
+    "cancelled-run": "Cancelled run {run}.",
+    "retried": "Retried the selected runs: the entry below says how many.",
+    "cancelled": "Cancelled the selected runs: the entry below says how many.",
+    "paused-type": "Paused the job type: no tick claims its runs until it is resumed.",
+    "resumed-type": "Resumed the job type.",
+    "paused-schedule": "Paused the schedule.",
+    "resumed-schedule": "Resumed the schedule.",
+    "ran-schedule": "Enqueued the schedule's run now.",
+}
+# The pages whose content changes on its own, which reload themselves unless paused (a form
+# page, the confirmation, never does).
+REFRESHED = frozenset({"overview.html", "runs.html", "run.html", "batch.html", "batches.html"})
+# The status tabs of /runs, in a run's order of life, after "all".
+STATUS_TABS = ("queued", "running", "waiting", "failed", "succeeded", "dead", "cancelled")
 
 
 def routes() -> list[Any]:
@@ -67,6 +87,7 @@ def routes() -> list[Any]:
         Route("/audit", audit, name="audit"),
         Route("/healthz", healthz, name="healthz"),
         Route("/static/dashboard.css", stylesheet, name="stylesheet"),
+        Route("/static/refresh.js", script, name="script"),
     ]
 
 
@@ -109,6 +130,8 @@ def render(request: Any, template: str, *, status_code: int = 200, **values: Any
         show_logs=settings.show_logs,
         csrf_token=token or "",
         link=link,
+        flash=done_message(request),
+        refresh=settings.refresh_seconds if template in REFRESHED else 0,
         **values,
     )
     response = HTMLResponse(html, status_code=status_code)
@@ -122,6 +145,14 @@ def render(request: Any, template: str, *, status_code: int = 200, **values: Any
             secure=request.url.scheme == "https",
         )
     return response
+
+
+def done_message(request: Any) -> str | None:
+    """What the action that led here did, from the fixed set DONE; None for anything else."""
+    message = DONE.get(request.query_params.get("done", ""))
+    if message is None:
+        return None
+    return message.format(run=request.path_params.get("run_id", ""))
 
 
 def link(base: str, path: str, params: Mapping[str, Any] | None = None) -> str:
@@ -165,6 +196,8 @@ def overview(request: Any) -> Any:
         day = store.runs_chart_last_day(conn, now=view.now)
         stale = [v for v in _schedule_health(conn).values() if v.stale]
         ticks = store.ticks_list(conn, stale=LISTENING_TICK_STALE, now=view.now)
+        recent = store.ticks_list_recent(conn, limit=RECENT_TICKS_SHOWN)
+        hosts = store.ticks_count_idle_by_host(conn, now=view.now)
     from cronjob.web import charts
 
     return render(
@@ -174,6 +207,8 @@ def overview(request: Any) -> Any:
         now=view.now,
         stale=stale,
         ticks=ticks,
+        recent_ticks=recent,
+        tick_hosts=hosts,
         unclaimed=view.unclaimed(),
         statuses=[s.value for s in Status],
         finished=charts.finished_per_minute(day, view.now),
@@ -215,7 +250,7 @@ def checked_parameter(value: str, name: str) -> str:
 
 def runs(request: Any) -> Any:
     """A page of runs, newest first, filtered as `jobrunner list` and `retry` filter."""
-    from cronjob import health, store
+    from cronjob import store
     from cronjob.inputs import parse_id
 
     params = request.query_params
@@ -225,7 +260,8 @@ def runs(request: Any) -> Any:
         page = store.runs_list_page(
             conn, selection, before=before, limit=PAGE_SIZE, window=run_window(selection)
         )
-        view = health.read_overview(conn)
+        counts, counted_among = _status_counts(conn, selection)
+        now = store.clock_now(conn)
     filters = {name: params.get(name, "") for name in RUN_FILTERS}
     return render(
         request,
@@ -235,9 +271,10 @@ def runs(request: Any) -> Any:
         filtered=selection.filtered,
         windowed=run_window(selection) is not None,
         before=before,
-        now=view.now,
-        counts=_counts_for(view, selection),
-        statuses=[s.value for s in Status],
+        now=now,
+        counts=counts,
+        counted_among=counted_among,
+        tabs=STATUS_TABS,
         window=RUN_WINDOW,
     )
 
@@ -256,10 +293,25 @@ def run_window(selection: Selection) -> int | None:
     return RUN_WINDOW
 
 
-def _counts_for(view: Any, selection: Selection) -> dict[str, int]:
-    """Runs by status of the selected job types (every type when none), from the tally."""
-    types = [t for t in view.types if not selection.job_types or t.job_type in selection.job_types]
-    return {s.value: sum(t.by_status[s.value] for t in types) for s in Status}
+def _status_counts(conn: Any, selection: Selection) -> tuple[dict[str, int], int | None]:
+    """The status tabs' counts: the runs of the page's filters (its status aside) by status,
+    and among how many of the newest ids they were counted (None: all of them).
+
+    Job types alone are counted exactly, from the tally `status` reads. Any other filter
+    (a tenant, an error, a time) is counted in one statement over the newest ids a page
+    searches, so its cost is the window's whatever the history."""
+    from dataclasses import replace
+
+    from cronjob import health, store
+
+    others = replace(selection, statuses=None, job_types=None)
+    if not others.filtered:
+        view = health.read_overview(conn)
+        wanted = selection.job_types
+        types = [t for t in view.types if not wanted or t.job_type in wanted]
+        return {s.value: sum(t.by_status[s.value] for t in types) for s in Status}, None
+    counts, whole = store.runs_count_by_status(conn, selection, window=RUN_WINDOW)
+    return counts, None if whole else RUN_WINDOW
 
 
 def run(request: Any) -> Any:
@@ -267,6 +319,7 @@ def run(request: Any) -> Any:
     traceback and what its handler logged in each attempt (as `show` prints it)."""
     from cronjob import store
     from cronjob.runlog import event_line
+    from cronjob.web import present
 
     run_id = request.path_params["run_id"]
     show_logs = dashboard_of(request).settings.show_logs
@@ -278,10 +331,22 @@ def run(request: Any) -> Any:
         # A handler logs what it likes (a card number, a key): not read unless shown.
         logs = store.run_logs_get(conn, run_id) if show_logs else []
         links = _run_links(conn, run_id)
+        traceparent = store.run_get_traceparent(conn, run_id)
         now = store.clock_now(conn)
     # A kept event that is no object was written by someone else's SQL: left out, as by `show`.
     logged = [(log, [event_line(e) for e in log.events if isinstance(e, dict)]) for log in logs]
-    return render(request, "run.html", run=found, attempts=attempts, logs=logged, now=now, **links)
+    trace = present.trace_id(traceparent)
+    return render(
+        request,
+        "run.html",
+        run=found,
+        attempts=attempts,
+        logs=logged,
+        now=now,
+        trace_id=trace,
+        trace_url=present.trace_url(dashboard_of(request).settings.trace_url_template, trace),
+        **links,
+    )
 
 
 def _run_links(conn: Any, run_id: int) -> dict[str, Any]:
@@ -303,7 +368,8 @@ def batches(request: Any) -> Any:
 
     with _connection(request) as conn:
         found = store.batches_list(conn, limit=PAGE_SIZE)
-    return render(request, "batches.html", batches=found)
+        now = store.clock_now(conn)
+    return render(request, "batches.html", batches=found, now=now)
 
 
 def batch(request: Any) -> Any:
@@ -313,9 +379,10 @@ def batch(request: Any) -> Any:
     batch_id = request.path_params["batch_id"]
     with _connection(request) as conn:
         found = store.batch_get(conn, batch_id)
+        now = store.clock_now(conn)
     if found is None:
         raise BatchNotFound(f"batch {batch_id} not found")
-    return render(request, "batch.html", batch=found)
+    return render(request, "batch.html", batch=found, now=now)
 
 
 def schedules(request: Any) -> Any:
@@ -381,6 +448,7 @@ def audit(request: Any) -> Any:
         before = entry + 1
     with _connection(request) as conn:
         entries = store.audit_list_page(conn, before=before, limit=AUDIT_PAGE_SIZE + 1)
+        now = store.clock_now(conn)
     older = entries[AUDIT_PAGE_SIZE - 1].id if len(entries) > AUDIT_PAGE_SIZE else None
     return render(
         request,
@@ -389,6 +457,7 @@ def audit(request: Any) -> Any:
         older=older,
         before=before,
         entry=entry,
+        now=now,
     )
 
 
@@ -419,9 +488,17 @@ def healthz(request: Any) -> Any:
 
 
 def stylesheet(request: Any) -> Any:
+    return _static("dashboard.css", "text/css")
+
+
+def script(request: Any) -> Any:
+    return _static("refresh.js", "text/javascript")
+
+
+def _static(name: str, media_type: str) -> Any:
     from pathlib import Path
 
     from starlette.responses import Response
 
-    css = (Path(__file__).resolve().parent / "static" / "dashboard.css").read_bytes()
-    return Response(css, media_type="text/css", headers={"Cache-Control": "max-age=3600"})
+    body = (Path(__file__).resolve().parent / "static" / name).read_bytes()
+    return Response(body, media_type=media_type, headers={"Cache-Control": "max-age=3600"})
