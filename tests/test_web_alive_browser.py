@@ -82,7 +82,7 @@ def _skipped(page: Any) -> int:
 def test_a_page_refreshes_itself_until_paused_and_stays_paused(db_url, conn, page):
     page.add_init_script(DRIVEN_TIMER)
     first = insert_run(conn, "send_email")
-    with serving(dashboard(db_url)) as base:
+    with serving(dashboard(db_url, refresh_seconds=5)) as base:
         page.goto(base + "/runs")
         assert _shown_ids(page) == [first]
         assert page.inner_text("#refresh-toggle") == "Pause auto-refresh"
@@ -113,7 +113,7 @@ def test_a_page_refreshes_itself_until_paused_and_stays_paused(db_url, conn, pag
 def test_a_page_does_not_refresh_away_what_is_being_typed(db_url, conn, page):
     page.add_init_script(DRIVEN_TIMER)
     [run_id] = insert_runs(conn, 1, "send_email", status="dead")
-    with serving(dashboard(db_url, allow_actions=True)) as base:
+    with serving(dashboard(db_url, refresh_seconds=5, allow_actions=True)) as base:
         _log_in(page, base)
         page.goto(f"{base}/runs/{run_id}")
         page.fill("#run-actions input[name=reason]", "SMTP fixed")
@@ -192,7 +192,7 @@ def test_the_overview_shows_recent_ticks_and_a_burst_on_a_labelled_log_scale(db_
 def test_a_refresh_keeps_where_the_page_was_scrolled_to(db_url, conn, page):
     page.add_init_script(DRIVEN_TIMER)
     insert_runs(conn, 50, "send_email", status="dead")
-    with serving(dashboard(db_url)) as base:
+    with serving(dashboard(db_url, refresh_seconds=5)) as base:
         page.goto(base + "/runs")
         page.evaluate("() => window.scrollTo(0, 600)")
         _refresh_due(page, reloads=True)

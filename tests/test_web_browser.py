@@ -63,6 +63,9 @@ LOGIN_TOKEN = "a-login-token-for-the-browser-tests"
 def dashboard(db_url: str, **options: Any) -> Any:
     from cronjob.web import app
 
+    # A page that reloads itself under a test could lose what the test just typed or read:
+    # the refresh has tests of its own (test_web_alive_browser.py).
+    options.setdefault("refresh_seconds", 0)
     return app(db_url, actor="operator-on-call", login_token=LOGIN_TOKEN, **options)
 
 
