@@ -180,11 +180,10 @@ def tick(
 
     What each handler logs, through ctx.log, structlog or the standard `logging` (any
     logger's records, warnings.warn too), is written to stderr at --log-level, with the
-    run's id, type and attempt, and kept with its attempt at --capture-level
-    (`jobrunner show ID`). With the
-    `otel` extra and OTEL_* settings (OTEL_EXPORTER_OTLP_ENDPOINT, ...) the tick
-    exports a span per attempt, in the enqueuer's trace; with the `sentry` extra and
-    SENTRY_DSN it reports handlers' exceptions. Both are flushed before it exits.
+    run's id, type and attempt, and kept with its attempt at --capture-level (`jobrunner
+    show ID`). With the `otel` extra and OTEL_* settings (OTEL_EXPORTER_OTLP_ENDPOINT, ...)
+    the tick exports a span per attempt, in the enqueuer's trace; with the `sentry` extra
+    and SENTRY_DSN it reports handlers' exceptions. Both are flushed before it exits.
 
     With --listen the tick stays until --max-runtime, asleep on LISTEN, and starts a run
     within milliseconds of its enqueue's commit, a delayed run or a schedule at its time.
@@ -224,10 +223,7 @@ def tick(
     database, conn = open_database(settings)
     try:
         if specs is None:
-            from cronjob.django.runner import task_handlers
-
-            tasks = task_handlers(conn, comma_list(queues) or None, every=listen)
-            specs = require_types(comma_list(types) or None, tasks)
+            specs = _django_specs(conn, queues, types, listen=listen)
         report = run_tick(conn, specs, database=database, options=options)
     except (ConnectionLost, DatabaseRefused) as exc:
         log.get_logger().warning("tick stopped", **exc.report.summary())
@@ -235,6 +231,17 @@ def tick(
     finally:
         conn.close()
     _finished(report, as_json)
+
+
+def _django_specs(conn: Any, queues: str | None, types: str | None, *, listen: bool) -> Any:
+    """The handlers of a Django project's tasks that have runs waiting (or, listening, of
+    every task), as --queues and --types select them."""
+    from cronjob.django.runner import task_handlers
+    from cronjob.handlers import require_types
+    from cronjob.inputs import comma_list
+
+    tasks = task_handlers(conn, comma_list(queues) or None, every=listen)
+    return require_types(comma_list(types) or None, tasks)
 
 
 def _max_runtime(max_runtime: float | None, listen: bool, listen_url: str | None) -> float | None:

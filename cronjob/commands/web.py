@@ -121,14 +121,7 @@ def web(
         from cronjob.web.present import checked_trace_url_template
 
         trace_url_template = checked_trace_url_template(trace_url_template)
-    credentials = _credentials(basic_auth_env)
-    if credentials is not None and no_auth:
-        raise BadInput("give --basic-auth-env or --no-auth, not both")
-    if credentials is None and not no_auth and not is_loopback(host):
-        raise BadInput(
-            f"--host {host} is reachable from other machines: protect the dashboard with "
-            "--basic-auth-env VAR, or pass --no-auth if a proxy in front of it authenticates"
-        )
+    credentials = _checked_credentials(basic_auth_env, no_auth, host)
     names = _allowed_hosts(host, port, allowed_hosts)
     proxies = _proxies(forwarded_allow_ips)
     token = _login_token() if allow_actions and credentials is None else None
@@ -167,6 +160,22 @@ def web(
         # On stdout, not in the log: the link is a secret, and logs travel further.
         click.echo(f"{url}?token={token}")
     _serve(app, host, port, proxies)
+
+
+def _checked_credentials(basic_auth_env: str | None, no_auth: bool, host: str) -> str | None:
+    """Basic authentication's credentials, if given; a dashboard other machines reach has
+    them, or --no-auth."""
+    from cronjob.web.guard import is_loopback
+
+    credentials = _credentials(basic_auth_env)
+    if credentials is not None and no_auth:
+        raise BadInput("give --basic-auth-env or --no-auth, not both")
+    if credentials is None and not no_auth and not is_loopback(host):
+        raise BadInput(
+            f"--host {host} is reachable from other machines: protect the dashboard with "
+            "--basic-auth-env VAR, or pass --no-auth if a proxy in front of it authenticates"
+        )
+    return credentials
 
 
 # Addresses that listen on every interface: what names clients use cannot be known.
