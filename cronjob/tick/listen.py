@@ -120,7 +120,6 @@ class Listener:
         self.poll_interval = poll_interval or POLL_INTERVAL
         self._types = list(job_types)
         self._shutdown = shutdown
-        self._worker = worker
         self._log = log
         self._now = now
         self._channel = Channel(keeper, shutdown, listening=not self.polling)
@@ -132,27 +131,16 @@ class Listener:
         self._linger = Linger()
         self._last_poll = 0.0
         self._since: datetime | None = None  # when the tick last materialized (database clock)
-        # The tick's row in job_ticks: the one `jobrunner tick` entered (kept when it ends),
-        # else one of its own, entered at start and deleted when it leaves.
-        self._tick_id: int | None = tick_id
-        self._own_row = tick_id is None
-        self._touched = 0.0
+        self._row = TickRow(tick_id, worker, now=now)
 
     # -- what the drain asks ---------------------------------------------------
 
     def start(self) -> None:
         """LISTEN (unless polling) and enter the tick in job_ticks; after a startup step."""
         self._check_connection()
-        host, pid = self._worker.rsplit(":", 1)
+        interval = self.poll_interval if self.polling else None
         # Schedules due from its start on are its own to materialize (`_since`).
-        entered = None if self._own_row else self._tick_id
-        self._tick_id, self._since = self.keeper.run(
-            "listen",
-            lambda conn: _register(
-                conn, host, int(pid), self.poll_interval, self.polling, tick_id=entered
-            ),
-        )
-        self._touched = time.monotonic()
+        self._since = self.keeper.run("listen", lambda conn: self._row.enter(conn, interval))
 
     def idle(self, deadline: float, *, claimed: int) -> Wake:
         """Nothing in flight and nothing claimable: wait for something to do.
@@ -221,10 +209,8 @@ class Listener:
 
     def _idle(self, deadline: float, now: float) -> Wake:
         self._check_connection()
-        if now - self._touched >= REFRESH and self._tick_id is not None:
-            tick_id = self._tick_id
-            self.keeper.run("listen", lambda conn: store.ticks_touch(conn, tick_id, now=self._now))
-            self._touched = now
+        if self._row.touch_due(now):
+            self.keeper.run("listen", self._row.touch)
         if self.polling:
             return self._wait_for_time(deadline, self.poll_interval)
         if self._linger.active:
@@ -349,8 +335,7 @@ class Listener:
         raise AssertionError("unreachable")
 
     def _leave(self, conn: Any) -> None:
-        if self._tick_id is not None and self._own_row:
-            store.ticks_delete(conn, self._tick_id)
+        self._row.leave(conn)
         if self._channel.listens_on(conn):
             store.tick_unlisten(conn)
             if self._armed:
@@ -497,11 +482,35 @@ def _sleep(conn: Any, *, awaiting_finishes: bool = False) -> list[int]:
     return store.transactions_open(conn)
 
 
-def _register(
-    conn: Any, host: str, pid: int, interval: float, polling: bool, *, tick_id: int | None
-) -> tuple[int, datetime]:
-    store.ticks_prune(conn, stale=LISTENING_TICK_STALE)
-    poll_interval = interval if polling else None
-    if tick_id is not None:
-        return store.ticks_listen(conn, tick_id, poll_interval=poll_interval)
-    return store.ticks_insert(conn, host=host, pid=pid, poll_interval=poll_interval)
+class TickRow:
+    """A listening tick's row in job_ticks: the one `jobrunner tick` entered (kept when it
+    ends), else one of its own, entered at start and deleted when it leaves. Touched every
+    REFRESH, so that a tick killed meanwhile is seen as lost."""
+
+    def __init__(self, tick_id: int | None, worker: str, *, now: datetime | None) -> None:
+        self.id, self._own = tick_id, tick_id is None
+        self._worker, self._now = worker, now
+        self._touched = 0.0
+
+    def enter(self, conn: Any, poll_interval: float | None) -> datetime:
+        """Mark the row listening (or polling), and return when that was, by the database."""
+        store.ticks_prune(conn, stale=LISTENING_TICK_STALE)
+        if self._own:
+            host, pid = self._worker.rsplit(":", 1)
+            entered = store.ticks_insert(conn, host=host, pid=int(pid), poll_interval=poll_interval)
+        else:
+            entered = store.ticks_listen(conn, self.id, poll_interval=poll_interval)
+        self.id, since = entered
+        self._touched = time.monotonic()
+        return since
+
+    def touch_due(self, now: float) -> bool:
+        return self.id is not None and now - self._touched >= REFRESH
+
+    def touch(self, conn: Any) -> None:
+        store.ticks_touch(conn, self.id, now=self._now)
+        self._touched = time.monotonic()
+
+    def leave(self, conn: Any) -> None:
+        if self.id is not None and self._own:
+            store.ticks_delete(conn, self.id)
