@@ -120,11 +120,18 @@ class Page:
     conn: psycopg.Connection[Any]
     ns: dict[str, Any] = field(default_factory=dict)
     threads: list[threading.Thread] = field(default_factory=list)
+    tables: list[str] = field(default_factory=list)
     checks: list[Callable[[Page], None]] = field(default_factory=list)
 
     def sql(self, statement: str, *params: Any) -> None:
         with psycopg.connect(self.url, autocommit=True) as c:
             c.execute(statement, params or None)
+
+    def table(self, name: str, columns: str) -> None:
+        """An app's table of the page's own, dropped when the page is done: the session's
+        database is every test's."""
+        self.sql(f"CREATE TABLE {name} ({columns})")
+        self.tables.append(name)
 
     def write(self, name: str, text: str) -> None:
         (self.workdir / name).write_text(textwrap.dedent(text).lstrip())
@@ -142,7 +149,7 @@ def jobrunner_command() -> list[str]:
 
 
 def _orders_table(page: Page) -> None:
-    page.sql("CREATE TABLE IF NOT EXISTS orders (id bigserial PRIMARY KEY, item text)")
+    page.table("docs_orders", "id bigserial PRIMARY KEY, item text")
 
 
 def _incident_runs(page: Page) -> None:
@@ -162,7 +169,9 @@ def setup_your_app(page: Page) -> None:
     _orders_table(page)
 
     def create_order(conn: Any, *_: Any) -> int:
-        return conn.execute("INSERT INTO orders (item) VALUES ('book') RETURNING id").fetchone()[0]
+        return conn.execute(
+            "INSERT INTO docs_orders (item) VALUES ('book') RETURNING id"
+        ).fetchone()[0]
 
     page.ns.update(
         create_order=create_order,
@@ -218,7 +227,7 @@ def setup_async(page: Page) -> None:
 
     async def insert_order(conn: Any, order: Order) -> int:
         cursor = await conn.execute(
-            "INSERT INTO orders (item) VALUES (%s) RETURNING id", (order.item,)
+            "INSERT INTO docs_orders (item) VALUES (%s) RETURNING id", (order.item,)
         )
         return (await cursor.fetchone())[0]
 
@@ -290,14 +299,14 @@ def setup_sqlalchemy(page: Page) -> None:
     from sqlalchemy import BigInteger, Column
     from sqlalchemy.orm import DeclarativeBase
 
-    page.sql("CREATE TABLE IF NOT EXISTS sa_orders (id bigserial PRIMARY KEY)")
+    page.table("docs_sa_orders", "id bigserial PRIMARY KEY")
 
     class Base(DeclarativeBase):
         pass
 
     # Without annotations: this module's are strings, which the mapper would look up here.
     class Order(Base):
-        __tablename__ = "sa_orders"
+        __tablename__ = "docs_sa_orders"
         id = Column(BigInteger, primary_key=True)
 
     page.ns["order"] = Order()
@@ -353,8 +362,8 @@ def run_page(name: str, url: str, workdir: Path) -> Iterator[Block]:
     os.environ["JOBRUNNER_DATABASE_URL"] = url
     with psycopg.connect(url) as conn:
         page = Page(url, workdir, conn, {"conn": conn, "__name__": "docs_example"})
-        SETUPS.get(name, lambda page: None)(page)
         try:
+            SETUPS.get(name, lambda page: None)(page)
             for block in blocks:
                 (run_python if block.lang in PYTHON else run_shell)(block, page)
                 yield block
@@ -363,6 +372,9 @@ def run_page(name: str, url: str, workdir: Path) -> Iterator[Block]:
         finally:
             for thread in page.threads:
                 thread.join(timeout=120)
+            conn.close()  # a transaction an example left open would hold the drop back
+            for table in page.tables:
+                page.sql(f"DROP TABLE IF EXISTS {table}")
 
 
 def main(argv: list[str]) -> int:
