@@ -25,7 +25,8 @@ process and of its server backend over --idle-seconds, and its connections; and
 bench/notify.py's measure of what notifications cost 8 concurrent enqueuers.
 
 It prints the tables and writes bench/LATENCY-RESULTS.md, bench/latency-results.json and the
-README's table between its `latency:begin` and `latency:end` markers (--no-write: none).
+table of docs/guides/starting-promptly.md between its `latency:begin` and `latency:end`
+markers (--no-write: none).
 """
 
 from __future__ import annotations
@@ -532,10 +533,10 @@ def render(results: dict[str, Any]) -> str:
 
 
 def _update_readme(results: dict[str, Any]) -> None:
-    readme = ROOT / "README.md"
+    readme = ROOT / "docs" / "guides" / "starting-promptly.md"
     text = readme.read_text()
     if README_BEGIN not in text or README_END not in text:
-        print("README.md has no latency markers: its table is left as it is", file=sys.stderr)
+        print(f"{readme} has no latency markers: its table is left as it is", file=sys.stderr)
         return
     head, rest = text.split(README_BEGIN, 1)
     _, tail = rest.split(README_END, 1)

@@ -478,15 +478,12 @@ def test_a_batch_is_kept_while_its_callback_has_not_run(db_url, conn):
 # -- the guide ------------------------------------------------------------------------
 
 
-def test_the_readme_section_is_the_guide_and_its_schedule_file_syncs(db_url, conn, tmp_path):
+def test_the_guides_schedule_file_syncs(db_url, conn, tmp_path):
     import re
 
     from tests.conftest import ROOT
 
     guide = (ROOT / "docs/guides/batches.md").read_text()
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Batches and dependencies\n", 1)[1].split("\n## ", 1)[0]
-    assert section.replace("\n### ", "\n## ").strip().startswith(guide.split("\n", 1)[1].strip())
     [toml] = re.findall(r"```toml\n(.*?)```", guide, re.S)
     path = tmp_path / "schedules.toml"
     path.write_text(toml)

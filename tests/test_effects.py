@@ -507,7 +507,7 @@ def test_a_run_that_was_cancelled_or_lost_its_lease_records_no_more_keys():
 # -- at most once, for effects outside the database --------------------------
 
 
-# The README's query for effects that may not have happened.
+# The query docs/explanation/exactly-once.md gives for effects that may not have happened.
 MAYBE_MISSING = (
     "SELECT e.key, e.run_id, e.attempt FROM job_effects e JOIN job_attempts a ON"
     " (a.run_id, a.attempt) = (e.run_id, e.attempt) WHERE e.kind = 'at_most_once'"
@@ -570,7 +570,7 @@ def test_kill_9_between_at_most_once_and_the_effect_means_the_effect_never_happe
     assert run_row(conn, run_id).attempts == 2
     assert files.outbox_lines() == []  # at most once: here, never
     # The record shows what may not have happened: an at-most-once key written
-    # by an attempt that failed. The query is the one the README gives.
+    # by an attempt that failed. The query is the one the docs give.
     assert ledger(conn) == [("mail:7", run_id, "at_most_once")]
     assert conn.execute(MAYBE_MISSING).fetchall() == [("mail:7", run_id, 1)]
 
@@ -723,22 +723,22 @@ def test_prune_can_keep_keys_longer_than_their_runs(effects_db, conn, files):
     assert effects(conn, "old") == [(old, 1), (again, 1)]
 
 
-# -- the README example ------------------------------------------------------------
+# -- the example of docs/explanation/exactly-once.md --------------------------------
 
 EXAMPLE = ROOT / "tests" / "handlers" / "weekly_report.py"
 
 
 def example_code() -> str:
     text = EXAMPLE.read_text()
-    match = re.search(r"# README example begins\n(.*?)\n*# README example ends", text, re.S)
+    match = re.search(r"# docs example begins\n(.*?)\n*# docs example ends", text, re.S)
     assert match
     return match.group(1).strip() + "\n"
 
 
-def test_the_readme_shows_the_tested_weekly_report_example():
-    readme = (ROOT / "README.md").read_text()
-    assert f"```python\n{example_code()}```" in readme
-    assert MAYBE_MISSING in " ".join(readme.split())
+def test_the_docs_show_the_tested_weekly_report_example():
+    page = (ROOT / "docs" / "explanation" / "exactly-once.md").read_text()
+    assert f"```python\n{example_code()}```" in page
+    assert MAYBE_MISSING in " ".join(page.split())
 
 
 class Webhook(http.server.BaseHTTPRequestHandler):

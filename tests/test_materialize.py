@@ -426,7 +426,8 @@ def test_a_failing_tenant_query_is_reported_and_the_rest_of_the_batch_is_kept(db
 
 
 # -- daylight-saving days, end to end -------------------------------------------------
-# Rows of the README's table, materialized by ticks every ten minutes across the transition.
+# Rows of the table of docs/guides/schedules.md, materialized by ticks every ten minutes across
+# the transition.
 
 DST_DAYS = [
     pytest.param(

@@ -1,4 +1,5 @@
-"""enqueue inside a SQLAlchemy Session's transaction (psycopg 3 driver), as the README shows."""
+"""enqueue inside a SQLAlchemy Session's transaction (psycopg 3 driver), as
+docs/guides/sqlalchemy.md shows."""
 
 from __future__ import annotations
 

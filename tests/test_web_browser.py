@@ -2,7 +2,8 @@
 browser of Playwright's own). What the operator sees, what a click changes, and what hostile
 stored text can do in the page: nothing, checked in the browser itself.
 
-`JOBRUNNER_WRITE_SCREENSHOTS=1` writes the README's screenshots (docs/) from these tests.
+`JOBRUNNER_WRITE_SCREENSHOTS=1` writes the screenshots of docs/guides/dashboard.md (docs/) from
+these tests.
 """
 
 from __future__ import annotations
@@ -166,7 +167,7 @@ def _seed_ticks(conn: Any) -> None:
 
 
 def _shoot(page: Any, name: str, tmp_path: Path) -> None:
-    """A screenshot of what the page shows; into docs/ when asked for the README's."""
+    """A screenshot of what the page shows; into docs/ when asked for the dashboard guide's."""
     folder = SCREENSHOTS if os.environ.get("JOBRUNNER_WRITE_SCREENSHOTS") else tmp_path
     folder.mkdir(exist_ok=True)
     path = folder / f"dashboard-{name}.png"

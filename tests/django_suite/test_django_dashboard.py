@@ -1,5 +1,5 @@
-"""The dashboard mounted in a Django project's asgi.py, as the README shows: the project's
-own pages and the dashboard's, served together by uvicorn, the dashboard behind its basic
+"""The dashboard mounted in a Django project's asgi.py, as docs/guides/dashboard.md shows: the
+project's own pages and the dashboard's, served together by uvicorn, the dashboard behind its basic
 authentication, its links under the prefix it is mounted at."""
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
-"""The weekly-report example from README.md, verbatim between the two marker lines.
+"""The weekly-report example of docs/explanation/exactly-once.md, verbatim between the two
+marker lines.
 
-tests/test_effects.py checks that README.md shows exactly this code, and runs it.
+tests/test_effects.py checks that the page shows exactly this code, and runs it.
 """
 
 from __future__ import annotations
 
-# README example begins
+# docs example begins
 import json
 import os
 import urllib.request
@@ -46,4 +47,4 @@ def notify_weekly_report(ctx, payload):
     urllib.request.urlopen(request, timeout=10).close()
 
 
-# README example ends
+# docs example ends

@@ -1,5 +1,5 @@
 """The test project served over ASGI with jobrunner's dashboard mounted at /jobs/, as the
-README's "Dashboard" section shows."""
+dashboard guide (docs/guides/dashboard.md) shows."""
 
 import os
 
