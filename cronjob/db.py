@@ -122,7 +122,7 @@ def _open(url: str, *, autocommit: bool, application_name: str, settings: dict[s
                 raise
             # The timeouts cannot travel with the connection here, and a SET
             # would stay on a pooled server connection that other clients get
-            # next; they belong on the login role instead (see the README).
+            # next; they belong on the login role instead (docs/guides/pgbouncer.md).
             _REFUSES_STARTUP_OPTIONS.add(url)
     return psycopg.connect(url, **common)
 

@@ -2,7 +2,7 @@
 `[limits.TYPE]` table, Django's JOBRUNNER settings. Each door hands its words to `parse_limit`
 and gets one checked models.TypeLimit, and `describe` says a limit the same way everywhere.
 
-How the claim enforces them is the README's "Flow control" and migration 0021's.
+How the claim enforces them: docs/guides/flow-control.md, and migration 0021.
 """
 
 from __future__ import annotations

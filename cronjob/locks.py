@@ -102,7 +102,7 @@ HELD_SHOWN = 10  # held locks `status` names, the longest held first
 
 def read_held(conn: Any, *, now: Any = None) -> list[HeldLock]:
     """Every session holding one of jobrunner's advisory locks, the longest held first: any
-    login may take any advisory lock (README "Security"), and one that keeps a lock holds
+    login may take any advisory lock (docs/explanation/security.md), and one that keeps a lock holds
     back what waits for it."""
     from cronjob import store
 

@@ -1,5 +1,5 @@
--- Flow control made safe against what a run's key and a session may be (README "Flow
--- control", "Security"): a key of any length, a rate that holds over every span of its period,
+-- Flow control made safe against what a run's key and a session may be
+-- (docs/guides/flow-control.md, docs/explanation/security.md): a key of any length, a rate that holds over every span of its period,
 -- a key without room that no longer stops the walk of the others, a key locked by another
 -- session told apart from one without room, and a limited type whose choice fails failing
 -- alone.

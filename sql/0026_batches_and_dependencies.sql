@@ -1,4 +1,4 @@
--- Batches (README "Batches and dependencies"): runs enqueued together with a callback run
+-- Batches (docs/guides/batches.md): runs enqueued together with a callback run
 -- that is enqueued exactly once, in the transaction that finishes the batch's last member.
 
 CREATE TABLE job_batches (
@@ -177,7 +177,7 @@ CREATE TRIGGER job_runs_batch_member_finished
           AND OLD.status NOT IN ('succeeded', 'dead', 'cancelled'))
     EXECUTE FUNCTION jobrunner_batch_member_finished();
 
--- Dependencies (README "Batches and dependencies"): a run that waits for others. Until every
+-- Dependencies (docs/guides/batches.md): a run that waits for others. Until every
 -- run it waits for has succeeded it is 'waiting', a status no claim looks at (the claim's
 -- index holds 'queued' and 'failed' alone), so a thousand waiting runs cost a claim nothing.
 -- The finish of the last of them makes it 'queued' and due, in the transaction of that
@@ -307,7 +307,7 @@ CREATE TRIGGER job_runs_parent_finished
     EXECUTE FUNCTION jobrunner_parent_finished();
 
 -- What each role may do on the batches' table and column, the table of dependencies, and the
--- functions that end a batch and make a run wait (README "Roles"): jobrunner_role_grants()
+-- functions that end a batch and make a run wait (docs/guides/roles.md): jobrunner_role_grants()
 -- and jobrunner_grant_roles() (migration 0024) name them, and the roles of deploy/roles.sql
 -- that exist get exactly that now.
 

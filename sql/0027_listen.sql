@@ -1,4 +1,4 @@
--- Starting promptly (README "Starting promptly"): `jobrunner tick --listen` sleeps on LISTEN
+-- Starting promptly (docs/guides/starting-promptly.md): `jobrunner tick --listen` sleeps on LISTEN
 -- between runs, and what makes a run claimable wakes it with one NOTIFY per transaction.
 --
 -- PostgreSQL serializes the commits of every transaction that notifies (one lock for the

@@ -1,4 +1,4 @@
--- Recent ticks (README "Dashboard"): every run of `jobrunner tick` keeps a row in job_ticks
+-- Recent ticks (docs/guides/dashboard.md): every run of `jobrunner tick` keeps a row in job_ticks
 -- after it ends, with what it did, so the dashboard can say which ticks ran lately, on which
 -- hosts, and what each did. Until now the table held the ticks that stay (`tick --listen`),
 -- while they ran.

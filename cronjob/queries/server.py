@@ -80,7 +80,7 @@ _JOBRUNNER_LOCKS = ", ".join(
 # above, and a key's lock of each limited type (two 32-bit halves, the type's in classid,
 # jobrunner_limit_lock_class, migration 0023). Any login may take any advisory lock: one
 # that holds a key's lock holds back that key's runs, one that holds the keyed-batch lock
-# holds back every enqueue of a batch with keys (README "Security"). A session of another
+# holds back every enqueue of a batch with keys (docs/explanation/security.md). A session of another
 # login shows no state or transaction start to a role without pg_read_all_stats.
 SERVER_LIST_ADVISORY_LOCKS = f"""
 SELECT coalesce(o.name, 'a key of limited type') AS lock, t.job_type, l.pid,
