@@ -204,12 +204,40 @@ def test_each_page_shows_the_seeded_runs_schedules_and_audit_rows(db_url, conn, 
         _shoot(page, "run", tmp_path)
 
         page.goto(base + "/schedules")
+        _shoot(page, "schedules", tmp_path)
         page.click("text=nightly-report")
         assert page.inner_text("#schedule-name") == "nightly-report"
         assert "Europe/Amsterdam" in page.inner_text("dl.fields")
+        _shoot(page, "schedule", tmp_path)
         page.goto(base + "/audit")
         assert "pause" in page.inner_text("#audit") and "ada" in page.inner_text("#audit")
+        _shoot(page, "audit", tmp_path)
+
+        batch = _seed_a_batch(conn)
+        page.goto(base + "/batches")
+        assert f"/batches/{batch}" in page.inner_html("#batches")
+        _shoot(page, "batches", tmp_path)
+        page.click(f"#batches a[href$='/batches/{batch}']")
+        assert page.get_attribute("#progress", "value") == "3"
+        assert page.inner_text("#callback") == "not yet"
+        _shoot(page, "batch", tmp_path)
         assert page.dialogs == []
+
+
+def _seed_a_batch(conn: Any) -> int:
+    """The weekly reports of five tenants, three of them sent, then one summary."""
+    from cronjob import api
+
+    runs = [
+        api.new_run("reports.weekly", {"week": "2026-W48"}, tenant_id=f"t{i}") for i in range(5)
+    ]
+    batch = api.enqueue_batch(conn, runs, then=api.new_run("reports.summary", {}))
+    conn.execute(
+        "UPDATE job_runs SET status = 'succeeded', attempts = 1, finished_at = now()"
+        " WHERE id = ANY(%s)",
+        [list(batch.run_ids[:3])],
+    )
+    return batch.id
 
 
 def test_filters_and_pages_walk_the_runs_newest_first_without_gaps(db_url, conn, page):
