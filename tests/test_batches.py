@@ -533,3 +533,30 @@ def test_members_finished_in_one_transaction_call_back_once_whichever_is_last(db
         tx.commit()
     _finish(conn, e)
     assert len(callbacks(conn)) == 2
+
+
+def test_show_says_a_runs_batch_its_part_in_it_and_the_batchs_counts(db_url, conn):
+    batch = batch_of(conn, [{}, {}])
+    first, second = batch.run_ids
+    conn.execute("UPDATE job_runs SET status = 'dead', finished_at = now() WHERE id = %s", [first])
+    shown = run_cli("show", str(second), "--database-url", db_url)
+    assert shown.exit_code == 0, shown.stderr
+    assert shown.stdout.split(f"\nbatch {batch.id}: ", 1)[1].splitlines()[:3] == [
+        f"this run is a member (`jobrunner batch show {batch.id}`)",
+        "  finished  1/2 (dead 1, queued 1)",
+        "  callback  not yet",
+    ]
+    conn.execute(
+        "UPDATE job_runs SET status = 'succeeded', finished_at = now() WHERE id = %s", [second]
+    )
+    [(callback, _)] = callbacks(conn)
+    member = json.loads(run_cli("show", str(first), "--json", "--database-url", db_url).stdout)
+    called = json.loads(run_cli("show", str(callback), "--json", "--database-url", db_url).stdout)
+    assert member["batch"]["role"] == "member" and called["batch"]["role"] == "callback"
+    for seen in (member["batch"], called["batch"]):
+        assert seen["id"] == batch.id and seen["show"] == f"jobrunner batch show {batch.id}"
+        assert seen["counts"] == {"dead": 1, "succeeded": 1}
+        assert (seen["total"], seen["finished"], seen["callback_run_id"]) == (2, 2, callback)
+    shown = run_cli("show", str(callback), "--database-url", db_url).stdout
+    assert f"batch {batch.id}: this run is the callback" in shown
+    assert f"  callback  run {callback}" in shown
