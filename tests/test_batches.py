@@ -511,6 +511,31 @@ def test_one_tick_that_finishes_a_batch_runs_its_callback_and_the_runs_it_releas
     )
 
 
+def test_one_tick_runs_the_callbacks_of_small_batches_whose_last_finishes_it_wrote_last(
+    db_url, conn
+):
+    """A small batch's last finishes may still be buffered when the tick's claim comes back
+    empty: they are written before the tick ends, and it looks once more. Each batch here
+    has its own tick (no-op handlers, as cron would start one after each enqueue)."""
+    for size in (1, 2, 5, 10, 10, 10):
+        with conn.transaction():
+            batch = enqueue_batch(
+                conn, [new_run("noop") for _ in range(size)], then=new_run("noop")
+            )
+        process = jobrunner_process(
+            "tick", "--database-url", db_url, "--handlers", "bench.noop_handlers",
+            "--log-level", "warning",
+        )  # fmt: skip
+        _, stderr = process.communicate(timeout=300)
+        assert process.returncode == 0, stderr
+        called = conn.execute(
+            "SELECT c.status FROM job_batches b JOIN job_runs c ON c.id = b.callback_run_id"
+            " WHERE b.id = %s",
+            [batch.id],
+        ).fetchone()
+        assert called == ("succeeded",), f"a batch of {size}: its callback is {called}"
+
+
 def enqueue_after(conn: Any, parent: int) -> int:
     from cronjob import enqueue
 
