@@ -57,11 +57,11 @@ WHERE EXISTS (SELECT 1 FROM pg_locks l
 # When a sleeping tick has something to do without being told: the earliest future run_at of
 # the runs it could claim (job_runs_waiting_by_time, from now on), a schedule's next fire time
 # after `since` (job_definitions_due; `since`: when the tick last materialized, so that a
-# schedule it could not materialize waits for the next cron tick as it always did), the end of
-# a full rate window of one of its types. And whether a due run of its types waits all the
-# same: held back by a limit or by its schedule's overlap policy, it may start once a running
-# run finishes. Rescue is left to each tick's start, once a minute: a lease renewed by its
-# heartbeats would wake sleepers for nothing.
+# schedule it could not materialize waits for the next cron tick as it always did), the next
+# start a rate allows a key of one of its types (job_rate_arrivals). And whether a due run
+# of its types waits all the same: held back by a limit or by its schedule's overlap policy,
+# it may start once a running run finishes. Rescue is left to each tick's start, once a
+# minute: a lease renewed by its heartbeats would wake sleepers for nothing.
 RUNS_GET_NEXT_DUE = f"""
 WITH types AS MATERIALIZED (
     SELECT {_claimable("%(job_types)s")} AS claimable
@@ -74,10 +74,9 @@ FROM (SELECT {_NOW} AS now,
    AND r.job_type = ANY((SELECT claimable FROM types)::text[])) AS run_at,
 (SELECT min(d.next_fire_at) FROM job_definitions d
  WHERE d.enabled AND d.next_fire_at > coalesce(%(since)s::timestamptz, {_NOW})) AS schedule_at,
-(SELECT min(w.window_start + make_interval(secs => l.rate_period))
- FROM job_type_limits l JOIN job_rate_windows w USING (job_type)
- WHERE l.job_type = ANY((SELECT claimable FROM types)::text[]) AND w.starts >= l.rate
-   AND w.window_start + make_interval(secs => l.rate_period) > {_NOW}) AS window_at,
+(SELECT min(a.next_start) FROM job_rate_arrivals a
+ WHERE a.job_type = ANY((SELECT claimable FROM types)::text[])
+   AND a.next_start > {_NOW}) AS window_at,
 EXISTS (SELECT 1 FROM job_runs r
         WHERE r.status IN ('queued', 'failed') AND r.run_at <= {_NOW}
           AND r.job_type = ANY((SELECT claimable FROM types)::text[])) AS held_back
