@@ -536,6 +536,30 @@ def test_one_tick_runs_the_callbacks_of_small_batches_whose_last_finishes_it_wro
         assert called == ("succeeded",), f"a batch of {size}: its callback is {called}"
 
 
+def test_a_listening_tick_runs_each_callback_its_own_finishes_enqueued(db_url, conn):
+    """The finishes that enqueue a callback are written after the tick's last claim came
+    back: the tick looks once more before it sleeps, as nothing wakes it for its own write
+    (nobody here waits for finishes: the test polls, as `jobrunner wait` would wake it)."""
+    listening = jobrunner_process(
+        "tick", "--listen", "--database-url", db_url, "--handlers", "bench.noop_handlers",
+        "--log-level", "warning", "--max-runtime", "120s",
+    )  # fmt: skip
+    try:
+        for _ in range(6):
+            with conn.transaction():
+                batch = enqueue_batch(
+                    conn, [new_run("noop") for _ in range(10)], then=new_run("noop")
+                )
+            called = (
+                "SELECT count(*) FROM job_batches b JOIN job_runs c ON c.id = b.callback_run_id"
+                " WHERE b.id = %s AND c.status = 'succeeded'"
+            )
+            wait_for(lambda: count(conn, called, batch.id), "the batch's callback to run")
+    finally:
+        listening.terminate()
+        listening.communicate(timeout=60)
+
+
 def enqueue_after(conn: Any, parent: int) -> int:
     from cronjob import enqueue
 
