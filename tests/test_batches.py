@@ -536,6 +536,12 @@ def test_one_tick_runs_the_callbacks_of_small_batches_whose_last_finishes_it_wro
         assert called == ("succeeded",), f"a batch of {size}: its callback is {called}"
 
 
+CALLED_BACK = (
+    "SELECT count(*) FROM job_batches b JOIN job_runs c ON c.id = b.callback_run_id"
+    " WHERE b.id = %s AND c.status = 'succeeded'"
+)
+
+
 def test_a_listening_tick_runs_each_callback_its_own_finishes_enqueued(db_url, conn):
     """The finishes that enqueue a callback are written after the tick's last claim came
     back: the tick looks once more before it sleeps, as nothing wakes it for its own write
@@ -550,11 +556,7 @@ def test_a_listening_tick_runs_each_callback_its_own_finishes_enqueued(db_url, c
                 batch = enqueue_batch(
                     conn, [new_run("noop") for _ in range(10)], then=new_run("noop")
                 )
-            called = (
-                "SELECT count(*) FROM job_batches b JOIN job_runs c ON c.id = b.callback_run_id"
-                " WHERE b.id = %s AND c.status = 'succeeded'"
-            )
-            wait_for(lambda: count(conn, called, batch.id), "the batch's callback to run")
+            wait_for(lambda b=batch.id: count(conn, CALLED_BACK, b), "the batch's callback")
     finally:
         listening.terminate()
         listening.communicate(timeout=60)
