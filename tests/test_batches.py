@@ -22,7 +22,7 @@ import psycopg
 import pytest
 
 import tests.handlers.batches  # noqa: F401 - registers the handlers for in-process ticks
-from cronjob import enqueue_batch, enqueue_batch_async, new_run
+from cronjob import enqueue, enqueue_batch, enqueue_batch_async, new_run
 from cronjob.errors import BadInput
 from tests.conftest import count, jobrunner_process, run_cli, wait_for
 from tests.factories import tick
@@ -475,6 +475,54 @@ def test_a_batch_is_kept_while_its_callback_has_not_run(db_url, conn):
     assert count(conn, "SELECT count(*) FROM job_batches WHERE id = %s", batch.id) == 1
 
 
+def _end(conn: Any, run_id: int, status: str = "succeeded") -> None:
+    conn.execute(
+        "UPDATE job_runs SET status = %s, finished_at = now() WHERE id = %s", [status, run_id]
+    )
+
+
+def test_pruning_keeps_the_finished_members_of_a_batch_that_has_not_ended(db_url, conn):
+    """Its callback counts them when the last member ends."""
+    first, second, last = batch_of(conn, [{}, {}, {}]).run_ids
+    _end(conn, first)
+    _end(conn, second, "dead")
+    from cronjob.prune import prune_runs  # a tick's --prune-older-than
+
+    assert prune_runs(conn, older_than=0).total == 0
+    pruned = run_cli("prune", "--older-than", "0s", "--database-url", db_url)
+    assert pruned.exit_code == 0, pruned.stderr
+    assert count(conn, "SELECT count(*) FROM job_runs WHERE id IN (%s, %s)", first, second) == 2
+    _end(conn, last)
+    counts = conn.execute("SELECT counts FROM job_batches").fetchone()[0]
+    assert counts == {"succeeded": 2, "dead": 1}
+
+
+def test_pruning_takes_the_dependencies_of_the_runs_it_deletes(db_url, conn):
+    a, b = batch_of(conn, [{}, {}]).run_ids
+    waiting = enqueue_after(conn, a)
+    also = enqueue(conn, "batch.member", {}, after=[a, b])
+    _end(conn, a)
+    _end(conn, waiting)
+    _end(conn, b)  # the batch ends; `also` is due
+    assert run_cli("prune", "--older-than", "0s", "--database-url", db_url).exit_code == 0
+    left = conn.execute("SELECT parent_id, run_id FROM job_run_dependencies").fetchall()
+    assert left == []  # a and b are gone, and with them every edge to `also`
+    assert conn.execute("SELECT status FROM job_runs WHERE id = %s", [also]).fetchone() == (
+        "queued",
+    )
+
+
+def test_a_tick_that_prunes_removes_an_ended_batch_with_its_runs(db_url, conn):
+    batch = batch_of(conn, [{}, {}])
+    result = run_cli(
+        "tick", "--database-url", db_url, "--handlers", HANDLERS, "--prune-older-than", "0s",
+        "--log-level", "warning",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    assert count(conn, "SELECT count(*) FROM job_runs") == 0
+    assert count(conn, "SELECT count(*) FROM job_batches WHERE id = %s", batch.id) == 0
+
+
 # -- the guide ------------------------------------------------------------------------
 
 
@@ -563,8 +611,6 @@ def test_a_listening_tick_runs_each_callback_its_own_finishes_enqueued(db_url, c
 
 
 def enqueue_after(conn: Any, parent: int) -> int:
-    from cronjob import enqueue
-
     return enqueue(conn, "batch.member", {}, after=[parent])
 
 
