@@ -215,3 +215,21 @@ def test_show_of_a_run_with_thousands_of_dependencies_lists_the_first_and_counts
     assert data["waited_for_by"] | {"runs": None} == {
         "total": 2500, "runs": None, "more": 2500 - SHOWN,
     }  # fmt: skip
+
+
+def test_each_foreign_key_of_the_dependencies_has_an_index_that_leads_with_its_column(conn):
+    """Pruning a run deletes its edges by ON DELETE CASCADE, a lookup per foreign key: on an
+    index, not a scan of every edge, whatever the table holds."""
+    unindexed = conn.execute(
+        """SELECT a.attname FROM pg_constraint c
+           JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]
+           WHERE c.conrelid = 'job_run_dependencies'::regclass AND c.contype = 'f'
+             AND NOT EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.conrelid
+                             AND i.indkey[0] = c.conkey[1])"""
+    ).fetchall()
+    keys = count(
+        conn,
+        "SELECT count(*) FROM pg_constraint"
+        " WHERE conrelid = 'job_run_dependencies'::regclass AND contype = 'f'",
+    )
+    assert keys == 2 and unindexed == []
