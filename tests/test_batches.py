@@ -523,6 +523,81 @@ def test_a_tick_that_prunes_removes_an_ended_batch_with_its_runs(db_url, conn):
     assert count(conn, "SELECT count(*) FROM job_batches WHERE id = %s", batch.id) == 0
 
 
+# -- members finished together: one call of the batch's function per statement (0029) --
+
+FINISH_MANY = "UPDATE job_runs SET status = %s, finished_at = now() WHERE id = ANY(%s)"
+
+
+def batch_calls(conn: Any) -> int:
+    """How many times the batch trigger's function has run (track_functions = 'pl')."""
+    return count(
+        conn,
+        "SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions"
+        " WHERE funcname = 'jobrunner_batch_member_finished'",
+    )
+
+
+def test_a_statement_that_finishes_many_members_calls_the_batch_once(db_url, conn):
+    members = batch_of(conn, [{} for _ in range(50)]).run_ids
+    with psycopg.connect(db_url) as tx:
+        tx.execute("SET track_functions = 'pl'")
+        tx.execute(FINISH_MANY, ["succeeded", members[:30]])
+        tx.execute(FINISH_MANY, ["dead", members[30:]])
+        calls = batch_calls(tx)
+        tx.commit()
+    assert calls == 3  # one a statement, and the guard's (the highest member: the last)
+    assert len(callbacks(conn)) == 1
+    assert conn.execute("SELECT counts FROM job_batches").fetchone()[0] == {
+        "succeeded": 30, "dead": 20,
+    }  # fmt: skip
+
+
+def test_a_statement_that_leaves_the_guard_and_one_that_finishes_it_call_back_once(db_url, conn):
+    """The first statement's call guards the highest unfinished member; the statement
+    that finishes another member of the batch in the same transaction skips its probe, and
+    the guard's own finish, later still, probes again and calls back."""
+    a, b, c, d = batch_of(conn, [{}, {}, {}, {}]).run_ids
+    with psycopg.connect(db_url) as tx:
+        tx.execute(FINISH_MANY, ["succeeded", [a, b]])  # guards d
+        tx.execute(FINISH_MANY, ["succeeded", [c]])
+        assert callbacks(tx) == []
+        tx.execute(FINISH_MANY, ["succeeded", [d]])
+        tx.commit()
+    assert len(callbacks(conn)) == 1
+
+
+def test_one_statement_finishing_the_members_of_two_batches_in_turns_calls_back_both(db_url, conn):
+    first = batch_of(conn, [{}, {}, {}]).run_ids
+    second = batch_of(conn, [{}, {}, {}]).run_ids
+    interleaved = [run for pair in zip(first, second, strict=True) for run in pair]
+    conn.execute(
+        "UPDATE job_runs r SET status = 'succeeded', finished_at = now()"
+        " FROM unnest(%s::bigint[]) WITH ORDINALITY AS o(id, n) WHERE r.id = o.id",
+        [interleaved],
+    )
+    assert len(callbacks(conn)) == 2
+
+
+def test_a_member_cancelled_by_its_parents_death_in_the_statement_that_ends_the_rest(db_url, conn):
+    """The parent's trigger cancels the waiting member in a statement of its own, nested in
+    the outer one: the batch calls back once, counting it."""
+    parent = enqueue(conn, "batch.member", {})
+    with conn.transaction():
+        batch = enqueue_batch(
+            conn,
+            [new_run("batch.member"), new_run("batch.member", after=[parent])],
+            then=new_run("batch.summary"),
+        )
+    first, waiting = batch.run_ids
+    conn.execute(FINISH_MANY, ["dead", [parent, first]])
+    assert conn.execute("SELECT status FROM job_runs WHERE id = %s", [waiting]).fetchone() == (
+        "cancelled",
+    )
+    assert len(callbacks(conn)) == 1
+    counts = conn.execute("SELECT counts FROM job_batches WHERE id = %s", [batch.id]).fetchone()
+    assert counts[0] == {"dead": 1, "cancelled": 1}
+
+
 # -- the guide ------------------------------------------------------------------------
 
 
