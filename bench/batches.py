@@ -73,9 +73,12 @@ def enqueue(url: str, n: int, *, batch: bool) -> float:
         return time.perf_counter() - started
 
 
-def drain(cluster, tmpl: str, n: int, *, batch: bool, ticks: int = 2) -> float:
+def drain(cluster, tmpl: str, n: int, *, batch: bool, ticks: int = 2) -> tuple[float, float, float]:
     """Jobs per second of `ticks` ticks at once draining `n` runs (and, as a batch, its
-    callback)."""
+    callback); and the CPU seconds the server and the ticks used for it, which the other
+    work of a shared host disturbs far less than the wall clock."""
+    import resource
+
     import psycopg
 
     name = f"d{time.monotonic_ns()}"
@@ -85,10 +88,14 @@ def drain(cluster, tmpl: str, n: int, *, batch: bool, ticks: int = 2) -> float:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("VACUUM ANALYZE")
         cluster.checkpoint()
+        server, children = cluster.cpu_seconds(), resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
         for process in [jobrunner(url, "tick", *TICK) for _ in range(ticks)]:
             finished(process)
         seconds = time.perf_counter() - started
+        server = cluster.cpu_seconds() - server
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        tick_cpu = after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime
         with psycopg.connect(url) as conn:
             left = conn.execute(
                 "SELECT job_type, status, payload ? 'summary', count(*) FROM job_runs"
@@ -100,7 +107,7 @@ def drain(cluster, tmpl: str, n: int, *, batch: bool, ticks: int = 2) -> float:
                     "SELECT count(*) FROM job_batches WHERE callback_run_id IS NOT NULL"
                 )
                 assert called.fetchone()[0] == 1, "the batch did not call back once"
-        return n / seconds
+        return n / seconds, server, tick_cpu
     finally:
         cluster.dropdb(name)
 
@@ -145,6 +152,12 @@ def prune(cluster, tmpl: str, n: int, *, dependencies: bool) -> float:
 RATIOS = {
     "drain, batch / no batch": (
         "drain jobs/s, two ticks, batch", "drain jobs/s, two ticks, no batch"
+    ),
+    "drain server CPU, batch / no batch": (
+        "drain server CPU s, two ticks, batch", "drain server CPU s, two ticks, no batch"
+    ),
+    "drain ticks' CPU, batch / no batch": (
+        "drain ticks' CPU s, two ticks, batch", "drain ticks' CPU s, two ticks, no batch"
     ),
     "enqueue, enqueue_batch / enqueue_many": (
         "enqueue runs/s, enqueue_batch", "enqueue runs/s, enqueue_many"
@@ -268,10 +281,13 @@ def main(argv: list[str] | None = None) -> int:
             order = [False, True] if rep % 2 == 0 else [True, False]
             for batch in order if "drain" in parts else []:
                 kind = "batch" if batch else "no batch"
-                note(f"drain jobs/s, two ticks, {kind}", drain(cluster, tmpl, args.n, batch=batch))
+                rate, server, ticks = drain(cluster, tmpl, args.n, batch=batch)
+                note(f"drain jobs/s, two ticks, {kind}", rate)
+                note(f"drain server CPU s, two ticks, {kind}", server)
+                note(f"drain ticks' CPU s, two ticks, {kind}", ticks)
                 if args.one_tick:
-                    value = drain(cluster, tmpl, args.n, batch=batch, ticks=1)
-                    note(f"drain jobs/s, one tick, {kind}", value)
+                    rate, _, _ = drain(cluster, tmpl, args.n, batch=batch, ticks=1)
+                    note(f"drain jobs/s, one tick, {kind}", rate)
             for dependencies in order if "prune" in parts else []:
                 kind = "with" if dependencies else "without"
                 value = prune(cluster, tmpl, args.n, dependencies=dependencies)
