@@ -515,9 +515,8 @@ def test_pruning_takes_the_dependencies_of_the_runs_it_deletes(db_url, conn):
 def test_a_tick_that_prunes_removes_an_ended_batch_with_its_runs(db_url, conn):
     batch = batch_of(conn, [{}, {}])
     result = run_cli(
-        "tick", "--database-url", db_url, "--handlers", HANDLERS, "--prune-older-than", "0s",
-        "--log-level", "warning",
-    )  # fmt: skip
+        "tick", "--database-url", db_url, "--handlers", HANDLERS, "--prune-older-than", "0s"
+    )
     assert result.exit_code == 0, result.stderr
     assert count(conn, "SELECT count(*) FROM job_runs") == 0
     assert count(conn, "SELECT count(*) FROM job_batches WHERE id = %s", batch.id) == 0
