@@ -40,20 +40,22 @@ END
 $$;
 REVOKE ALL ON FUNCTION jobrunner_batch_member_finished() FROM PUBLIC;
 
--- The conditions are evaluated in order, and stop at the first that fails: the note is
--- written only for a row whose call is queued.
+-- A CASE, as it evaluates its branches in order and only as far as needed: the note is
+-- written only for a row whose call is queued (a claim, in the statement that finalizes
+-- others, must not note its batch).
 DROP TRIGGER job_runs_batch_member_finished ON job_runs;
 CREATE TRIGGER job_runs_batch_member_finished
     AFTER UPDATE OF status ON job_runs
     FOR EACH ROW
-    WHEN (NEW.batch_id IS NOT NULL AND NEW.status IN ('succeeded', 'dead', 'cancelled')
-          AND OLD.status NOT IN ('succeeded', 'dead', 'cancelled')
-          AND (split_part(current_setting('jobrunner.batch_guard', true), ':', 2)
-                   = NEW.id::text
-               OR (current_setting('jobrunner.batch_queued', true)
-                       IS DISTINCT FROM NEW.batch_id::text
-                   AND set_config('jobrunner.batch_queued', NEW.batch_id::text, true)
-                       IS NOT NULL)))
+    WHEN (CASE
+              WHEN NEW.batch_id IS NULL OR NEW.status NOT IN ('succeeded', 'dead', 'cancelled')
+                   OR OLD.status IN ('succeeded', 'dead', 'cancelled') THEN false
+              WHEN split_part(current_setting('jobrunner.batch_guard', true), ':', 2)
+                   = NEW.id::text THEN true
+              WHEN current_setting('jobrunner.batch_queued', true) = NEW.batch_id::text
+                   THEN false
+              ELSE set_config('jobrunner.batch_queued', NEW.batch_id::text, true) IS NOT NULL
+          END)
     EXECUTE FUNCTION jobrunner_batch_member_finished();
 
 SELECT jobrunner_pin_search_paths();
