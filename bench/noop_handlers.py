@@ -6,3 +6,10 @@ from cronjob import handler
 @handler("noop")
 def noop(ctx, payload):
     pass
+
+
+# A batch's callback of a type of its own: bench/batches.py's "next tick" case drains the
+# members with a tick that has no handler for it (`--types noop`).
+@handler("noop.summary")
+def noop_summary(ctx, payload):
+    pass

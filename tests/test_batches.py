@@ -22,7 +22,7 @@ import psycopg
 import pytest
 
 import tests.handlers.batches  # noqa: F401 - registers the handlers for in-process ticks
-from cronjob import enqueue_batch, enqueue_batch_async, new_run
+from cronjob import enqueue, enqueue_batch, enqueue_batch_async, new_run
 from cronjob.errors import BadInput
 from tests.conftest import count, jobrunner_process, run_cli, wait_for
 from tests.factories import tick
@@ -475,6 +475,128 @@ def test_a_batch_is_kept_while_its_callback_has_not_run(db_url, conn):
     assert count(conn, "SELECT count(*) FROM job_batches WHERE id = %s", batch.id) == 1
 
 
+def _end(conn: Any, run_id: int, status: str = "succeeded") -> None:
+    conn.execute(
+        "UPDATE job_runs SET status = %s, finished_at = now() WHERE id = %s", [status, run_id]
+    )
+
+
+def test_pruning_keeps_the_finished_members_of_a_batch_that_has_not_ended(db_url, conn):
+    """Its callback counts them when the last member ends."""
+    first, second, last = batch_of(conn, [{}, {}, {}]).run_ids
+    _end(conn, first)
+    _end(conn, second, "dead")
+    from cronjob.prune import prune_runs  # a tick's --prune-older-than
+
+    assert prune_runs(conn, older_than=0).total == 0
+    pruned = run_cli("prune", "--older-than", "0s", "--database-url", db_url)
+    assert pruned.exit_code == 0, pruned.stderr
+    assert count(conn, "SELECT count(*) FROM job_runs WHERE id IN (%s, %s)", first, second) == 2
+    _end(conn, last)
+    counts = conn.execute("SELECT counts FROM job_batches").fetchone()[0]
+    assert counts == {"succeeded": 2, "dead": 1}
+
+
+def test_pruning_takes_the_dependencies_of_the_runs_it_deletes(db_url, conn):
+    a, b = batch_of(conn, [{}, {}]).run_ids
+    waiting = enqueue_after(conn, a)
+    also = enqueue(conn, "batch.member", {}, after=[a, b])
+    _end(conn, a)
+    _end(conn, waiting)
+    _end(conn, b)  # the batch ends; `also` is due
+    assert run_cli("prune", "--older-than", "0s", "--database-url", db_url).exit_code == 0
+    left = conn.execute("SELECT parent_id, run_id FROM job_run_dependencies").fetchall()
+    assert left == []  # a and b are gone, and with them every edge to `also`
+    assert conn.execute("SELECT status FROM job_runs WHERE id = %s", [also]).fetchone() == (
+        "queued",
+    )
+
+
+def test_a_tick_that_prunes_removes_an_ended_batch_with_its_runs(db_url, conn):
+    batch = batch_of(conn, [{}, {}])
+    result = run_cli(
+        "tick", "--database-url", db_url, "--handlers", HANDLERS, "--prune-older-than", "0s"
+    )
+    assert result.exit_code == 0, result.stderr
+    assert count(conn, "SELECT count(*) FROM job_runs") == 0
+    assert count(conn, "SELECT count(*) FROM job_batches WHERE id = %s", batch.id) == 0
+
+
+# -- members finished together: one call of the batch's function per statement (0029) --
+
+FINISH_MANY = "UPDATE job_runs SET status = %s, finished_at = now() WHERE id = ANY(%s)"
+
+
+def batch_calls(conn: Any) -> int:
+    """How many times the batch trigger's function has run (track_functions = 'pl')."""
+    return count(
+        conn,
+        "SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions"
+        " WHERE funcname = 'jobrunner_batch_member_finished'",
+    )
+
+
+def test_a_statement_that_finishes_many_members_calls_the_batch_once(db_url, conn):
+    members = batch_of(conn, [{} for _ in range(50)]).run_ids
+    with psycopg.connect(db_url) as tx:
+        tx.execute("SET track_functions = 'pl'")
+        tx.execute(FINISH_MANY, ["succeeded", members[:30]])
+        tx.execute(FINISH_MANY, ["dead", members[30:]])
+        calls = batch_calls(tx)
+        tx.commit()
+    assert calls == 3  # one a statement, and the guard's (the highest member: the last)
+    assert len(callbacks(conn)) == 1
+    assert conn.execute("SELECT counts FROM job_batches").fetchone()[0] == {
+        "succeeded": 30, "dead": 20,
+    }  # fmt: skip
+
+
+def test_a_statement_that_leaves_the_guard_and_one_that_finishes_it_call_back_once(db_url, conn):
+    """The first statement's call guards the highest unfinished member; the statement
+    that finishes another member of the batch in the same transaction skips its probe, and
+    the guard's own finish, later still, probes again and calls back."""
+    a, b, c, d = batch_of(conn, [{}, {}, {}, {}]).run_ids
+    with psycopg.connect(db_url) as tx:
+        tx.execute(FINISH_MANY, ["succeeded", [a, b]])  # guards d
+        tx.execute(FINISH_MANY, ["succeeded", [c]])
+        assert callbacks(tx) == []
+        tx.execute(FINISH_MANY, ["succeeded", [d]])
+        tx.commit()
+    assert len(callbacks(conn)) == 1
+
+
+def test_one_statement_finishing_the_members_of_two_batches_in_turns_calls_back_both(db_url, conn):
+    first = batch_of(conn, [{}, {}, {}]).run_ids
+    second = batch_of(conn, [{}, {}, {}]).run_ids
+    interleaved = [run for pair in zip(first, second, strict=True) for run in pair]
+    conn.execute(
+        "UPDATE job_runs r SET status = 'succeeded', finished_at = now()"
+        " FROM unnest(%s::bigint[]) WITH ORDINALITY AS o(id, n) WHERE r.id = o.id",
+        [interleaved],
+    )
+    assert len(callbacks(conn)) == 2
+
+
+def test_a_member_cancelled_by_its_parents_death_in_the_statement_that_ends_the_rest(db_url, conn):
+    """The parent's trigger cancels the waiting member in a statement of its own, nested in
+    the outer one: the batch calls back once, counting it."""
+    parent = enqueue(conn, "batch.member", {})
+    with conn.transaction():
+        batch = enqueue_batch(
+            conn,
+            [new_run("batch.member"), new_run("batch.member", after=[parent])],
+            then=new_run("batch.summary"),
+        )
+    first, waiting = batch.run_ids
+    conn.execute(FINISH_MANY, ["dead", [parent, first]])
+    assert conn.execute("SELECT status FROM job_runs WHERE id = %s", [waiting]).fetchone() == (
+        "cancelled",
+    )
+    assert len(callbacks(conn)) == 1
+    counts = conn.execute("SELECT counts FROM job_batches WHERE id = %s", [batch.id]).fetchone()
+    assert counts[0] == {"dead": 1, "cancelled": 1}
+
+
 # -- the guide ------------------------------------------------------------------------
 
 
@@ -508,9 +630,58 @@ def test_one_tick_that_finishes_a_batch_runs_its_callback_and_the_runs_it_releas
     )
 
 
-def enqueue_after(conn: Any, parent: int) -> int:
-    from cronjob import enqueue
+def test_one_tick_runs_the_callbacks_of_small_batches_whose_last_finishes_it_wrote_last(
+    db_url, conn
+):
+    """A small batch's last finishes may still be buffered when the tick's claim comes back
+    empty: they are written before the tick ends, and it looks once more. Each batch here
+    has its own tick (no-op handlers, as cron would start one after each enqueue)."""
+    for size in (1, 2, 5, 10, 10, 10):
+        with conn.transaction():
+            batch = enqueue_batch(
+                conn, [new_run("noop") for _ in range(size)], then=new_run("noop")
+            )
+        process = jobrunner_process(
+            "tick", "--database-url", db_url, "--handlers", "bench.noop_handlers",
+            "--log-level", "warning",
+        )  # fmt: skip
+        _, stderr = process.communicate(timeout=300)
+        assert process.returncode == 0, stderr
+        called = conn.execute(
+            "SELECT c.status FROM job_batches b JOIN job_runs c ON c.id = b.callback_run_id"
+            " WHERE b.id = %s",
+            [batch.id],
+        ).fetchone()
+        assert called == ("succeeded",), f"a batch of {size}: its callback is {called}"
 
+
+CALLED_BACK = (
+    "SELECT count(*) FROM job_batches b JOIN job_runs c ON c.id = b.callback_run_id"
+    " WHERE b.id = %s AND c.status = 'succeeded'"
+)
+
+
+def test_a_listening_tick_runs_each_callback_its_own_finishes_enqueued(db_url, conn):
+    """The finishes that enqueue a callback are written after the tick's last claim came
+    back: the tick looks once more before it sleeps, as nothing wakes it for its own write
+    (nobody here waits for finishes: the test polls, as `jobrunner wait` would wake it)."""
+    listening = jobrunner_process(
+        "tick", "--listen", "--database-url", db_url, "--handlers", "bench.noop_handlers",
+        "--log-level", "warning", "--max-runtime", "120s",
+    )  # fmt: skip
+    try:
+        for _ in range(6):
+            with conn.transaction():
+                batch = enqueue_batch(
+                    conn, [new_run("noop") for _ in range(10)], then=new_run("noop")
+                )
+            wait_for(lambda b=batch.id: count(conn, CALLED_BACK, b), "the batch's callback")
+    finally:
+        listening.terminate()
+        listening.communicate(timeout=60)
+
+
+def enqueue_after(conn: Any, parent: int) -> int:
     return enqueue(conn, "batch.member", {}, after=[parent])
 
 
@@ -530,3 +701,30 @@ def test_members_finished_in_one_transaction_call_back_once_whichever_is_last(db
         tx.commit()
     _finish(conn, e)
     assert len(callbacks(conn)) == 2
+
+
+def test_show_says_a_runs_batch_its_part_in_it_and_the_batchs_counts(db_url, conn):
+    batch = batch_of(conn, [{}, {}])
+    first, second = batch.run_ids
+    conn.execute("UPDATE job_runs SET status = 'dead', finished_at = now() WHERE id = %s", [first])
+    shown = run_cli("show", str(second), "--database-url", db_url)
+    assert shown.exit_code == 0, shown.stderr
+    assert shown.stdout.split(f"\nbatch {batch.id}: ", 1)[1].splitlines()[:3] == [
+        f"this run is a member (`jobrunner batch show {batch.id}`)",
+        "  finished  1/2 (dead 1, queued 1)",
+        "  callback  not yet",
+    ]
+    conn.execute(
+        "UPDATE job_runs SET status = 'succeeded', finished_at = now() WHERE id = %s", [second]
+    )
+    [(callback, _)] = callbacks(conn)
+    member = json.loads(run_cli("show", str(first), "--json", "--database-url", db_url).stdout)
+    called = json.loads(run_cli("show", str(callback), "--json", "--database-url", db_url).stdout)
+    assert member["batch"]["role"] == "member" and called["batch"]["role"] == "callback"
+    for seen in (member["batch"], called["batch"]):
+        assert seen["id"] == batch.id and seen["show"] == f"jobrunner batch show {batch.id}"
+        assert seen["counts"] == {"dead": 1, "succeeded": 1}
+        assert (seen["total"], seen["finished"], seen["callback_run_id"]) == (2, 2, callback)
+    shown = run_cli("show", str(callback), "--database-url", db_url).stdout
+    assert f"batch {batch.id}: this run is the callback" in shown
+    assert f"  callback  run {callback}" in shown

@@ -160,3 +160,76 @@ def test_a_waiting_run_is_counted_and_can_be_cancelled(db_url, conn):
     assert "waiting" in json.dumps(status)
     assert run_cli("cancel", str(b), "--database-url", db_url).exit_code == 0
     assert status_of(conn, b)[0] == "cancelled"
+
+
+def test_show_names_the_runs_a_run_waits_for_and_those_that_wait_for_it(db_url, conn):
+    a = work(conn)
+    b = enqueue(conn, "batch.member", {}, after=[a], after_policy="finished")
+    c = work(conn, after=[b])
+    _finish(conn, a)
+    shown = run_cli("show", str(b), "--database-url", db_url)
+    assert shown.exit_code == 0, shown.stderr
+    text = shown.stdout.split("\nwaits for", 1)[1]
+    assert text.splitlines()[:5] == [
+        " 1 run(s) (--after-policy finished):",
+        f"  {a}  succeeded",
+        "",
+        "waited for by 1 run(s):",
+        f"  {c}  waiting",
+    ]
+    data = json.loads(run_cli("show", str(b), "--json", "--database-url", db_url).stdout)
+    assert data["waits_for"] == {
+        "after_policy": "finished",
+        "total": 1,
+        "runs": [{"id": a, "status": "succeeded"}],
+        "more": 0,
+    }
+    assert data["waited_for_by"]["runs"] == [{"id": c, "status": "waiting"}]
+    alone = json.loads(run_cli("show", str(work(conn)), "--json", "--database-url", db_url).stdout)
+    assert not {"batch", "waits_for", "waited_for_by"} & alone.keys()
+
+
+def test_show_of_a_run_with_thousands_of_dependencies_lists_the_first_and_counts_the_rest(
+    db_url, conn
+):
+    from cronjob.run_options import MAX_AFTER
+    from cronjob.store.dependencies import LISTED_AT_MOST as SHOWN
+
+    parents = enqueue_many(conn, [new_run("batch.member") for _ in range(MAX_AFTER)])
+    waiting = work(conn, after=parents)
+    children = enqueue_many(conn, [new_run("batch.member", after=[waiting]) for _ in range(2500)])
+    shown = run_cli("show", str(waiting), "--database-url", db_url)
+    assert shown.exit_code == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert f"waits for {MAX_AFTER} run(s) (--after-policy succeeded):" in lines
+    assert "waited for by 2500 run(s):" in lines
+    assert f"  and {MAX_AFTER - SHOWN:,} more" in lines
+    assert f"  and {2500 - SHOWN:,} more" in lines
+    assert f"  {parents[SHOWN - 1]}  queued" in lines
+    assert f"  {parents[SHOWN]}  queued" not in lines
+    assert len(lines) < 100
+    data = json.loads(run_cli("show", str(waiting), "--json", "--database-url", db_url).stdout)
+    assert [r["id"] for r in data["waits_for"]["runs"]] == parents[:SHOWN]
+    assert data["waits_for"]["more"] == MAX_AFTER - SHOWN
+    assert [r["id"] for r in data["waited_for_by"]["runs"]] == children[:SHOWN]
+    assert data["waited_for_by"] | {"runs": None} == {
+        "total": 2500, "runs": None, "more": 2500 - SHOWN,
+    }  # fmt: skip
+
+
+def test_each_foreign_key_of_the_dependencies_has_an_index_that_leads_with_its_column(conn):
+    """Pruning a run deletes its edges by ON DELETE CASCADE, a lookup per foreign key: on an
+    index, not a scan of every edge, whatever the table holds."""
+    unindexed = conn.execute(
+        """SELECT a.attname FROM pg_constraint c
+           JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]
+           WHERE c.conrelid = 'job_run_dependencies'::regclass AND c.contype = 'f'
+             AND NOT EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.conrelid
+                             AND i.indkey[0] = c.conkey[1])"""
+    ).fetchall()
+    keys = count(
+        conn,
+        "SELECT count(*) FROM pg_constraint"
+        " WHERE conrelid = 'job_run_dependencies'::regclass AND contype = 'f'",
+    )
+    assert keys == 2 and unindexed == []

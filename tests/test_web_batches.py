@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cronjob import enqueue, enqueue_batch, new_run
+from cronjob import enqueue, enqueue_batch, enqueue_many, new_run
 from tests.web_server import request, serving
 
 pytest.importorskip("starlette")
@@ -46,3 +46,25 @@ def test_batches_show_progress_members_by_status_and_the_links_of_a_run(db_url, 
     assert members.status == 200 and f'href="/runs/{second}"' in members.body
     assert f'href="/runs/{first}"' not in members.body
     assert missing.status == 404
+
+
+def test_a_run_page_links_the_batch_it_calls_back_and_counts_the_runs_it_does_not_list(
+    db_url, conn
+):
+    from cronjob.store.dependencies import LISTED_AT_MOST as SHOWN
+
+    with conn.transaction():
+        batch = enqueue_batch(conn, [new_run("mail")], then=new_run("summary"))
+    conn.execute(
+        "UPDATE job_runs SET status = 'succeeded', finished_at = now() WHERE id = %s",
+        [batch.run_ids[0]],
+    )
+    [callback] = conn.execute("SELECT callback_run_id FROM job_batches").fetchone()
+    children = enqueue_many(conn, [new_run("mail", after=[callback]) for _ in range(50)])
+    with serving(dashboard(db_url)) as base:
+        page = request(f"{base}/runs/{callback}")
+    assert page.status == 200
+    assert f'callback of <a href="/batches/{batch.id}">batch {batch.id}</a>' in page.body
+    assert f'<a href="/runs/{children[SHOWN - 1]}">' in page.body
+    assert f'<a href="/runs/{children[SHOWN]}">' not in page.body
+    assert f"(waiting) and {50 - SHOWN} more</dd>" in page.body

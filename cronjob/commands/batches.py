@@ -162,3 +162,61 @@ def show(batch_id: str, database_url: str | None, as_json: bool) -> None:
         click.echo(f"  {found.reason}")
     if failed:
         click.echo("  not succeeded: " + ", ".join(f"{i} ({s})" for i, s in failed))
+
+
+def run_relations(conn: Any, run_id: int) -> dict[str, Any]:
+    """What `show` says of run `run_id`'s batch and dependencies, as --json prints it: `batch`
+    (the run is a member of it or its callback), `waits_for`, `waited_for_by`; each only if
+    the run has one."""
+    from cronjob import store
+
+    shown: dict[str, Any] = {}
+    batch_id, role = store.batch_get_id_by_member(conn, run_id), "member"
+    if batch_id is None:
+        called_back = store.batch_get_by_callback(conn, run_id)
+        batch_id, role = (called_back.id if called_back else None), "callback"
+    found = None if batch_id is None else store.batch_get(conn, batch_id)
+    if found is not None:
+        shown["batch"] = {
+            **_as_json(found),
+            "role": role,
+            "show": f"jobrunner batch show {found.id}",
+        }
+    dependencies = store.dependencies_get(conn, run_id)
+    if dependencies.parents:
+        shown["waits_for"] = {
+            "after_policy": dependencies.parent[0][2],
+            "total": dependencies.parents,
+            "runs": [{"id": i, "status": s} for i, s, _ in dependencies.parent],
+            "more": dependencies.more_parents,
+        }
+    if dependencies.children:
+        shown["waited_for_by"] = {
+            "total": dependencies.children,
+            "runs": [{"id": i, "status": s} for i, s, _ in dependencies.child],
+            "more": dependencies.more_children,
+        }
+    return shown
+
+
+def echo_run_relations(shown: dict[str, Any]) -> None:
+    """`show`'s text of what run_relations found."""
+    batch = shown.get("batch")
+    if batch:
+        role = "a member" if batch["role"] == "member" else "the callback"
+        click.echo(f"\nbatch {batch['id']}: this run is {role} (`{batch['show']}`)")
+        finished = f"{batch['finished']}/{batch['total']}"
+        counts = ", ".join(f"{s} {n}" for s, n in sorted(batch["counts"].items()))
+        click.echo(f"  finished  {finished}{f' ({counts})' if counts else ''}")
+        callback = batch["callback_run_id"]
+        click.echo(f"  callback  {f'run {callback}' if callback else batch['reason'] or 'not yet'}")
+    for key, title in (("waits_for", "waits for"), ("waited_for_by", "waited for by")):
+        side = shown.get(key)
+        if not side:
+            continue
+        policy = f" (--after-policy {side['after_policy']})" if "after_policy" in side else ""
+        click.echo(f"\n{title} {side['total']} run(s){policy}:")
+        for run in side["runs"]:
+            click.echo(f"  {run['id']}  {run['status']}")
+        if side["more"]:
+            click.echo(f"  and {side['more']:,} more")

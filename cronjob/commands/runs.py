@@ -465,11 +465,13 @@ def _throttled_text(limit: Any) -> str:
 @database_url_option
 @json_option
 def show(run_id: str, database_url: str | None, as_json: bool) -> None:
-    """Show one run, its attempt history and what its handler logged in each attempt.
+    """Show one run, its batch and dependencies, its attempt history and what its handler
+    logged in each attempt.
 
     Each attempt's kept log lines are printed under it (--json: `attempt_logs`, each
     with its `events`), redacted, the newest 100 at most.
     """
+    from cronjob.commands.batches import echo_run_relations, run_relations
     from cronjob.errors import RunNotFound
     from cronjob.inputs import parse_run_id
     from cronjob.store import job_type_limit_get_for_run, run_attempts_get, run_get, run_logs_get
@@ -483,6 +485,7 @@ def show(run_id: str, database_url: str | None, as_json: bool) -> None:
         attempts = run_attempts_get(conn, number)
         logs = run_logs_get(conn, number)
         limit = job_type_limit_get_for_run(conn, number)
+        related = run_relations(conn, number)
     # A due run of a limited type waits for a place or a window, as it was told to.
     throttled = {} if limit is None else {"throttled": _throttled_text(limit)}
     if as_json:
@@ -491,6 +494,7 @@ def show(run_id: str, database_url: str | None, as_json: bool) -> None:
                 {
                     **_run_dict(run),
                     **throttled,
+                    **related,
                     "attempt_history": [_attempt_dict(a) for a in attempts],
                     "attempt_logs": [_attempt_dict(log) for log in logs],
                 },
@@ -504,6 +508,7 @@ def show(run_id: str, database_url: str | None, as_json: bool) -> None:
         if key == "payload":
             value = json.dumps(value)
         click.echo(f"{key:<{width}}  {'' if value is None else printable(str(value))}")
+    echo_run_relations(related)
     if attempts or logs:
         click.echo("\nattempts:")
         for attempt, log in _attempts_with_logs(attempts, logs):

@@ -97,10 +97,12 @@ RUNS_CANCEL_SELECTED = _batch(f"""
     RETURNING r.id, t.status
 """)
 
-# Attempts go with their run (ON DELETE CASCADE).
+# Attempts and dependencies go with their run (ON DELETE CASCADE). A member of a batch
+# that has not ended stays, as with RUNS_PRUNE_BATCH: its callback counts it.
 RUNS_PRUNE_SELECTED = _batch("""
     DELETE FROM job_runs r USING target t
     WHERE r.id = t.id
+      AND NOT EXISTS (SELECT 1 FROM job_batches b WHERE b.id = r.batch_id AND b.ended_at IS NULL)
     RETURNING r.id, t.status
 """)
 

@@ -411,13 +411,15 @@ HANDLER_TRANSACTION_RESTORE_LIMITS = (
 
 # One batch of pruning, committed on its own so no lock is held for long. The
 # terminal statuses are spelled out again here: whatever the caller passes, a
-# run that may still execute is never deleted. Attempts go with their run
-# (ON DELETE CASCADE).
+# run that may still execute is never deleted. Attempts and dependencies go with
+# their run (ON DELETE CASCADE). A member of a batch that has not ended stays: its
+# batch's callback counts it when the last member ends.
 RUNS_PRUNE_BATCH = f"""
 WITH batch AS MATERIALIZED (
-    SELECT id FROM job_runs
+    SELECT id FROM job_runs r
     WHERE status IN ('succeeded', 'dead', 'cancelled') AND status = ANY(%(statuses)s)
       AND finished_at < {_NOW} - make_interval(secs => %(older_than)s)
+      AND NOT EXISTS (SELECT 1 FROM job_batches b WHERE b.id = r.batch_id AND b.ended_at IS NULL)
     ORDER BY finished_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -11,6 +12,9 @@ from cronjob.queries import dependencies as queries
 
 # The most unknown ids an error names.
 NAMED_AT_MOST = 10
+# The runs `show` and the dashboard list on each side of a run's dependencies (a run may be
+# waited for by thousands); they count the rest.
+LISTED_AT_MOST = 20
 
 
 def _refusal(unknown: list[int]) -> BadInput:
@@ -55,10 +59,30 @@ async def dependencies_insert_many_async(
     await conn.execute(queries.DEPENDENCIES_INSERT_MANY, _edges(edges, now))
 
 
-def dependencies_get(conn: Any, run_id: int) -> dict[str, list[tuple[int, str, str]]]:
-    """The runs run `run_id` waits for ('parent') and those that wait for it ('child'): each
-    (id, status, policy), by id."""
+@dataclass(frozen=True)
+class RunDependencies:
+    """The runs a run waits for (`parent`) and those that wait for it (`child`): the first
+    few of each, (id, status, policy) by id, and how many there are in all."""
+
+    parent: list[tuple[int, str, str]]
+    child: list[tuple[int, str, str]]
+    parents: int
+    children: int
+
+    @property
+    def more_parents(self) -> int:
+        return self.parents - len(self.parent)
+
+    @property
+    def more_children(self) -> int:
+        return self.children - len(self.child)
+
+
+def dependencies_get(conn: Any, run_id: int, *, limit: int = LISTED_AT_MOST) -> RunDependencies:
+    """The first `limit` runs (by id) run `run_id` waits for, and that wait for it."""
     found: dict[str, list[tuple[int, str, str]]] = {"parent": [], "child": []}
-    for side, id_, status, policy in conn.execute(queries.DEPENDENCIES_GET, {"id": run_id}):
+    params = {"id": run_id, "limit": limit}
+    for side, id_, status, policy in conn.execute(queries.DEPENDENCIES_GET, params):
         found[side].append((int(id_), str(status), str(policy)))
-    return found
+    parents, children = conn.execute(queries.DEPENDENCIES_COUNT, {"id": run_id}).fetchone()
+    return RunDependencies(found["parent"], found["child"], int(parents), int(children))

@@ -204,7 +204,9 @@ class Batcher:
         """Whether an exhausted drain looks once more before it ends: outcomes were written
         that its last claim could not see, which may have made runs due (a batch's callback,
         a run waiting for its parents)."""
-        if not self.unseen_writes or self.closed:
+        # Writes apart (the writer's) may end after the last claim came back: they count too.
+        unseen = self.unseen_writes or self._written_at >= self._claim_sent
+        if not unseen or self.closed:
             return False
         self.unseen_writes = False
         self.look_again()

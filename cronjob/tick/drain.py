@@ -157,6 +157,7 @@ class Drain:
             self.shutdown.requested
             or (
                 batcher.exhausted
+                and not batcher.decisions  # their write may enqueue a callback: written first
                 and not batcher.waits_for_rate(deadline)
                 and not batcher.follows_up()
             )
