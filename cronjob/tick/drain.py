@@ -79,9 +79,8 @@ class Drain:
         listener: Listener | None = None,
         time_steps: Callable[[], None] | None = None,
     ) -> None:
-        self.connection, self.writer, self.batcher = connection, writer, batcher
+        self.connection, self.writer, self.batcher, self.notes = connection, writer, batcher, notes
         self.pool, self.leases, self.shutdown, self.tally = pool, leases, shutdown, tally
-        self.notes = notes
         self.stay = None if listener is None else Stay(listener, time_steps, tally, shutdown)
         self._quiet_until = 0.0  # no write or heartbeat before then: one just failed
         self._idle_wait = IDLE_WAIT if listener is None else LISTENING_WAIT
