@@ -29,7 +29,7 @@ FROM (SELECT EXISTS (SELECT 1 FROM job_runs
 # Ended rows of job_ticks older than `kept` seconds, a few at a time (job_ticks_ended): each
 # tick's own statement removes what the ticks of a day ago left, so the table holds about a
 # day of ticks without a step of its own. A CTE of TICK_ENTER and queries.listen TICKS_END.
-_TICKS_GONE = f"""
+TICKS_GONE = f"""
 gone AS (
     DELETE FROM job_ticks WHERE id IN (
         SELECT id FROM job_ticks WHERE ended_at < {_NOW} - make_interval(secs => %(kept)s)
@@ -48,7 +48,7 @@ entered AS (
            CASE WHEN NOT (p.work OR %(listen)s) THEN 'idle' END
     FROM probe p
     RETURNING id
-),{_TICKS_GONE}
+),{TICKS_GONE}
 SELECT p.work, p.others_due, e.id FROM probe p CROSS JOIN entered e
 """
 
