@@ -48,6 +48,17 @@ _NOW = f"coalesce(%(now)s::timestamptz, {_PINNED_CLOCK}, now())"
 _STATEMENT_NOW = f"coalesce(%(now)s::timestamptz, {_PINNED_CLOCK}, statement_timestamp())"
 
 
+# Ended rows of job_ticks older than `kept` seconds, a few at a time (job_ticks_ended): each
+# tick's own statement removes what the ticks of a day ago left, so the table holds about a
+# day of ticks without a step of its own. A CTE of preflight TICK_ENTER and listen TICKS_END.
+_TICKS_GONE = f"""
+gone AS (
+    DELETE FROM job_ticks WHERE id IN (
+        SELECT id FROM job_ticks WHERE ended_at < {_NOW} - make_interval(secs => %(kept)s)
+        ORDER BY ended_at LIMIT 10)
+)"""
+
+
 def _claimable(job_types: str, *, limited: bool = True) -> str:
     """The tick's job types less the paused ones (job_type_pauses), as an array; without
     `limited`, less the types with a limit too (job_type_limits), which only the claim's

@@ -8,8 +8,7 @@ lock.
 
 from __future__ import annotations
 
-from cronjob.queries import _NOW, _claimable
-from cronjob.queries.preflight import TICKS_GONE
+from cronjob.queries import _NOW, _TICKS_GONE, _claimable
 
 _CHANNEL = "jobrunner"
 
@@ -129,7 +128,7 @@ TICKS_TOUCH = f"UPDATE job_ticks SET last_seen = {_NOW} WHERE id = %(id)s"
 TICKS_DELETE = "DELETE FROM job_ticks WHERE id = %(id)s"
 # What a tick that worked did, once it ends; and the rows ended long ago go.
 TICKS_END = f"""
-WITH {TICKS_GONE.lstrip()}
+WITH {_TICKS_GONE.lstrip()}
 UPDATE job_ticks
 SET ended_at = greatest({_NOW}, started_at), last_seen = greatest({_NOW}, started_at),
     stopped_by = %(stopped_by)s, materialized = %(materialized)s, rescued = %(rescued)s,

@@ -6,7 +6,7 @@ so this module imports only the shared fragments.
 
 from __future__ import annotations
 
-from cronjob.queries import _NOW, _claimable
+from cronjob.queries import _NOW, _TICKS_GONE, _claimable
 
 # One question before a tick sets anything up: is there a due run of a type this
 # tick handles, a lease to rescue, or a schedule to materialize? Most ticks on most
@@ -26,15 +26,6 @@ FROM (SELECT EXISTS (SELECT 1 FROM job_runs
       AS work) probe
 """
 
-# Ended rows of job_ticks older than `kept` seconds, a few at a time (job_ticks_ended): each
-# tick's own statement removes what the ticks of a day ago left, so the table holds about a
-# day of ticks without a step of its own. A CTE of TICK_ENTER and queries.listen TICKS_END.
-TICKS_GONE = f"""
-gone AS (
-    DELETE FROM job_ticks WHERE id IN (
-        SELECT id FROM job_ticks WHERE ended_at < {_NOW} - make_interval(secs => %(kept)s)
-        ORDER BY ended_at LIMIT 10)
-)"""
 
 # TICK_WORK_EXISTS, and the tick's row in job_ticks (migration 0028) in the same statement:
 # a tick with nothing to do (and that does not stay) enters its row ended, and asks nothing
@@ -48,7 +39,7 @@ entered AS (
            CASE WHEN NOT (p.work OR %(listen)s) THEN 'idle' END
     FROM probe p
     RETURNING id
-),{TICKS_GONE}
+),{_TICKS_GONE}
 SELECT p.work, p.others_due, e.id FROM probe p CROSS JOIN entered e
 """
 

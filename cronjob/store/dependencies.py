@@ -84,5 +84,11 @@ def dependencies_get(conn: Any, run_id: int, *, limit: int = LISTED_AT_MOST) -> 
     params = {"id": run_id, "limit": limit}
     for side, id_, status, policy in conn.execute(queries.DEPENDENCIES_GET, params):
         found[side].append((int(id_), str(status), str(policy)))
+    parents, children = dependencies_count(conn, run_id)
+    return RunDependencies(found["parent"], found["child"], parents, children)
+
+
+def dependencies_count(conn: Any, run_id: int) -> tuple[int, int]:
+    """How many runs `run_id` waits for, and how many wait for it."""
     parents, children = conn.execute(queries.DEPENDENCIES_COUNT, {"id": run_id}).fetchone()
-    return RunDependencies(found["parent"], found["child"], int(parents), int(children))
+    return int(parents), int(children)
