@@ -141,6 +141,18 @@ REVOKE ALL ON FUNCTION jobrunner_batch_end(bigint, timestamptz, boolean) FROM PU
 -- it comes, sees every finish of this transaction: the batch's later finishes here skip the
 -- probe, but for the guard's, which probes again. The mark is transaction-local, and goes
 -- with a savepoint rolled back, as the lock does.
+--
+-- And once per statement and batch (bench/batches.py: a call that finds the mark and returns
+-- still cost about 5 µs a member, most of what a batch cost a drain). The trigger's WHEN,
+-- evaluated for each row as the statement updates it, queues the call for the first
+-- finished member of a batch it meets and notes that batch (jobrunner.batch_queued,
+-- transaction-local): the next rows of that batch are skipped while the note stands. The
+-- call, made after every row of the statement was updated, sees all their finishes, as any
+-- of theirs would have; it clears the note first, so a later statement (or one nested in a
+-- trigger, which fires its own calls at its own end) queues its own. A note another batch
+-- replaced only queues a call more, which finds the mark. The finish of the member the mark
+-- names (the guard) is always queued: it probes again. A statement rolled back (a
+-- savepoint) takes its note with it, as it does its calls.
 CREATE FUNCTION jobrunner_batch_member_finished() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER AS $$
 DECLARE
@@ -148,6 +160,7 @@ DECLARE
     guard bigint;
     mark text := current_setting('jobrunner.batch_guard', true);
 BEGIN
+    PERFORM set_config('jobrunner.batch_queued', '', true);
     IF split_part(mark, ':', 1) = NEW.batch_id::text
        AND split_part(mark, ':', 2) <> NEW.id::text THEN
         RETURN NULL;
@@ -169,12 +182,21 @@ REVOKE ALL ON FUNCTION jobrunner_batch_member_finished() FROM PUBLIC;
 
 -- Only a member's finish pays for the function; every other update of job_runs (claims,
 -- heartbeats, runs of no batch) pays the WHEN test alone. A member retried after its batch
--- ended finishes again here, and finds the callback already there.
+-- ended finishes again here, and finds the callback already there. A CASE, as it evaluates
+-- its branches in order and only as far as needed: the note is written only for a row whose
+-- call is queued (a claim, in the statement that finalizes others, must not note its batch).
 CREATE TRIGGER job_runs_batch_member_finished
     AFTER UPDATE OF status ON job_runs
     FOR EACH ROW
-    WHEN (NEW.batch_id IS NOT NULL AND NEW.status IN ('succeeded', 'dead', 'cancelled')
-          AND OLD.status NOT IN ('succeeded', 'dead', 'cancelled'))
+    WHEN (CASE
+              WHEN NEW.batch_id IS NULL OR NEW.status NOT IN ('succeeded', 'dead', 'cancelled')
+                   OR OLD.status IN ('succeeded', 'dead', 'cancelled') THEN false
+              WHEN split_part(current_setting('jobrunner.batch_guard', true), ':', 2)
+                   = NEW.id::text THEN true
+              WHEN current_setting('jobrunner.batch_queued', true) = NEW.batch_id::text
+                   THEN false
+              ELSE set_config('jobrunner.batch_queued', NEW.batch_id::text, true) IS NOT NULL
+          END)
     EXECUTE FUNCTION jobrunner_batch_member_finished();
 
 -- Dependencies (docs/guides/batches.md): a run that waits for others. Until every

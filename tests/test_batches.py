@@ -522,7 +522,7 @@ def test_a_tick_that_prunes_removes_an_ended_batch_with_its_runs(db_url, conn):
     assert count(conn, "SELECT count(*) FROM job_batches WHERE id = %s", batch.id) == 0
 
 
-# -- members finished together: one call of the batch's function per statement (0029) --
+# -- members finished together: one call of the batch's function per statement (0026) --
 
 FINISH_MANY = "UPDATE job_runs SET status = %s, finished_at = now() WHERE id = ANY(%s)"
 
