@@ -16,17 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cronjob.health import Overview, TypeHealth, read_overview
-from cronjob.models import (
-    DefinitionSchedule,
-    DurationSummary,
-    ListeningTick,
-    SnapshotHolder,
-    Status,
-)
+from cronjob.models import DefinitionSchedule, DurationSummary, SnapshotHolder, Status
 from cronjob.settings import LISTENING_TICK_STALE
 
 if TYPE_CHECKING:
     from cronjob.staleness import Staleness
+    from cronjob.store.listen import ListeningTick
 
 DURATION_WINDOW = 3600.0  # the run-time summary covers runs finished in the last hour
 QUANTILES = (0.5, 0.9, 0.99)

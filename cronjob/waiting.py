@@ -20,7 +20,7 @@ from cronjob.errors import BadInput, RunNotFound, WaitTimedOut
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
-    from cronjob.models import RunOutcome
+    from cronjob.store.listen import RunOutcome
 
 RECHECK = 5.0  # seconds: the longest a waiter goes without reading its runs
 # While a transaction that finished runs without seeing the waiter may still commit.

@@ -4,13 +4,80 @@ wait. The statements are queries.listen."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from psycopg.rows import class_row
 
-from cronjob.models import ListeningTick, NextDue, RecentTick, RunOutcome, TickHost
+from cronjob.models import TERMINAL, Status
 from cronjob.queries import listen as queries
+
+
+@dataclass(frozen=True)
+class NextDue:
+    """When a sleeping tick has something to do without being told (queries.listen)."""
+
+    now: datetime  # the database clock, when asked
+    due_at: datetime | None  # the earliest run, schedule or rate window after now; None: none
+    schedule_at: datetime | None  # the earliest of them a schedule's (it is then materialized)
+    held_back: bool  # a due run of its types waits for a limit or a running sibling
+
+
+@dataclass(frozen=True)
+class ListeningTick:
+    """A tick that stays (`tick --listen`): listening since when, or polling and how often."""
+
+    host: str
+    pid: int
+    started_at: datetime
+    listening_since: datetime | None  # None: it polls
+    poll_interval: float | None
+    last_seen: datetime
+
+
+@dataclass(frozen=True)
+class RecentTick:
+    """A run of `jobrunner tick` (migration 0028): when, where, and what it did; the counts
+    are None until it ends."""
+
+    host: str
+    pid: int
+    started_at: datetime
+    ended_at: datetime | None  # None: still running (or killed, and not yet seen as lost)
+    last_seen: datetime
+    listening_since: datetime | None
+    poll_interval: float | None
+    stopped_by: str | None  # None: it drained what was due; 'idle', 'lost', 'max-runtime', ...
+    materialized: int | None
+    rescued: int | None
+    claimed: int | None
+    succeeded: int | None
+    failed: int | None
+    dead: int | None
+
+
+@dataclass(frozen=True)
+class TickHost:
+    """A host that ticked in the last hour: when last, and how many of its ticks were idle."""
+
+    host: str
+    last_started: datetime
+    idle: int
+    ticks: int
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """A run as `jobrunner wait` reports it: its status, and when it finished if it has."""
+
+    id: int
+    status: Status
+    finished_at: datetime | None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in TERMINAL
 
 
 def tick_listen(conn: Any) -> None:

@@ -53,8 +53,8 @@ import psycopg
 from psycopg import pq
 
 from cronjob import store
-from cronjob.models import NextDue
 from cronjob.settings import LISTENING_TICK_STALE
+from cronjob.store.listen import NextDue
 from cronjob.tick.connection import ConnectionKeeper, ReconnectFailed, StatementFailed
 
 if TYPE_CHECKING:
