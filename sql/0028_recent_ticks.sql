@@ -8,8 +8,9 @@
 -- asks nothing more. A tick that works fills in its counts when it ends, and the ticks that
 -- stay mark their row listening (or polling) while they do. A row whose tick was killed stays
 -- open: a listening one is closed as lost by the next listening tick that starts, once it
--- has not been seen for a few minutes. Ended rows go after a day (each tick's own statements
--- remove a few at a time), or sooner with `tick --prune-older-than`.
+-- has not been seen for a few minutes; any other is lost once past the time it was bound to
+-- end by (ends_by). Ended rows go after a day (each tick's own statements remove a few at a
+-- time), or sooner with `tick --prune-older-than`, as do those of lost ticks.
 ALTER TABLE job_ticks
     ADD COLUMN ended_at     timestamptz,
     -- Why it ended: 'idle' (nothing to do), NULL for a tick that drained what was due, else
@@ -21,6 +22,9 @@ ALTER TABLE job_ticks
     ADD COLUMN succeeded    integer,
     ADD COLUMN failed       integer,
     ADD COLUMN dead         integer,
+    -- A tick that does not stay: when it is over at the latest (its --max-runtime and
+    -- --grace, and a margin for what it does after them). Open past it, it was killed.
+    ADD COLUMN ends_by      timestamptz,
     DROP CONSTRAINT job_ticks_listens_or_polls,
     -- A tick that stays listens or polls, never both; any other tick does neither.
     ADD CONSTRAINT job_ticks_listens_or_polls
@@ -28,7 +32,7 @@ ALTER TABLE job_ticks
     ADD CONSTRAINT job_ticks_ended_after_start CHECK (ended_at >= started_at);
 
 -- The rows to remove (ended long enough ago) found without reading the others.
-CREATE INDEX job_ticks_ended ON job_ticks (ended_at);
+CREATE INDEX job_ticks_ended ON job_ticks ((coalesce(ended_at, ends_by)));
 
 -- The worker writes its tick's row and removes old ones, the reader reads them (status,
 -- metrics, the dashboard): the grants of migration 0027 (jobrunner_role_grants()), given

@@ -98,3 +98,30 @@ def test_status_counts_listening_ticks_not_the_ticks_that_ended(db_url, conn):
     listed = json.loads(result.stdout)["ticks"]
     assert [(t["host"], t["pid"]) for t in listed] == [("web-1", 4242)]
     assert count(conn, "SELECT count(*) FROM job_ticks") == 3
+
+
+def test_a_tick_that_does_not_stay_killed_shows_as_lost_once_past_its_end_and_goes(db_url, conn):
+    from cronjob import store
+    from cronjob.tick import ENDS_BY_MARGIN
+
+    insert_runs(conn, 2, "test.ok")
+    tick(db_url, "test.ok", max_runtime=30.0, grace=5.0)
+    [bound] = conn.execute(
+        "SELECT extract(epoch FROM ends_by - started_at)::float FROM job_ticks"
+    ).fetchone()
+    assert bound == 30.0 + 5.0 + ENDS_BY_MARGIN
+    # Killed: entered, never ended. One past its end, one within it, one lost a day ago.
+    killed = (
+        "INSERT INTO job_ticks (host, pid, started_at, last_seen, ends_by)"
+        " VALUES (%s, 1, now() - %s::interval, now() - %s::interval, now() - %s::interval)"
+    )
+    conn.execute(killed, ("past-its-end", "20 minutes", "20 minutes", "5 minutes"))
+    conn.execute(killed, ("still-within", "1 minute", "1 minute", "-5 minutes"))
+    conn.execute(killed, ("lost-a-day-ago", "26 hours", "26 hours", "25 hours"))
+    shown = {t.host: t for t in store.ticks_list_recent(conn, limit=10)}
+    assert shown["past-its-end"].stopped_by == "lost"
+    assert shown["past-its-end"].ended_at is not None
+    assert (shown["still-within"].stopped_by, shown["still-within"].ended_at) == (None, None)
+    tick(db_url, "test.ok")
+    hosts = {host for (host,) in conn.execute("SELECT host FROM job_ticks").fetchall()}
+    assert "lost-a-day-ago" not in hosts and {"past-its-end", "still-within"} <= hosts

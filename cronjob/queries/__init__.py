@@ -48,14 +48,16 @@ _NOW = f"coalesce(%(now)s::timestamptz, {_PINNED_CLOCK}, now())"
 _STATEMENT_NOW = f"coalesce(%(now)s::timestamptz, {_PINNED_CLOCK}, statement_timestamp())"
 
 
-# Ended rows of job_ticks older than `kept` seconds, a few at a time (job_ticks_ended): each
+# Ended rows of job_ticks older than `kept` seconds (and those of ticks that do not stay,
+# killed, as old past their ends_by), a few at a time (job_ticks_ended): each
 # tick's own statement removes what the ticks of a day ago left, so the table holds about a
 # day of ticks without a step of its own. A CTE of preflight TICK_ENTER and listen TICKS_END.
 _TICKS_GONE = f"""
 gone AS (
     DELETE FROM job_ticks WHERE id IN (
-        SELECT id FROM job_ticks WHERE ended_at < {_NOW} - make_interval(secs => %(kept)s)
-        ORDER BY ended_at LIMIT 10)
+        SELECT id FROM job_ticks
+        WHERE coalesce(ended_at, ends_by) < {_NOW} - make_interval(secs => %(kept)s)
+        ORDER BY coalesce(ended_at, ends_by) LIMIT 10)
 )"""
 
 

@@ -150,9 +150,14 @@ ORDER BY host, started_at, pid
 """
 # The newest ticks that did more than look (an idle tick's row says only that it ran: each
 # host's are counted apart, TICKS_COUNT_IDLE_BY_HOST). Through the primary key, newest first.
-TICKS_LIST_RECENT = """
-SELECT host, pid, started_at, ended_at, last_seen, listening_since, poll_interval,
-       stopped_by, materialized, rescued, claimed, succeeded, failed, dead
+# A tick that does not stay, open past the time it was bound to end by, was killed: lost.
+TICKS_LIST_RECENT = f"""
+SELECT host, pid, started_at,
+       coalesce(ended_at, CASE WHEN ends_by < {_NOW} THEN ends_by END) AS ended_at,
+       last_seen, listening_since, poll_interval,
+       CASE WHEN ended_at IS NULL AND ends_by < {_NOW} THEN 'lost' ELSE stopped_by END
+           AS stopped_by,
+       materialized, rescued, claimed, succeeded, failed, dead
 FROM job_ticks
 WHERE stopped_by IS DISTINCT FROM 'idle'
 ORDER BY id DESC

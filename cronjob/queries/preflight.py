@@ -33,10 +33,11 @@ FROM (SELECT EXISTS (SELECT 1 FROM job_runs
 TICK_ENTER = f"""
 WITH probe (work, others_due) AS MATERIALIZED ({TICK_WORK_EXISTS}),
 entered AS (
-    INSERT INTO job_ticks (host, pid, started_at, last_seen, ended_at, stopped_by)
+    INSERT INTO job_ticks (host, pid, started_at, last_seen, ended_at, stopped_by, ends_by)
     SELECT %(host)s, %(pid)s, {_NOW}, {_NOW},
            CASE WHEN NOT (p.work OR %(listen)s) THEN {_NOW} END,
-           CASE WHEN NOT (p.work OR %(listen)s) THEN 'idle' END
+           CASE WHEN NOT (p.work OR %(listen)s) THEN 'idle' END,
+           CASE WHEN NOT %(listen)s THEN {_NOW} + make_interval(secs => %(ends_within)s) END
     FROM probe p
     RETURNING id
 ),{_TICKS_GONE}

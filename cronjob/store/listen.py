@@ -183,9 +183,9 @@ def ticks_end(
     conn.execute(queries.TICKS_END, params)
 
 
-def ticks_list_recent(conn: Any, *, limit: int) -> list[RecentTick]:
+def ticks_list_recent(conn: Any, *, limit: int, now: datetime | None = None) -> list[RecentTick]:
     cursor = conn.cursor(row_factory=class_row(RecentTick))
-    return cursor.execute(queries.TICKS_LIST_RECENT, {"limit": limit}).fetchall()
+    return cursor.execute(queries.TICKS_LIST_RECENT, {"limit": limit, "now": now}).fetchall()
 
 
 def ticks_count_idle_by_host(conn: Any, *, now: datetime | None = None) -> list[TickHost]:

@@ -31,11 +31,13 @@ def tick_enter(
     pid: int,
     listen: bool,
     kept: float,
+    ends_within: float,
     now: datetime | None = None,
 ) -> tuple[bool, bool, int]:
     """tick_work_exists, and the tick's row in job_ticks in the same statement (ended at
-    once when there is nothing to do and it does not `listen`); the row's id third. Ended
-    rows older than `kept` seconds go, a few at a time."""
+    once when there is nothing to do and it does not `listen`; else, not listening, bound to
+    end within `ends_within` seconds); the row's id third. Ended rows older than `kept`
+    seconds go, a few at a time."""
     params = {
         "job_types": list(job_types),
         "now": now,
@@ -43,6 +45,7 @@ def tick_enter(
         "pid": pid,
         "listen": listen,
         "kept": kept,
+        "ends_within": ends_within,
     }
     work, others_due, tick_id = conn.execute(queries.TICK_ENTER, params).fetchone()
     return bool(work), bool(others_due), int(tick_id)

@@ -225,6 +225,7 @@ def run_tick(
         pid=os.getpid(),
         listen=options.listen,
         kept=kept,
+        ends_within=(options.max_runtime or DEFAULT_MAX_RUNTIME) + options.grace + ENDS_BY_MARGIN,
         now=options.now,
     )
     if found_work or others_due or options.listen:
@@ -316,6 +317,11 @@ def _name_missing_handlers(
             more_types=len(missing) > MISSING_HANDLERS_NAMED,
             hint=LOAD_HANDLERS_HINT,
         )
+
+
+# After its --max-runtime and --grace a tick still writes, prunes and exports what it did: a
+# row open this long past them is a killed tick's (the dashboard says "lost").
+ENDS_BY_MARGIN = 300.0
 
 
 def _tick_rows_kept(options: TickOptions) -> float:
